@@ -1,0 +1,128 @@
+#!/usr/bin/env python3
+"""Draw weft-bench results: throughput over time, node-delay CDF, TTFB/TTLB
+CDFs, and (for comparisons) bars of throughput and CPU-seconds per GiB.
+
+usage: plot.py RESULTS.json OUT_DIR   (prints the PNG paths it wrote)
+"""
+import json
+import os
+import sys
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+
+
+def main():
+    src, out = sys.argv[1], sys.argv[2]
+    os.makedirs(out, exist_ok=True)
+    data = json.load(open(src))
+    written = []
+
+    def save(fig, name):
+        p = os.path.join(out, name)
+        fig.tight_layout()
+        fig.savefig(p, dpi=110)
+        plt.close(fig)
+        written.append(p)
+
+    if data.get("kind") == "e2e":
+        fig, axes = plt.subplots(1, 2, figsize=(11, 4.5))
+        for ax, key, title in ((axes[0], "cdf_ttfb", "Time to first byte"), (axes[1], "cdf_ttlb", "Time to last byte")):
+            for r in data["results"]:
+                if r[key]:
+                    x, y = zip(*r[key])
+                    ax.plot(x, y, marker=".", label=r["target"] + " as middle")
+            if not any(r[key] for r in data["results"]):
+                ax.text(0.5, 0.5, "uploads only: nothing downloaded", ha="center", transform=ax.transAxes)
+            ax.set_xlabel("ms per stream (stock tor client, relay0 -> middle -> exit)")
+            ax.set_ylabel("CDF")
+            ax.set_title(title)
+            ax.grid(alpha=0.3)
+            ax.legend()
+        save(fig, "e2e_cdf.png")
+        for p in written:
+            print(p)
+        return
+
+    runs = data["runs"]
+
+    fig, ax = plt.subplots(figsize=(8, 4.5))
+    for r in runs:
+        t = [s["t_s"] for s in r["samples"]]
+        v = [s["total"] / 2**20 for s in r["samples"]]
+        ax.plot(t, v, label=r["label"])
+    if runs:
+        ax.axvline(runs[0]["procedure"]["warmup_s"], color="grey", ls=":", lw=1)
+    ax.set_xlabel("seconds since data started (dotted: end of warm-up)")
+    ax.set_ylabel("MiB/s relayed (both directions, 500 ms samples)")
+    ax.set_title("Throughput through the target")
+    ax.legend()
+    ax.grid(alpha=0.3)
+    save(fig, "throughput.png")
+
+    fig, ax = plt.subplots(figsize=(8, 4.5))
+    for r in runs:
+        if r["cdf_delay"]:
+            x, y = zip(*r["cdf_delay"])
+            ax.plot(x, y, label=r["label"])
+    floor = next((r["cdf_floor"] for r in runs if r["cdf_floor"]), None)
+    if floor:
+        x, y = zip(*floor)
+        ax.plot(x, y, "k--", label="loopback floor (no target)")
+    ax.set_xscale("log")
+    ax.set_xlabel("ms from stamp to arrival (node-based delay incl. floor)")
+    ax.set_ylabel("CDF")
+    ax.set_title("Node-based delay of marked cells")
+    ax.legend()
+    ax.grid(alpha=0.3, which="both")
+    save(fig, "node_delay_cdf.png")
+
+    fig, axes = plt.subplots(1, 2, figsize=(11, 4.5))
+    for ax, key, title in ((axes[0], "cdf_ttfb", "Time to first byte"), (axes[1], "cdf_ttlb", "Time to last byte")):
+        for r in runs:
+            if r[key]:
+                x, y = zip(*r[key])
+                ax.plot(x, y, label=r["label"])
+        ax.set_xscale("log")
+        ax.set_xlabel("ms per transfer")
+        ax.set_ylabel("CDF")
+        ax.set_title(title)
+        ax.grid(alpha=0.3, which="both")
+        ax.legend()
+    save(fig, "ttfb_ttlb_cdf.png")
+
+    if any(r.get("cdf_web_ttlb") for r in runs):
+        fig, ax = plt.subplots(figsize=(8, 4.5))
+        for r in runs:
+            if r.get("cdf_web_ttlb"):
+                x, y = zip(*r["cdf_web_ttlb"])
+                ax.plot(x, y, label="%s (bulk %.1f MiB/s)" % (r["label"], r["bulk_bytes_per_s"] / 2**20))
+        ax.set_xlabel("ms from request to last cell of an 87 KB fetch")
+        ax.set_ylabel("CDF")
+        ax.set_title("Web fetches next to bulk circuits (Tang & Goldberg)")
+        ax.grid(alpha=0.3)
+        ax.legend()
+        save(fig, "web_ttlb_cdf.png")
+
+    if len(runs) > 1 and not any(r.get("cdf_web_ttlb") for r in runs):
+        fig, axes = plt.subplots(1, 2, figsize=(11, 4.5))
+        labels = [r["label"] for r in runs]
+        axes[0].bar(labels, [r["max_sustained_bytes_per_s"] / 2**20 for r in runs])
+        axes[0].set_ylabel("MiB/s (max sustained)")
+        axes[0].set_title("Throughput")
+        axes[1].bar(labels, [r["cpu_s_per_gib"] for r in runs], color="tab:orange")
+        axes[1].set_ylabel("CPU-seconds per GiB relayed")
+        axes[1].set_title("Cost")
+        for ax in axes:
+            ax.tick_params(axis="x", rotation=30)
+            ax.grid(alpha=0.3, axis="y")
+        save(fig, "compare.png")
+
+    for p in written:
+        print(p)
+
+
+if __name__ == "__main__":
+    main()

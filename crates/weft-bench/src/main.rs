@@ -1,0 +1,613 @@
+//! weft-bench: saturate one relay (stock tor or weft, by the same procedure)
+//! with real Tor traffic and report the figures of Engler's thesis (§6.2–6.3)
+//! plus cost figures: throughput every 500 ms and max sustained (moving
+//! average), CPU-seconds per GiB, per-thread CPU and the main thread's share,
+//! TTFB/TTLB, node-based delay, memory per circuit.
+//!
+//! * `run`: one target.
+//! * `compare`: stock tor, then weft with 0, 1, 2 workers (and the
+//!   allocators), back to back with the same load; writes
+//!   `bench/results/<date>-compare.json`, PNGs, and the table in docs/perf.md.
+//!
+//! The work is done by the `weft_bench` library (load, target, run, report).
+
+use std::path::PathBuf;
+
+use anyhow::Result;
+use clap::{Args, Parser, Subcommand};
+
+use weft_bench::report;
+use weft_bench::run::{self, BenchEnv, Procedure};
+use weft_bench::target::TargetKind;
+
+#[derive(Parser, Debug)]
+#[command(
+    version,
+    about = "Measure a Tor relay (stock tor or weft) side by side"
+)]
+struct Cli {
+    #[command(subcommand)]
+    cmd: Cmd,
+}
+
+#[derive(Subcommand, Debug)]
+enum Cmd {
+    /// Measure one target.
+    Run {
+        /// tor or weft.
+        #[arg(long)]
+        target: String,
+        /// weft's ConnectionThreads.
+        #[arg(long, default_value_t = 1)]
+        threads: usize,
+        /// weft's allocator: system, mimalloc, jemalloc.
+        #[arg(long, default_value = "system")]
+        allocator: String,
+        /// Extra torrc line for the target (repeatable), e.g.
+        /// "CircuitPriorityHalflife 0" or "Schedulers Vanilla".
+        #[arg(long)]
+        option: Vec<String>,
+        /// Label for the run in tables and file names.
+        #[arg(long)]
+        label: Option<String>,
+        #[command(flatten)]
+        opts: Opts,
+        /// Where to write the JSON (default bench/results/<date>-<target>.json).
+        #[arg(long)]
+        out: Option<PathBuf>,
+    },
+    /// tor, weft 0/1/2 workers and allocators with the same load; table of ratios.
+    Compare {
+        #[command(flatten)]
+        opts: Opts,
+        /// Also measure weft-1 with mimalloc and jemalloc.
+        #[arg(long, default_value_t = true, action = clap::ArgAction::Set)]
+        allocators: bool,
+        /// Do not touch docs/perf.md.
+        #[arg(long)]
+        no_perf_md: bool,
+    },
+    /// Tang & Goldberg's scenario: bulk circuits keep the target's outbound
+    /// links saturated while web circuits fetch 87 KB objects after random
+    /// think times; weft with EWMA on and off and KIST off, stock tor with
+    /// EWMA on and off, same load. Reports web TTLB and bulk throughput.
+    Priority {
+        #[command(flatten)]
+        opts: Opts,
+        /// Web circuits per connection (the rest of --circuits are bulk).
+        #[arg(long, default_value_t = 6)]
+        web: usize,
+        /// KB per web fetch.
+        #[arg(long, default_value_t = 87)]
+        fetch_kb: u64,
+        /// Mean think time between fetches, ms.
+        #[arg(long, default_value_t = 500)]
+        think_ms: u64,
+        /// Read rate of each generator connection, KiB/s: the slow
+        /// client-side link that makes cells queue inside the target.
+        #[arg(long, default_value_t = 8192)]
+        read_kib_s: u64,
+        /// The target's BandwidthRate (= BandwidthBurst), KiB/s (0: the
+        /// usual generous limit).
+        #[arg(long, default_value_t = 0)]
+        rate_kib_s: u64,
+        /// Do not touch docs/perf.md.
+        #[arg(long)]
+        no_perf_md: bool,
+    },
+    /// End to end on a weft-testnet network: stock client streams through
+    /// relay0 → (stock relay1 | weft) → exit, same figures for both.
+    E2e {
+        /// Circuits (one stream each) per target.
+        #[arg(long, default_value_t = 10)]
+        circuits: usize,
+        /// MiB per stream and direction.
+        #[arg(long, default_value_t = 10)]
+        mib: u64,
+        /// up, down or both.
+        #[arg(long, default_value = "up")]
+        direction: String,
+        /// weft's ConnectionThreads.
+        #[arg(long, default_value_t = 2)]
+        threads: u32,
+        /// weft binary.
+        #[arg(long, default_value = "target/release/weft")]
+        weft: PathBuf,
+        /// Results directory.
+        #[arg(long, default_value = "bench/results")]
+        results: PathBuf,
+        /// Skip the plots.
+        #[arg(long)]
+        no_plots: bool,
+    },
+}
+
+#[derive(Args, Debug, Clone)]
+struct Opts {
+    /// up, down or both (the priority scenario is always down).
+    #[arg(long, default_value = "both")]
+    direction: String,
+    /// Generator connections (M).
+    #[arg(long, default_value_t = 4)]
+    connections: usize,
+    /// Circuits per connection (C).
+    #[arg(long, default_value_t = 8)]
+    circuits: usize,
+    /// Sink identities (default: one per connection).
+    #[arg(long)]
+    sinks: Option<usize>,
+    /// Load threads.
+    #[arg(long, default_value_t = 1)]
+    load_threads: usize,
+    /// Cells in flight per circuit and direction (≤ 2500, C Tor's queue cap).
+    #[arg(long, default_value_t = 500)]
+    window: u64,
+    /// KiB per transfer (the TTFB/TTLB unit), in whole cells of 498 bytes.
+    #[arg(long, default_value_t = 500)]
+    transfer_kib: u64,
+
+    /// Stamp every n-th cell.
+    #[arg(long, default_value_t = 32)]
+    mark_every: u64,
+    /// Warm-up seconds (discarded).
+    #[arg(long, default_value_t = 5.0)]
+    warmup: f64,
+    /// Measured seconds.
+    #[arg(long, default_value_t = 40.0)]
+    duration: f64,
+    /// Moving-average window of the max sustained throughput (the thesis: 30 s).
+    #[arg(long, default_value_t = 30.0)]
+    window_s: f64,
+    /// Target CPUs (taskset -c list).
+    #[arg(long, default_value = "0")]
+    target_cpus: String,
+    /// Load CPUs.
+    #[arg(long, default_value = "1")]
+    load_cpus: String,
+    /// Target CPU cap in CPUs via a cgroup (e.g. 0.5); 0 = none. Default:
+    /// none for `run`, 0.5 for `compare` (so the target, not the load, is
+    /// the bottleneck on a 2-core machine).
+    #[arg(long)]
+    cpu_quota: Option<f64>,
+    /// weft binary.
+    #[arg(long, default_value = "target/release/weft")]
+    weft: PathBuf,
+    /// tor binary (default: from PATH, installed if missing).
+    #[arg(long)]
+    tor: Option<PathBuf>,
+    /// Working directory.
+    #[arg(long)]
+    dir: Option<PathBuf>,
+    /// Results directory.
+    #[arg(long, default_value = "bench/results")]
+    results: PathBuf,
+    /// Skip the plots.
+    #[arg(long)]
+    no_plots: bool,
+    /// Tag added to result file names (`<date>-compare-<tag>.json`).
+    #[arg(long)]
+    tag: Option<String>,
+    /// Seconds of loopback-floor measurement (0 = skip).
+    #[arg(long, default_value_t = 5.0)]
+    floor_secs: f64,
+}
+
+impl Opts {
+    fn procedure(&self) -> Procedure {
+        Procedure {
+            connections: self.connections,
+            circuits: self.circuits,
+            sinks: self.sinks.unwrap_or(self.connections),
+            load_threads: self.load_threads,
+            window: self.window.clamp(1, 2500),
+            transfer_cells: (self.transfer_kib * 1024).div_ceil(498).max(1),
+            direction: self.direction.clone(),
+            mark_every: self.mark_every.max(1),
+            warmup_s: self.warmup,
+            duration_s: self.duration,
+            window_s: self.window_s,
+            target_cpus: self.target_cpus.clone(),
+            load_cpus: self.load_cpus.clone(),
+            cpu_quota: self.cpu_quota.filter(|q| *q > 0.0),
+            web_circuits: 0,
+            web_cells: 0,
+            web_think_ms: 0,
+            read_rate: None,
+        }
+    }
+
+    fn env(&self) -> Result<BenchEnv> {
+        let tor = match &self.tor {
+            Some(t) => t.clone(),
+            None => weft_testnet::TorBinaries::locate_or_install()?.tor,
+        };
+        let dir = self.dir.clone().unwrap_or_else(run::default_dir);
+        std::fs::create_dir_all(&dir)?;
+        // Checked when a weft target starts (tor-only runs need no weft).
+        let weft = std::fs::canonicalize(&self.weft).unwrap_or_else(|_| self.weft.clone());
+        Ok(BenchEnv {
+            dir,
+            weft_bin: weft,
+            tor_bin: tor,
+        })
+    }
+}
+
+fn repo_root() -> PathBuf {
+    // The binary runs from the repository (README commands); fall back to
+    // the crate's location at build time.
+    let cwd = std::env::current_dir().unwrap_or_default();
+    if cwd.join("bench/plot.py").exists() {
+        return cwd;
+    }
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../..")
+}
+
+fn command_line() -> String {
+    std::env::args().collect::<Vec<_>>().join(" ")
+}
+
+fn tor_version(env: &BenchEnv) -> String {
+    std::process::Command::new(&env.tor_bin)
+        .arg("--version")
+        .output()
+        .map(|o| {
+            String::from_utf8_lossy(&o.stdout)
+                .lines()
+                .next()
+                .unwrap_or("")
+                .to_string()
+        })
+        .unwrap_or_default()
+}
+
+fn main() -> Result<()> {
+    let cli = Cli::parse();
+    let (date, stamp) = report::today();
+    match cli.cmd {
+        Cmd::Priority {
+            mut opts,
+            web,
+            fetch_kb,
+            think_ms,
+            read_kib_s,
+            rate_kib_s,
+            no_perf_md,
+        } => {
+            let env = opts.env()?;
+            opts.direction = "down".into();
+            let mut p = opts.procedure();
+            // Bulk circuits keep more in flight than the kernel's send
+            // buffers hold, so the backlog reaches the relay's queues.
+            if opts.window == 500 {
+                p.window = 2000;
+            }
+            p.web_circuits = web.min(p.circuits);
+            p.web_cells = (fetch_kb * 1024).div_ceil(498);
+            p.web_think_ms = think_ms;
+            p.read_rate = (read_kib_s > 0).then_some(read_kib_s * 1024);
+            let rate_lines: Vec<String> = if rate_kib_s > 0 {
+                vec![
+                    format!("BandwidthRate {rate_kib_s} KBytes"),
+                    format!("BandwidthBurst {rate_kib_s} KBytes"),
+                ]
+            } else {
+                Vec::new()
+            };
+            let floor = (opts.floor_secs > 0.0)
+                .then(|| run::measure_floor(&env, &p, opts.floor_secs))
+                .transpose()?;
+            let with_rate = |options: &[&str]| -> Vec<String> {
+                let mut v: Vec<String> = rate_lines.clone();
+                v.extend(options.iter().map(|s| s.to_string()));
+                v
+            };
+            let weft = |label: &str, options: &[&str]| TargetKind::Weft {
+                threads: 1,
+                allocator: "system".into(),
+                options: with_rate(options),
+                label: Some(label.into()),
+            };
+            let tor = |label: &str, options: &[&str]| TargetKind::Tor {
+                options: with_rate(options),
+                label: Some(label.into()),
+            };
+            let kinds = vec![
+                weft("weft EWMA on", &["CircuitPriorityHalflife 30"]),
+                weft("weft EWMA off", &["CircuitPriorityHalflife 0"]),
+                weft(
+                    "weft EWMA on, KIST off",
+                    &["CircuitPriorityHalflife 30", "Schedulers Vanilla"],
+                ),
+                tor("tor EWMA on", &["CircuitPriorityHalflife 30"]),
+                tor("tor EWMA off", &["CircuitPriorityHalflife 0"]),
+            ];
+            let mut runs = Vec::new();
+            for k in kinds {
+                runs.push(run::run(&env, &p, k, floor.as_ref())?);
+            }
+            let md = report::priority_markdown(&runs);
+            let cmp = report::Comparison {
+                date: stamp.clone(),
+                command: command_line(),
+                machine: report::Machine::read(),
+                tor_version: tor_version(&env),
+                floor_ms: floor.as_ref().map(run::Percentiles::from_hist),
+                table: report::table(&runs),
+                runs,
+                projection: None,
+            };
+            let path = opts.results.join(format!(
+                "{date}-priority{}.json",
+                opts.tag
+                    .as_ref()
+                    .map(|t| format!("-{t}"))
+                    .unwrap_or_default()
+            ));
+            report::write_json(&path, &cmp)?;
+            print!("{md}");
+            println!("results: {}", path.display());
+            let mut pngs = Vec::new();
+            if !opts.no_plots {
+                pngs = report::plot(&repo_root(), &path, &path.with_extension(""))?;
+                for f in &pngs {
+                    println!("plot: {}", f.display());
+                }
+            }
+            if !no_perf_md {
+                let mut section = format!(
+                    "Measured {stamp} on {} CPUs ({}), {}; command:\n\n    {}\n\nProcedure: {} connections × {} circuits ({} web, {} bulk per connection), downstream only; the target's BandwidthRate = BandwidthBurst = {} KiB/s (the bottleneck, so cells queue inside the target between token refills), generator read rate {} KiB/s (0: unlimited); bulk circuits keep {} cells in flight; web circuits fetch {} KB after exponential think times (mean {} ms); warm-up {} s, measured {} s; target on CPUs {}, no CPU cap.\n\n",
+                    cmp.machine.cpus,
+                    cmp.machine.model,
+                    cmp.tor_version,
+                    cmp.command,
+                    p.connections,
+                    p.circuits,
+                    p.web_circuits,
+                    p.circuits - p.web_circuits,
+                    rate_kib_s,
+                    read_kib_s,
+                    p.window,
+                    fetch_kb,
+                    think_ms,
+                    p.warmup_s,
+                    p.duration_s,
+                    p.target_cpus
+                );
+                section.push_str(&md);
+                section.push_str(&format!("\nRaw data: `{}`.", path.display()));
+                for f in &pngs {
+                    section.push_str(&format!(
+                        " ![{}]({})",
+                        f.file_stem()
+                            .map(|s| s.to_string_lossy().into_owned())
+                            .unwrap_or_default(),
+                        relative_to_docs(f)
+                    ));
+                }
+                section.push('\n');
+                report::update_perf_md(&repo_root().join("docs/perf.md"), "priority", &section)?;
+                println!("updated docs/perf.md");
+            }
+        }
+        Cmd::E2e {
+            circuits,
+            mib,
+            direction,
+            threads,
+            weft,
+            results,
+            no_plots,
+        } => {
+            let p = weft_bench::e2e::E2eProcedure {
+                circuits,
+                bytes_per_stream: mib << 20,
+                direction,
+                weft_threads: threads,
+            };
+            let dir = run::default_dir().join("e2e");
+            let rs = weft_bench::e2e::run(&dir, &weft, &p)?;
+            let path = results.join(format!("{date}-e2e.json"));
+            report::write_json(
+                &path,
+                &serde_json::json!({
+                    "kind": "e2e",
+                    "date": stamp,
+                    "command": command_line(),
+                    "machine": report::Machine::read(),
+                    "procedure": p,
+                    "results": rs,
+                }),
+            )?;
+            println!("| target | MiB/s | CPU-s/GiB | TTFB p50 ms | TTLB p50 / p90 ms | circuit build p50 ms |\n|---|---|---|---|---|---|");
+            for r in &rs {
+                let ttfb = if r.ttfb_ms.count == 0 {
+                    "– (upload only)".to_string()
+                } else {
+                    format!("{:.1}", r.ttfb_ms.p50)
+                };
+                println!(
+                    "| {} | {:.1} | {:.2} | {ttfb} | {:.0} / {:.0} | {:.1} |",
+                    r.target,
+                    r.bytes_per_s / (1 << 20) as f64,
+                    r.cpu_s_per_gib,
+                    r.ttlb_ms.p50,
+                    r.ttlb_ms.p90,
+                    r.build_ms.p50
+                );
+            }
+            println!("results: {}", path.display());
+            if !no_plots {
+                for f in report::plot(&repo_root(), &path, &path.with_extension(""))? {
+                    println!("plot: {}", f.display());
+                }
+            }
+        }
+        Cmd::Run {
+            target,
+            threads,
+            allocator,
+            option,
+            label,
+            opts,
+            out,
+        } => {
+            let env = opts.env()?;
+            let p = opts.procedure();
+            let kind = match target.as_str() {
+                "tor" => TargetKind::Tor {
+                    options: option,
+                    label,
+                },
+                "weft" => TargetKind::Weft {
+                    threads,
+                    allocator,
+                    options: option,
+                    label,
+                },
+                t => anyhow::bail!("unknown target {t:?} (tor or weft)"),
+            };
+            let floor = (opts.floor_secs > 0.0)
+                .then(|| run::measure_floor(&env, &p, opts.floor_secs))
+                .transpose()?;
+            let r = run::run(&env, &p, kind, floor.as_ref())?;
+            let path = out.unwrap_or_else(|| {
+                opts.results.join(format!(
+                    "{date}-{}{}.json",
+                    r.label,
+                    opts.tag
+                        .as_ref()
+                        .map(|t| format!("-{t}"))
+                        .unwrap_or_default()
+                ))
+            });
+            let cmp = report::Comparison {
+                date: stamp,
+                command: command_line(),
+                machine: report::Machine::read(),
+                tor_version: tor_version(&env),
+                floor_ms: floor.as_ref().map(run::Percentiles::from_hist),
+                table: report::table(std::slice::from_ref(&r)),
+                runs: vec![r],
+                projection: None,
+            };
+            report::write_json(&path, &cmp)?;
+            print!("{}", report::markdown(&cmp.table));
+            println!("results: {}", path.display());
+            if !opts.no_plots {
+                let dir = path.with_extension("");
+                for f in report::plot(&repo_root(), &path, &dir)? {
+                    println!("plot: {}", f.display());
+                }
+            }
+        }
+        Cmd::Compare {
+            mut opts,
+            allocators,
+            no_perf_md,
+        } => {
+            opts.cpu_quota.get_or_insert(0.5);
+            let env = opts.env()?;
+            let p = opts.procedure();
+            let floor = (opts.floor_secs > 0.0)
+                .then(|| run::measure_floor(&env, &p, opts.floor_secs))
+                .transpose()?;
+            let mut kinds = vec![TargetKind::tor()];
+            for t in [0, 1, 2] {
+                kinds.push(TargetKind::weft(t));
+            }
+            if allocators {
+                for a in ["mimalloc", "jemalloc"] {
+                    kinds.push(TargetKind::Weft {
+                        threads: 1,
+                        allocator: a.into(),
+                        options: Vec::new(),
+                        label: None,
+                    });
+                }
+            }
+            let mut runs = Vec::new();
+            for k in kinds {
+                runs.push(run::run(&env, &p, k, floor.as_ref())?);
+            }
+            let table = report::table(&runs);
+            let projection = report::project(&runs);
+            let mut md = report::markdown(&table);
+            if let Some(p) = &projection {
+                md.push('\n');
+                md.push_str(&report::projection_markdown(p));
+            }
+            let cmp = report::Comparison {
+                date: stamp.clone(),
+                command: command_line(),
+                machine: report::Machine::read(),
+                tor_version: tor_version(&env),
+                floor_ms: floor.as_ref().map(run::Percentiles::from_hist),
+                runs,
+                table,
+                projection,
+            };
+            let path = opts.results.join(format!(
+                "{date}-compare{}.json",
+                opts.tag
+                    .as_ref()
+                    .map(|t| format!("-{t}"))
+                    .unwrap_or_default()
+            ));
+            report::write_json(&path, &cmp)?;
+            print!("{md}");
+            println!("results: {}", path.display());
+            let mut pngs = Vec::new();
+            if !opts.no_plots {
+                pngs = report::plot(&repo_root(), &path, &path.with_extension(""))?;
+                for f in &pngs {
+                    println!("plot: {}", f.display());
+                }
+            }
+            if !no_perf_md {
+                let mut section = format!(
+                    "Measured {stamp} on {} CPUs ({}), {}; command:\n\n    {}\n\nProcedure: {} connections × {} circuits, {} sinks, window {} cells, {} direction(s), warm-up {} s, measured {} s, max sustained = max {} s moving average of 500 ms samples; target on CPUs {} {}, load on CPUs {}. Loopback floor of node delay (p50): {}.\n\n",
+                    cmp.machine.cpus,
+                    cmp.machine.model,
+                    cmp.tor_version,
+                    cmp.command,
+                    p.connections,
+                    p.circuits,
+                    p.sinks,
+                    p.window,
+                    p.direction,
+                    p.warmup_s,
+                    p.duration_s,
+                    p.window_s,
+                    p.target_cpus,
+                    p.cpu_quota.map_or("(no CPU cap)".to_string(), |q| format!("capped at {q} CPU (cgroup)")),
+                    p.load_cpus,
+                    cmp.floor_ms.as_ref().map_or("not measured".to_string(), |f| format!("{:.3} ms", f.p50))
+                );
+                section.push_str(&md);
+                section.push_str(&format!("\nRaw data: `{}`.", path.display()));
+                for f in &pngs {
+                    section.push_str(&format!(
+                        " ![{}]({})",
+                        f.file_stem()
+                            .map(|s| s.to_string_lossy().into_owned())
+                            .unwrap_or_default(),
+                        relative_to_docs(f)
+                    ));
+                }
+                section.push('\n');
+                report::update_perf_md(&repo_root().join("docs/perf.md"), "compare", &section)?;
+                println!("updated docs/perf.md");
+            }
+        }
+    }
+    Ok(())
+}
+
+fn relative_to_docs(p: &std::path::Path) -> String {
+    let s = p.display().to_string();
+    match s.find("bench/results/") {
+        Some(i) => format!("../{}", &s[i..]),
+        None => s,
+    }
+}

@@ -1,0 +1,348 @@
+//! Writing results: one JSON per run or comparison, PNG plots (drawn by
+//! `bench/plot.py` with matplotlib, installed on demand), the comparison
+//! table printed and placed in docs/perf.md between markers.
+
+use std::fmt::Write as _;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use anyhow::{bail, Context, Result};
+use serde::Serialize;
+
+use crate::run::RunResult;
+
+/// Projected speed-up of weft at more cores from what one run measured
+/// (Amdahl's law with a per-worker overhead):
+///
+/// * `s` — the serial fraction: the main thread's share of weft's CPU while
+///   relaying (work that does not spread over workers);
+/// * `δ` — the extra cost of a cell that crosses workers, from CPU-s/GiB
+///   with 1 and 2 workers: with 2 workers half the cells cross, so
+///   c₂ = c₁·(1 + δ/2), δ = 2·(c₂/c₁ − 1);
+/// * with N workers (N−1)/N of the cells cross, so cₙ = c₁·(1 + δ·(N−1)/N),
+///   and the speed-up over one worker is
+///   S(N) = 1 / (s + (1 − s) · (cₙ/c₁) / N).
+#[derive(Debug, Clone, Serialize)]
+pub struct Projection {
+    /// Serial fraction used.
+    pub serial_fraction: f64,
+    /// Cross-worker overhead per cell used (fraction of a cell's cost).
+    pub cross_worker_overhead: f64,
+    /// (cores, projected speed-up over one worker).
+    pub speedup: Vec<(usize, f64)>,
+}
+
+/// S(N) for serial fraction `s` and cross-worker overhead `delta`.
+pub fn amdahl(n: usize, s: f64, delta: f64) -> f64 {
+    let nf = n.max(1) as f64;
+    let cn = 1.0 + delta * (nf - 1.0) / nf;
+    1.0 / (s + (1.0 - s) * cn / nf)
+}
+
+/// The projection from the weft-1 and weft-2 runs (None without both).
+pub fn project(runs: &[RunResult]) -> Option<Projection> {
+    let one = runs.iter().find(|r| r.label == "weft-1")?;
+    let two = runs.iter().find(|r| r.label == "weft-2")?;
+    let s = one
+        .main_thread_share
+        .max(two.main_thread_share)
+        .clamp(0.0, 1.0);
+    let delta = (2.0 * (two.cpu_s_per_gib / one.cpu_s_per_gib - 1.0)).max(0.0);
+    let speedup = [1usize, 2, 4, 8, 16]
+        .iter()
+        .map(|&n| (n, amdahl(n, s, delta)))
+        .collect();
+    Some(Projection {
+        serial_fraction: s,
+        cross_worker_overhead: delta,
+        speedup,
+    })
+}
+
+/// The projection as Markdown.
+pub fn projection_markdown(p: &Projection) -> String {
+    let cols: Vec<String> = p
+        .speedup
+        .iter()
+        .map(|(n, _)| format!("{n} cores"))
+        .collect();
+    let vals: Vec<String> = p.speedup.iter().map(|(_, v)| format!("{v:.2}×")).collect();
+    format!(
+        "Projected speed-up of weft over one worker (serial fraction s = {:.4} from the main thread's CPU share, cross-worker overhead δ = {:.3} of a cell's cost from CPU-s/GiB at 1 and 2 workers; S(N) = 1 / (s + (1 − s)·(1 + δ·(N−1)/N)/N)):\n\n| {} |\n|{}|\n| {} |\n",
+        p.serial_fraction,
+        p.cross_worker_overhead,
+        cols.join(" | "),
+        vec!["---"; cols.len()].join("|"),
+        vals.join(" | ")
+    )
+}
+
+/// A comparison: every run with the same procedure, plus ratios.
+#[derive(Debug, Serialize)]
+pub struct Comparison {
+    /// When (UTC).
+    pub date: String,
+    /// The exact command.
+    pub command: String,
+    /// Machine facts.
+    pub machine: Machine,
+    /// Tor version string.
+    pub tor_version: String,
+    /// The loopback floor of node delay (ms percentiles).
+    pub floor_ms: Option<crate::run::Percentiles>,
+    /// The runs, tor first.
+    pub runs: Vec<RunResult>,
+    /// Rows of the table.
+    pub table: Vec<Row>,
+    /// Projected speed-up at more cores (from weft-1 and weft-2).
+    pub projection: Option<Projection>,
+}
+
+/// One table row.
+#[derive(Debug, Serialize)]
+pub struct Row {
+    /// Target label.
+    pub target: String,
+    /// MiB/s, max sustained.
+    pub mib_s: f64,
+    /// mib_s / tor's.
+    pub throughput_ratio: f64,
+    /// CPU-seconds per GiB.
+    pub cpu_s_per_gib: f64,
+    /// cpu_s_per_gib / tor's (lower is better).
+    pub cpu_ratio: f64,
+    /// Main thread's share of CPU.
+    pub main_share: f64,
+    /// In-target node delay p50 / p99, ms.
+    pub delay_p50_ms: Option<f64>,
+    /// See `delay_p50_ms`.
+    pub delay_p99_ms: Option<f64>,
+    /// TTLB median, ms.
+    pub ttlb_p50_ms: f64,
+    /// RSS per circuit, KiB.
+    pub rss_per_circuit_kib: f64,
+    /// Load thread busy fraction.
+    pub load_busy: f64,
+    /// Load saturated: lower bound.
+    pub lower_bound: bool,
+}
+
+/// Facts about the machine.
+#[derive(Debug, Serialize)]
+pub struct Machine {
+    /// Online CPUs.
+    pub cpus: usize,
+    /// CPU model.
+    pub model: String,
+    /// Kernel.
+    pub kernel: String,
+}
+
+impl Machine {
+    /// Read from /proc.
+    pub fn read() -> Machine {
+        let info = std::fs::read_to_string("/proc/cpuinfo").unwrap_or_default();
+        Machine {
+            cpus: std::thread::available_parallelism().map_or(1, |n| n.get()),
+            model: info
+                .lines()
+                .find_map(|l| l.strip_prefix("model name"))
+                .map(|l| l.trim_start_matches([' ', '\t', ':']).to_string())
+                .unwrap_or_default(),
+            kernel: std::fs::read_to_string("/proc/sys/kernel/osrelease")
+                .unwrap_or_default()
+                .trim()
+                .to_string(),
+        }
+    }
+}
+
+/// UTC date and time now, `YYYY-MM-DD` and `YYYY-MM-DDTHH:MM:SSZ`.
+pub fn today() -> (String, String) {
+    let now = time::OffsetDateTime::now_utc();
+    let d = format!(
+        "{:04}-{:02}-{:02}",
+        now.year(),
+        u8::from(now.month()),
+        now.day()
+    );
+    let t = format!(
+        "{d}T{:02}:{:02}:{:02}Z",
+        now.hour(),
+        now.minute(),
+        now.second()
+    );
+    (d, t)
+}
+
+/// Build the table from runs (the first run labelled `tor` is the
+/// reference; without one, ratios are against the first run).
+pub fn table(runs: &[RunResult]) -> Vec<Row> {
+    let reference = runs.iter().find(|r| r.label == "tor").or(runs.first());
+    let (ref_mib, ref_cpu) = reference.map_or((1.0, 1.0), |r| {
+        (r.max_sustained_bytes_per_s, r.cpu_s_per_gib)
+    });
+    runs.iter()
+        .map(|r| Row {
+            target: r.label.clone(),
+            mib_s: r.max_sustained_bytes_per_s / (1 << 20) as f64,
+            throughput_ratio: r.max_sustained_bytes_per_s / ref_mib,
+            cpu_s_per_gib: r.cpu_s_per_gib,
+            cpu_ratio: r.cpu_s_per_gib / ref_cpu,
+            main_share: r.main_thread_share,
+            delay_p50_ms: r.in_target_p50_ms,
+            delay_p99_ms: r.in_target_p99_ms,
+            ttlb_p50_ms: r.ttlb_ms.p50,
+            rss_per_circuit_kib: r.rss_per_circuit_bytes / 1024.0,
+            load_busy: r.load_busy,
+            lower_bound: r.load_saturated,
+        })
+        .collect()
+}
+
+/// The table as Markdown.
+pub fn markdown(rows: &[Row]) -> String {
+    let mut s = String::from(
+        "| target | max sustained MiB/s | × tor | CPU-s/GiB | × tor | main-thread CPU | in-relay delay p50 / p99 ms | TTLB p50 ms | RSS/circuit KiB | load busy |\n|---|---|---|---|---|---|---|---|---|---|\n",
+    );
+    let opt = |v: Option<f64>| v.map_or("–".to_string(), |v| format!("{v:.2}"));
+    for r in rows {
+        let _ =
+            writeln!(
+            s,
+            "| {} | {:.1}{} | {:.2} | {:.2} | {:.2} | {:.1}% | {} / {} | {:.1} | {:.1} | {:.0}% |",
+            r.target,
+            r.mib_s,
+            if r.lower_bound { " (≥, load-bound)" } else { "" },
+            r.throughput_ratio,
+            r.cpu_s_per_gib,
+            r.cpu_ratio,
+            r.main_share * 100.0,
+            opt(r.delay_p50_ms),
+            opt(r.delay_p99_ms),
+            r.ttlb_p50_ms,
+            r.rss_per_circuit_kib,
+            r.load_busy * 100.0
+        );
+    }
+    s
+}
+
+/// The priority scenario's table: web fetch TTLB and bulk throughput per
+/// target, with what weft itself measured (node delay, kernel send queue).
+pub fn priority_markdown(runs: &[RunResult]) -> String {
+    let mut s = String::from(
+        "| target | web fetch TTLB p50 / p90 ms | fetches | bulk MiB/s | bulk node delay p50 / p99 ms (bench) | node delay p50 / p99 ms (weft's own) | kernel send queue p50 / p99 KiB (weft) |\n|---|---|---|---|---|---|---|\n",
+    );
+    for r in runs {
+        let own = r.relay_metrics.as_ref().map_or("–".to_string(), |m| {
+            format!("{:.2} / {:.2}", m.node_delay_p50_ms, m.node_delay_p99_ms)
+        });
+        let outq = r
+            .relay_metrics
+            .as_ref()
+            .filter(|m| m.outq_samples > 0.0)
+            .map_or("–".to_string(), |m| {
+                format!(
+                    "{:.1} / {:.1}",
+                    m.outq_p50_bytes / 1024.0,
+                    m.outq_p99_bytes / 1024.0
+                )
+            });
+        let _ = writeln!(
+            s,
+            "| {} | {:.0} / {:.0} | {} | {:.1} | {:.1} / {:.1} | {own} | {outq} |",
+            r.label,
+            r.web_ttlb_ms.p50,
+            r.web_ttlb_ms.p90,
+            r.web_ttlb_ms.count,
+            r.bulk_bytes_per_s / (1 << 20) as f64,
+            r.delay_down_ms.p50,
+            r.delay_down_ms.p99
+        );
+    }
+    s
+}
+
+/// Write `value` as pretty JSON to `path`.
+pub fn write_json<T: Serialize>(path: &Path, value: &T) -> Result<()> {
+    if let Some(d) = path.parent() {
+        std::fs::create_dir_all(d)?;
+    }
+    std::fs::write(path, serde_json::to_vec_pretty(value)?)
+        .with_context(|| format!("writing {}", path.display()))
+}
+
+fn have_matplotlib() -> bool {
+    Command::new("python3")
+        .args(["-c", "import matplotlib"])
+        .output()
+        .is_ok_and(|o| o.status.success())
+}
+
+/// Draw the PNGs for a results JSON into `out_dir` with bench/plot.py,
+/// installing matplotlib from PyPI if it is missing. Returns the files.
+pub fn plot(repo: &Path, json: &Path, out_dir: &Path) -> Result<Vec<PathBuf>> {
+    if !have_matplotlib() {
+        eprintln!("installing matplotlib (pip) for the plots");
+        let _ = Command::new("python3")
+            .args(["-m", "pip", "install", "--quiet", "matplotlib"])
+            .status();
+        if !have_matplotlib() {
+            bail!(
+                "matplotlib is not available; install it with `python3 -m pip install matplotlib`"
+            );
+        }
+    }
+    std::fs::create_dir_all(out_dir)?;
+    let o = Command::new("python3")
+        .arg(repo.join("bench/plot.py"))
+        .arg(json)
+        .arg(out_dir)
+        .output()
+        .context("running bench/plot.py")?;
+    if !o.status.success() {
+        bail!(
+            "bench/plot.py failed: {}",
+            String::from_utf8_lossy(&o.stderr)
+        );
+    }
+    Ok(String::from_utf8_lossy(&o.stdout)
+        .lines()
+        .map(PathBuf::from)
+        .collect())
+}
+
+/// Put `section` between the markers `<!-- weft-bench {name}: begin
+/// (generated) -->` and `<!-- weft-bench {name}: end -->` of `perf_md`
+/// (appending them if they are missing).
+pub fn update_perf_md(perf_md: &Path, name: &str, section: &str) -> Result<()> {
+    let begin = format!("<!-- weft-bench {name}: begin (generated) -->");
+    let end = format!("<!-- weft-bench {name}: end -->");
+    let old =
+        std::fs::read_to_string(perf_md).unwrap_or_else(|_| "# weft performance\n".to_string());
+    let block = format!("{begin}\n{section}{end}");
+    let new = match (old.find(&begin), old.find(&end)) {
+        (Some(a), Some(b)) if b > a => format!("{}{}{}", &old[..a], block, &old[b + end.len()..]),
+        _ => format!("{}\n{}\n", old.trim_end(), block),
+    };
+    std::fs::write(perf_md, new).with_context(|| format!("writing {}", perf_md.display()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn amdahl_projection_by_hand() {
+        // s = 0.01, δ = 0.1: S(4) = 1 / (0.01 + 0.99 · (1 + 0.1·3/4) / 4)
+        // = 1 / (0.01 + 0.2660625) = 3.62237...
+        assert!((amdahl(4, 0.01, 0.1) - 3.622_368_123_160_516).abs() < 1e-9);
+        assert!(
+            (amdahl(1, 0.3, 0.5) - 1.0).abs() < 1e-12,
+            "one worker is the baseline"
+        );
+        // No serial part, no overhead: linear.
+        assert!((amdahl(16, 0.0, 0.0) - 16.0).abs() < 1e-12);
+    }
+}

@@ -1,0 +1,28 @@
+//! weft-crypto owns every key and cryptographic construction of the relay:
+//! keys on disk and their rotation ([`keys`]), the certificates the relay
+//! emits ([`certs`]), the circuit handshakes ntor, ntor-v3 and CREATE_FAST
+//! ([`ntor`], [`ntor_v3`], [`kdf`]) and tor1 relay-cell crypto
+//! ([`relay_crypto`]). Everything here is sans-IO except [`keys`], which
+//! reads and writes the key files in the DataDirectory.
+#![warn(missing_docs)]
+
+pub mod certs;
+pub mod kdf;
+pub mod keys;
+pub mod ntor;
+pub mod ntor_v3;
+pub mod relay_crypto;
+
+/// Fill `buf` with bytes from the operating system's CSPRNG.
+pub fn random_bytes(buf: &mut [u8]) {
+    use rand::RngCore;
+    // ThreadRng is a CSPRNG seeded from the OS and reseeded periodically.
+    rand::rng().fill_bytes(buf);
+}
+
+/// Return `N` random bytes from the operating system's CSPRNG.
+pub fn random_array<const N: usize>() -> [u8; N] {
+    let mut a = [0u8; N];
+    random_bytes(&mut a);
+    a
+}

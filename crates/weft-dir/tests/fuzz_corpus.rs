@@ -1,0 +1,26 @@
+//! Replays the committed cargo-fuzz corpora of this crate's network parsers
+//! (`fuzz/corpus/dir_http`, `fuzz/corpus/dir_documents`) on stable.
+
+use std::path::Path;
+
+fn each_seed(target: &str, f: impl Fn(&[u8])) {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../../fuzz/corpus")
+        .join(target);
+    let mut n = 0;
+    for e in std::fs::read_dir(&dir).unwrap() {
+        f(&std::fs::read(e.unwrap().path()).unwrap());
+        n += 1;
+    }
+    assert!(n > 0, "empty corpus {}", dir.display());
+}
+
+#[test]
+fn dir_http_corpus() {
+    each_seed("dir_http", weft_dir::fuzzing::http_response);
+}
+
+#[test]
+fn dir_documents_corpus() {
+    each_seed("dir_documents", weft_dir::fuzzing::directory_documents);
+}

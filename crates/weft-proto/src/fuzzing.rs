@@ -1,0 +1,149 @@
+//! Entry points for the cargo-fuzz targets in `fuzz/` (one per parser that
+//! untrusted bytes reach). They live here, compiled on stable, so that the
+//! committed seed corpora are replayed by ordinary unit tests in CI and the
+//! fuzz targets stay one-liners. Each function must never panic, whatever
+//! the input.
+
+use std::net::{IpAddr, Ipv4Addr};
+use std::sync::Arc;
+use std::time::SystemTime;
+
+use crate::cell::{self, cmd, BODY_LEN};
+use crate::circuit::{self, ForwardAction, HandshakeKeys};
+use crate::link::{Handshake, LinkIdentity};
+
+/// The cell framer over any byte stream, both circuit-ID widths.
+pub fn cell_frames(data: &[u8]) {
+    for width in [2usize, 4] {
+        let mut rest = data;
+        for _ in 0..10_000 {
+            match cell::next_frame(rest, width) {
+                Ok(Some((f, n))) => {
+                    assert!(n > 0 && n <= rest.len());
+                    assert_eq!(f.raw.len(), n);
+                    rest = &rest[n..];
+                }
+                _ => break,
+            }
+        }
+    }
+}
+
+/// Every relay-message and handshake-body parser on the same bytes.
+pub fn relay_msgs(data: &[u8]) {
+    let _ = crate::relay::parse_extend2(data);
+    let _ = crate::relay::parse_create2(data);
+    let _ = crate::link::parse_netinfo(data);
+    let _ = crate::link::parse_certs(data);
+    let _ = crate::link::pick_version(data);
+    let mut body = [0u8; BODY_LEN];
+    let n = data.len().min(BODY_LEN);
+    body[..n].copy_from_slice(&data[..n]);
+    if let Ok(h) = crate::relay::parse_header(&body) {
+        let _ = crate::relay::data(&body, &h);
+    }
+    if let Ok(e) = crate::relay::parse_extend2(data) {
+        // What we parse, we can encode and parse again to the same value.
+        let again = crate::relay::parse_extend2(&crate::relay::encode_extend2(&e));
+        assert_eq!(again.as_ref(), Ok(&e));
+    }
+}
+
+fn drive(h: &mut Handshake, data: &[u8]) {
+    let mut rest = data;
+    let mut out = Vec::new();
+    let mut exporter = |_: &[u8]| Some([7u8; 32]);
+    for _ in 0..64 {
+        let Ok(Some((f, n))) = cell::next_frame(rest, h.circ_id_len()) else {
+            break;
+        };
+        rest = &rest[n..];
+        out.clear();
+        match h.handle(f, SystemTime::now(), &mut exporter, &mut out) {
+            Ok(Some(_)) | Err(_) => break,
+            Ok(None) => {}
+        }
+    }
+}
+
+/// The responder side of the link handshake fed an arbitrary cell stream
+/// (what any host on the Internet can send to the ORPort).
+pub fn link_responder(identity: &Arc<LinkIdentity>, data: &[u8]) {
+    let ip = IpAddr::V4(Ipv4Addr::LOCALHOST);
+    let mut h = Handshake::new_responder(identity.clone(), ip, vec![ip]);
+    drive(&mut h, data);
+}
+
+/// The initiator side (what a relay we extend to can send back). The first
+/// 20 bytes pick the RSA identity we expect.
+pub fn link_initiator(identity: &Arc<LinkIdentity>, peer_tls_cert: &[u8], data: &[u8]) {
+    let ip = IpAddr::V4(Ipv4Addr::LOCALHOST);
+    let mut want = [0u8; 20];
+    let n = data.len().min(20);
+    want[..n].copy_from_slice(&data[..n]);
+    let (mut h, _versions) = Handshake::new_initiator(
+        identity.clone(),
+        ip,
+        vec![ip],
+        Some(want),
+        None,
+        peer_tls_cert.to_vec(),
+    );
+    drive(&mut h, &data[n..]);
+}
+
+/// CREATE2 answering and the keyed half's handling of arbitrary forward
+/// cells. Input: a CREATE2 body (first 509 bytes), then a sequence of
+/// (command byte, 509-byte body) cells for a CREATE_FAST circuit.
+pub fn circuit_half(keys: &HandshakeKeys, data: &[u8]) {
+    let mut create = [0u8; BODY_LEN];
+    let n = data.len().min(BODY_LEN);
+    create[..n].copy_from_slice(&data[..n]);
+    let _ = circuit::answer_create2(keys, &create);
+    let Ok((_, mut half)) = circuit::answer_create_fast(&[1u8; 20]) else {
+        return;
+    };
+    for chunk in data[n..].chunks(1 + BODY_LEN).take(64) {
+        let command = if chunk[0] & 1 == 0 {
+            cmd::RELAY
+        } else {
+            cmd::RELAY_EARLY
+        };
+        let mut body = [0u8; BODY_LEN];
+        body[..chunk.len() - 1].copy_from_slice(&chunk[1..]);
+        match half.on_forward(command, &mut body, chunk[0] & 2 != 0) {
+            ForwardAction::Close { .. } => break,
+            ForwardAction::Extend(_) if chunk[0] & 4 != 0 => {
+                let mut reply = [0u8; BODY_LEN];
+                half.extended(&mut reply, &body[..64]);
+            }
+            _ => {}
+        }
+        let mut back = body;
+        half.on_backward(&mut back);
+    }
+}
+
+/// Keys for the fuzz targets and corpus tests: a relay identity created in
+/// `dir`, its link snapshot, its handshake keys and its TLS certificate.
+pub fn test_identity(dir: &std::path::Path) -> (Arc<LinkIdentity>, HandshakeKeys, Vec<u8>) {
+    let now = SystemTime::now();
+    let keys = weft_crypto::keys::RelayKeys::load_or_create(
+        dir,
+        "fuzz",
+        std::time::Duration::from_secs(28 * 86400),
+        now,
+    )
+    .expect("test keys");
+    let link = weft_crypto::keys::LinkKeys::generate(&keys, now).expect("test link keys");
+    let hs = HandshakeKeys {
+        rsa_fp: keys.fingerprint,
+        ed_id: keys.ed_id,
+        ntor: keys.ntor_keys(),
+    };
+    (
+        Arc::new(LinkIdentity::from_keys(&keys, &link)),
+        hs,
+        link.tls_cert_der.clone(),
+    )
+}

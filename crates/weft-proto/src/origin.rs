@@ -1,0 +1,300 @@
+//! The client end of a circuit (an *origin circuit*), sans-IO: the ntor
+//! handshake with the first hop (CREATE2) and with every further hop
+//! (EXTEND2 in RELAY_EARLY → EXTENDED2), the layered tor1 crypto, and relay
+//! messages to and from any hop. weft-bench's load generator and the tests
+//! use it; it never touches a socket or a clock.
+//! [tor-spec §5.1, §5.3, §5.5; protocol-notes §4.2, §6.1]
+
+use std::net::SocketAddrV4;
+
+use weft_crypto::ntor::{self, NtorClientState, KEY_MATERIAL_LEN};
+use weft_crypto::relay_crypto::Tor1ClientLayer;
+use zeroize::Zeroizing;
+
+use crate::cell::BODY_LEN;
+use crate::relay::{self, relay_cmd, Extend2, RelayHeader};
+
+/// A relay to build a hop to: what a client knows from the directory.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct HopTarget {
+    /// RSA identity fingerprint.
+    pub rsa_id: [u8; 20],
+    /// Ed25519 identity, if known (sent in EXTEND2).
+    pub ed_id: Option<[u8; 32]>,
+    /// Current ntor onion key.
+    pub ntor_key: [u8; 32],
+    /// ORPort address (for EXTEND2).
+    pub addr: SocketAddrV4,
+}
+
+/// Why an origin-circuit step failed.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum OriginError {
+    /// A reply arrived with no handshake in progress.
+    #[error("no handshake in progress")]
+    NotPending,
+    /// A handshake is already in progress.
+    #[error("a handshake is already in progress")]
+    AlreadyPending,
+    /// The circuit has no hop yet.
+    #[error("circuit has no hops")]
+    NoHops,
+    /// The reply did not parse.
+    #[error("malformed {0}")]
+    Malformed(&'static str),
+    /// The ntor handshake failed.
+    #[error("ntor handshake failed: {0}")]
+    Handshake(String),
+    /// A backward cell was recognized by no hop.
+    #[error("backward cell not recognized by any hop")]
+    Unrecognized,
+    /// A recognized cell had a bad header.
+    #[error("bad relay header: {0}")]
+    Header(#[from] relay::RelayMsgError),
+}
+
+/// The client side of one circuit: one tor1 layer per built hop.
+pub struct OriginCircuit {
+    hops: Vec<Tor1ClientLayer>,
+    keys: Vec<Zeroizing<[u8; KEY_MATERIAL_LEN]>>,
+    pending: Option<NtorClientState>,
+}
+
+impl Default for OriginCircuit {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl std::fmt::Debug for OriginCircuit {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("OriginCircuit")
+            .field("hops", &self.hops.len())
+            .field("pending", &self.pending.is_some())
+            .finish()
+    }
+}
+
+fn ntor_create2(target: &HopTarget) -> (NtorClientState, Vec<u8>) {
+    let b = x25519_dalek::PublicKey::from(target.ntor_key);
+    let (st, onion) = ntor::client_start(&target.rsa_id, &b, weft_crypto::random_array());
+    let mut body = Vec::with_capacity(4 + onion.len());
+    body.extend_from_slice(&2u16.to_be_bytes());
+    body.extend_from_slice(&(onion.len() as u16).to_be_bytes());
+    body.extend_from_slice(&onion);
+    (st, body)
+}
+
+impl OriginCircuit {
+    /// A circuit with no hops.
+    pub fn new() -> Self {
+        OriginCircuit {
+            hops: Vec::new(),
+            keys: Vec::new(),
+            pending: None,
+        }
+    }
+
+    /// Number of built hops.
+    pub fn len(&self) -> usize {
+        self.hops.len()
+    }
+
+    /// True before the first hop is built.
+    pub fn is_empty(&self) -> bool {
+        self.hops.is_empty()
+    }
+
+    /// The 72 bytes of tor1 key material of hop `i` (Df|Db|Kf|Kb), for tools
+    /// that need to seek in a hop's keystream.
+    pub fn key_material(&self, i: usize) -> Option<&[u8; KEY_MATERIAL_LEN]> {
+        self.keys.get(i).map(|k| &**k)
+    }
+
+    /// Start the first hop: the CREATE2 body (ntor) to send.
+    pub fn create2(&mut self, first: &HopTarget) -> Result<Vec<u8>, OriginError> {
+        if self.pending.is_some() {
+            return Err(OriginError::AlreadyPending);
+        }
+        let (st, body) = ntor_create2(first);
+        self.pending = Some(st);
+        Ok(body)
+    }
+
+    /// The CREATED2 body for our CREATE2 (HLEN | HDATA): the hop is built.
+    pub fn on_created2(&mut self, body: &[u8]) -> Result<(), OriginError> {
+        let hlen = body
+            .get(..2)
+            .map(|b| usize::from(u16::from_be_bytes([b[0], b[1]])))
+            .ok_or(OriginError::Malformed("CREATED2"))?;
+        let hdata = body
+            .get(2..2 + hlen)
+            .ok_or(OriginError::Malformed("CREATED2"))?;
+        self.finish(hdata)
+    }
+
+    fn finish(&mut self, hdata: &[u8]) -> Result<(), OriginError> {
+        let st = self.pending.take().ok_or(OriginError::NotPending)?;
+        let km =
+            ntor::client_finish(&st, hdata).map_err(|e| OriginError::Handshake(e.to_string()))?;
+        self.hops.push(Tor1ClientLayer::from_key_material(&km));
+        self.keys.push(Zeroizing::new(km));
+        Ok(())
+    }
+
+    /// Extend to `next`: fills `body` with the encrypted EXTEND2 for the last
+    /// hop, to be sent as RELAY_EARLY. Returns the CREATE2 body (HTYPE | HLEN
+    /// | HDATA) the last hop will pass on.
+    pub fn extend2(
+        &mut self,
+        next: &HopTarget,
+        body: &mut [u8; BODY_LEN],
+    ) -> Result<Vec<u8>, OriginError> {
+        if self.hops.is_empty() {
+            return Err(OriginError::NoHops);
+        }
+        if self.pending.is_some() {
+            return Err(OriginError::AlreadyPending);
+        }
+        let (st, create2) = ntor_create2(next);
+        let e = Extend2 {
+            ipv4: Some(next.addr),
+            ipv6: None,
+            rsa_id: next.rsa_id,
+            ed_id: next.ed_id,
+            create2,
+        };
+        let data = relay::encode_extend2(&e);
+        let last = self.hops.len() - 1;
+        self.send(last, relay_cmd::EXTEND2, 0, &data, body);
+        self.pending = Some(st);
+        Ok(e.create2)
+    }
+
+    /// The data of an EXTENDED2 message (HLEN | HDATA): the new hop is built.
+    pub fn on_extended2(&mut self, data: &[u8]) -> Result<(), OriginError> {
+        self.on_created2(data)
+    }
+
+    /// Fill `body` with a relay message to hop `hop` (0 = first), encrypted
+    /// with every layer up to it. Returns the SENDME tag of the cell.
+    pub fn send(
+        &mut self,
+        hop: usize,
+        command: u8,
+        stream_id: u16,
+        data: &[u8],
+        body: &mut [u8; BODY_LEN],
+    ) -> [u8; 20] {
+        let hop = hop.min(self.hops.len().saturating_sub(1));
+        relay::build(body, command, stream_id, data);
+        let Some(layer) = self.hops.get_mut(hop) else {
+            return [0; 20];
+        };
+        let tag = layer.originate_forward(body);
+        for l in self.hops[..hop].iter_mut().rev() {
+            l.encrypt_forward(body);
+        }
+        tag
+    }
+
+    /// A RELAY cell arrived from the first hop: remove layers until one hop
+    /// recognizes it; returns that hop's index and the header (the data is
+    /// `relay::data(body, &header)`).
+    pub fn on_backward(
+        &mut self,
+        body: &mut [u8; BODY_LEN],
+    ) -> Result<(usize, RelayHeader), OriginError> {
+        for (i, l) in self.hops.iter_mut().enumerate() {
+            if l.decrypt_backward(body) {
+                return Ok((i, relay::parse_header(body)?));
+            }
+        }
+        Err(OriginError::Unrecognized)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::cell::cmd;
+    use crate::circuit::{self, ForwardAction, HandshakeKeys};
+
+    fn relay(dir: &std::path::Path, port: u16) -> (HandshakeKeys, HopTarget) {
+        let (_, hk, _) = crate::fuzzing::test_identity(dir);
+        let t = HopTarget {
+            rsa_id: hk.rsa_fp,
+            ed_id: Some(hk.ed_id),
+            ntor_key: hk.ntor[0].public.to_bytes(),
+            addr: SocketAddrV4::new([127, 0, 0, 1].into(), port),
+        };
+        (hk, t)
+    }
+
+    /// A two-hop circuit against two keyed halves: CREATE2, EXTEND2 through
+    /// the first (which passes the CREATE2 on), EXTENDED2 back, then data to
+    /// the second hop and back.
+    #[test]
+    fn builds_two_hops_against_keyed_halves() {
+        let (d1, d2) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+        let (k1, t1) = relay(d1.path(), 1);
+        let (k2, t2) = relay(d2.path(), 2);
+        let mut c = OriginCircuit::new();
+        let create = c.create2(&t1).unwrap();
+        let (created, mut h1, _) = circuit::answer_create2(&k1, &create).unwrap();
+        c.on_created2(&created).unwrap();
+        assert_eq!(c.len(), 1);
+
+        let mut body = [0u8; BODY_LEN];
+        c.extend2(&t2, &mut body).unwrap();
+        let ForwardAction::Extend(req) = h1.on_forward(cmd::RELAY_EARLY, &mut body, false) else {
+            panic!("not an extend");
+        };
+        assert_eq!((req.rsa_id, req.ed_id), (t2.rsa_id, t2.ed_id));
+        let (created2, mut h2, _) = circuit::answer_create2(&k2, &req.create2).unwrap();
+        let mut back = [0u8; BODY_LEN];
+        h1.extended(&mut back, &created2);
+        let (hop, h) = c.on_backward(&mut back).unwrap();
+        assert_eq!((hop, h.command), (0, relay_cmd::EXTENDED2));
+        c.on_extended2(relay::data(&back, &h)).unwrap();
+        assert_eq!(c.len(), 2);
+
+        // Data to hop 2: hop 1 does not recognize it and passes it on.
+        let mut body = [0u8; BODY_LEN];
+        c.send(1, relay_cmd::DROP, 0, b"hello", &mut body);
+        assert_eq!(
+            h1.on_forward(cmd::RELAY, &mut body, false),
+            ForwardAction::Pass {
+                command: cmd::RELAY
+            }
+        );
+        assert_eq!(
+            h2.on_forward(cmd::RELAY, &mut body, false),
+            ForwardAction::Drop
+        );
+
+        // Hop 2 answers a BEGIN (middle relays refuse) through hop 1.
+        let mut body = [0u8; BODY_LEN];
+        c.send(1, relay_cmd::BEGIN, 7, b"127.0.0.1:80\0", &mut body);
+        assert_eq!(
+            h1.on_forward(cmd::RELAY, &mut body, false),
+            ForwardAction::Pass {
+                command: cmd::RELAY
+            }
+        );
+        assert_eq!(
+            h2.on_forward(cmd::RELAY, &mut body, false),
+            ForwardAction::Reply
+        );
+        h1.on_backward(&mut body);
+        let (hop, h) = c.on_backward(&mut body).unwrap();
+        assert_eq!((hop, h.command, h.stream_id), (1, relay_cmd::END, 7));
+
+        // A forged backward cell is recognized by nobody.
+        let mut junk = [0x5au8; BODY_LEN];
+        assert_eq!(c.on_backward(&mut junk), Err(OriginError::Unrecognized));
+        let mut late = vec![0u8, 64];
+        late.resize(66, 0);
+        assert_eq!(c.on_created2(&late), Err(OriginError::NotPending));
+    }
+}

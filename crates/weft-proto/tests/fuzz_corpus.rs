@@ -1,0 +1,139 @@
+//! Replays the committed cargo-fuzz seed corpora (`fuzz/corpus/<target>/`)
+//! through the same entry points the fuzz targets use, on stable, so CI
+//! catches a parser that starts panicking on a known input. Also checks that
+//! every target has a non-empty corpus.
+//!
+//! `WEFT_WRITE_CORPUS=1 cargo test -p weft-proto --test fuzz_corpus` (re)writes
+//! the generated seeds: real handshake transcripts between two weft
+//! identities, CREATE2/relay cells of real circuits.
+
+use std::net::IpAddr;
+use std::path::{Path, PathBuf};
+use std::time::SystemTime;
+
+use weft_proto::cell::{cmd, encode_fixed, next_frame, BODY_LEN};
+use weft_proto::fuzzing;
+use weft_proto::link::Handshake;
+
+fn corpus_dir(target: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../../fuzz/corpus")
+        .join(target)
+}
+
+fn each_seed(target: &str, mut f: impl FnMut(&[u8])) {
+    let dir = corpus_dir(target);
+    let mut n = 0;
+    for e in std::fs::read_dir(&dir).unwrap_or_else(|e| panic!("{}: {e}", dir.display())) {
+        let p = e.unwrap().path();
+        f(&std::fs::read(&p).unwrap());
+        n += 1;
+    }
+    assert!(n > 0, "empty corpus {}", dir.display());
+}
+
+fn write_seed(target: &str, name: &str, data: &[u8]) {
+    let dir = corpus_dir(target);
+    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::write(dir.join(name), data).unwrap();
+}
+
+/// Run a handshake pair in memory, returning what the initiator sent and
+/// what the responder sent, as raw bytes.
+fn transcripts() -> (Vec<u8>, Vec<u8>) {
+    let (ta, tb) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    let (a, _, _) = fuzzing::test_identity(ta.path());
+    let (b, bkeys, b_tls) = fuzzing::test_identity(tb.path());
+    let ip: IpAddr = "127.0.0.1".parse().unwrap();
+    let mut resp = Handshake::new_responder(b.clone(), ip, vec![ip]);
+    let (mut init, v) = Handshake::new_initiator(a, ip, vec![ip], Some(bkeys.rsa_fp), None, b_tls);
+    let mut from_init = v.clone();
+    let mut from_resp = Vec::new();
+    let mut exporter = |_: &[u8]| Some([7u8; 32]);
+    let mut pending_to_resp = vec![v];
+    for _ in 0..4 {
+        let mut to_init = Vec::new();
+        for c in pending_to_resp.drain(..) {
+            let (f, _) = next_frame(&c, resp.circ_id_len()).unwrap().unwrap();
+            let _ = resp.handle(f, SystemTime::now(), &mut exporter, &mut to_init);
+        }
+        for c in &to_init {
+            from_resp.extend_from_slice(c);
+        }
+        for c in to_init {
+            let (f, _) = next_frame(&c, init.circ_id_len()).unwrap().unwrap();
+            let _ = init.handle(f, SystemTime::now(), &mut exporter, &mut pending_to_resp);
+        }
+        for c in &pending_to_resp {
+            from_init.extend_from_slice(c);
+        }
+        if pending_to_resp.is_empty() {
+            break;
+        }
+    }
+    (from_init, from_resp)
+}
+
+#[test]
+fn write_generated_seeds_when_asked() {
+    if std::env::var_os("WEFT_WRITE_CORPUS").is_none() {
+        return;
+    }
+    let (from_init, from_resp) = transcripts();
+    write_seed("link_handshake", "initiator_transcript", &from_init);
+    let mut init_seed = vec![0u8; 20];
+    init_seed.extend_from_slice(&from_resp);
+    write_seed("link_initiator", "responder_transcript", &init_seed);
+    write_seed("cell_frame", "handshake_stream", &from_init);
+
+    // circuit_half: a real ntor CREATE2 body, then RELAY_EARLY cells.
+    let t = tempfile::tempdir().unwrap();
+    let (_, keys, _) = fuzzing::test_identity(t.path());
+    let (_, onion) = weft_crypto::ntor::client_start(
+        &keys.rsa_fp,
+        &keys.ntor[0].public,
+        weft_crypto::random_array(),
+    );
+    let mut create2 = vec![0u8, 2, 0, 84];
+    create2.extend_from_slice(&onion);
+    create2.resize(BODY_LEN, 0);
+    let mut seed = create2;
+    for command in [1u8, 1, 0, 0] {
+        seed.push(command);
+        let mut body = [0u8; BODY_LEN];
+        body[0] = 14; // EXTEND2
+        body[10] = 100;
+        seed.extend_from_slice(&body);
+    }
+    write_seed("circuit_half", "ntor_create2_then_cells", &seed);
+    let cells: Vec<u8> = [cmd::CREATE_FAST, cmd::RELAY, cmd::DESTROY]
+        .iter()
+        .flat_map(|&c| encode_fixed(0x8000_0001, 4, c, &[1, 2, 3]))
+        .collect();
+    write_seed("cell_frame", "fixed_cells", &cells);
+}
+
+#[test]
+fn cell_frame_corpus() {
+    each_seed("cell_frame", fuzzing::cell_frames);
+}
+
+#[test]
+fn relay_msgs_corpus() {
+    each_seed("relay_msgs", fuzzing::relay_msgs);
+}
+
+#[test]
+fn link_corpora() {
+    let t = tempfile::tempdir().unwrap();
+    let (id, _, tls) = fuzzing::test_identity(t.path());
+    each_seed("link_handshake", |d| fuzzing::link_responder(&id, d));
+    each_seed("link_initiator", |d| fuzzing::link_initiator(&id, &tls, d));
+}
+
+#[test]
+fn circuit_half_corpus() {
+    let t = tempfile::tempdir().unwrap();
+    let (_, keys, _) = fuzzing::test_identity(t.path());
+    each_seed("circuit_half", |d| fuzzing::circuit_half(&keys, d));
+}

@@ -1,0 +1,174 @@
+//! The relay's configuration as the runtime needs it ([`RelayConfig`]) and
+//! the immutable snapshot every worker holds ([`SharedContext`]): handshake
+//! keys, link-authentication material and TLS contexts. A new snapshot is
+//! built by the controller and sent to workers when keys rotate; connections
+//! keep the snapshot they started with.
+
+use std::net::{IpAddr, SocketAddr};
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::SystemTime;
+
+use openssl::ssl::{SslAcceptor, SslConnector};
+use weft_crypto::keys::{LinkKeys, RelayKeys};
+use weft_proto::circuit::HandshakeKeys;
+use weft_proto::link::LinkIdentity;
+
+/// A directory authority, from a `DirAuthority` line.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DirAuthority {
+    /// Nickname.
+    pub nickname: String,
+    /// Its ORPort.
+    pub or_port: u16,
+    /// Its v3 identity (authority signing identity), if given.
+    pub v3ident: Option<[u8; 20]>,
+    /// DirPort address.
+    pub dir_addr: SocketAddr,
+    /// RSA identity fingerprint of the relay.
+    pub fingerprint: [u8; 20],
+}
+
+/// What the runtime needs from the configuration.
+#[derive(Debug, Clone)]
+pub struct RelayConfig {
+    /// Nickname (1–19 alphanumerics).
+    pub nickname: String,
+    /// ContactInfo.
+    pub contact: Option<String>,
+    /// Where to listen for OR connections.
+    pub or_listen: SocketAddr,
+    /// The advertised IPv4 address and port.
+    pub advertised: SocketAddr,
+    /// DataDirectory.
+    pub data_dir: PathBuf,
+    /// Directory authorities.
+    pub authorities: Vec<DirAuthority>,
+    /// TestingTorNetwork.
+    pub testing_tor_network: bool,
+    /// AssumeReachable.
+    pub assume_reachable: bool,
+    /// Worker threads (0 = everything on the main thread).
+    pub connection_threads: usize,
+    /// Allow EXTEND2 to private addresses (on with TestingTorNetwork).
+    pub extend_allow_private: bool,
+    /// BandwidthRate in bytes/s (advertised average).
+    pub bandwidth_rate: u64,
+    /// BandwidthBurst in bytes/s.
+    pub bandwidth_burst: u64,
+    /// TokenBucketRefillInterval.
+    pub token_bucket_refill: std::time::Duration,
+    /// Testing only (`TestingCrossWorkerExtends 1`, needs TestingTorNetwork):
+    /// open the next-hop connection of an extend on a different worker than
+    /// the circuit's keyed half, so both halves of new circuits sit on
+    /// different workers.
+    pub testing_cross_worker: bool,
+    /// CircuitPriorityHalflife from torrc (None: the consensus decides).
+    pub circuit_priority_halflife: Option<f64>,
+    /// KISTSchedRunInterval from torrc in ms (None: the consensus decides;
+    /// 0: KIST off).
+    pub kist_run_interval_ms: Option<u64>,
+    /// KISTSockBufSizeFactor.
+    pub kist_sock_buf_factor: f64,
+    /// Testing only: move a random connection to another worker every this
+    /// many seconds (instead of balancing by load).
+    pub testing_migrate_every: Option<u64>,
+    /// Testing only: put every new connection on this worker (so that the
+    /// balancer has to fix the skew).
+    pub testing_place_on_worker: Option<usize>,
+    /// MetricsPort address (None: off).
+    pub metrics_port: Option<SocketAddr>,
+    /// Counts heap allocations on the calling thread (the binary installs
+    /// one with its allocator); workers report it on the MetricsPort.
+    pub alloc_probe: Option<fn() -> u64>,
+}
+
+/// Scheduling and circuit-handling parameters, from the configuration and
+/// the consensus (torrc wins where it sets them, as in C Tor).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct SchedParams {
+    /// AllowNonearlyExtend.
+    pub allow_nonearly_extend: bool,
+    /// CircuitPriorityHalflife, seconds (≤ 0: off).
+    pub halflife_s: f64,
+    /// KISTSchedRunInterval (zero: KIST off).
+    pub kist_interval: std::time::Duration,
+    /// KISTSockBufSizeFactor.
+    pub kist_factor: f64,
+}
+
+impl Default for SchedParams {
+    fn default() -> Self {
+        SchedParams {
+            allow_nonearly_extend: false,
+            halflife_s: crate::ewma::DEFAULT_HALFLIFE_S,
+            kist_interval: std::time::Duration::from_millis(2),
+            kist_factor: 1.0,
+        }
+    }
+}
+
+/// Immutable snapshot shared by all workers.
+pub struct SharedContext {
+    /// Handshake keys for CREATE2.
+    pub handshake: HandshakeKeys,
+    /// Link-authentication material (certs for CERTS cells).
+    pub link: Arc<LinkIdentity>,
+    /// TLS server context.
+    pub acceptor: SslAcceptor,
+    /// TLS client context.
+    pub connector: SslConnector,
+    /// Our advertised addresses (for NETINFO).
+    pub our_addrs: Vec<IpAddr>,
+    /// Our RSA fingerprint.
+    pub rsa_fp: [u8; 20],
+    /// AllowNonearlyExtend consensus parameter.
+    pub allow_nonearly_extend: bool,
+    /// EWMA half-life in seconds (≤ 0: round robin).
+    pub halflife_s: f64,
+    /// KIST scheduling interval (zero: KIST off, write every round).
+    pub kist_interval: std::time::Duration,
+    /// KISTSockBufSizeFactor.
+    pub kist_factor: f64,
+    /// When the snapshot was made.
+    pub created: SystemTime,
+}
+
+impl SharedContext {
+    /// Build a snapshot from the relay keys and fresh link keys.
+    pub fn build(
+        keys: &RelayKeys,
+        link: &LinkKeys,
+        our_addrs: Vec<IpAddr>,
+        sched: &SchedParams,
+    ) -> Result<SharedContext, openssl::error::ErrorStack> {
+        let (acceptor, connector) = crate::tls::contexts(link)?;
+        let lid = LinkIdentity::from_keys(keys, link);
+        Ok(SharedContext {
+            handshake: HandshakeKeys {
+                rsa_fp: keys.fingerprint,
+                ed_id: keys.ed_id,
+                ntor: keys.ntor_keys(),
+            },
+            link: Arc::new(lid),
+            acceptor,
+            connector,
+            our_addrs,
+            rsa_fp: keys.fingerprint,
+            allow_nonearly_extend: sched.allow_nonearly_extend,
+            halflife_s: sched.halflife_s,
+            kist_interval: sched.kist_interval,
+            kist_factor: sched.kist_factor,
+            created: SystemTime::now(),
+        })
+    }
+}
+
+impl std::fmt::Debug for SharedContext {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SharedContext")
+            .field("rsa_fp", &hex::encode_upper(self.rsa_fp))
+            .field("created", &self.created)
+            .finish_non_exhaustive()
+    }
+}

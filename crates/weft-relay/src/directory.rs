@@ -1,0 +1,383 @@
+//! The controller's directory duties: build and sign the server descriptor
+//! and extra-info, upload them to every authority once the ORPort answers,
+//! again when something non-cosmetic changes (keys, a doubled observed
+//! bandwidth), when the consensus does not list us, and at least every 12
+//! hours [dir-spec §2.1; protocol-notes §10.3]; fetch and verify the
+//! consensus from an authority for the network parameters and our own
+//! listing, again at a random point between fresh-until and valid-until
+//! [dir-spec §5.1; protocol-notes §10.5].
+
+use std::time::{Duration, Instant, SystemTime};
+
+use tokio::sync::mpsc::UnboundedSender;
+use tracing::{info, warn};
+use weft_crypto::keys::RelayKeys;
+use weft_dir::consensus::{
+    fetch_microdescs, fetch_verified_consensus, ConsensusSummary, FetchOptions, MicrodescKeys,
+    NetParams, RelayEntry,
+};
+use weft_dir::descriptor::{build_extra_info, build_server_descriptor, DescriptorParams};
+use weft_dir::upload::{post_descriptor, UploadOutcome};
+use weft_proto::origin::HopTarget;
+
+use crate::context::{DirAuthority, RelayConfig};
+
+/// What we advertise in "proto": only what is implemented. [protocol-notes §12]
+pub const PROTO: &str = "Cons=1-2 Desc=1-2 Link=4-5 LinkAuth=3 Microdesc=1-2 Relay=2,4";
+
+/// Results of background directory work, handled on the controller.
+#[derive(Debug)]
+pub enum DirEvent {
+    /// An upload finished.
+    Uploaded {
+        /// Authority nickname.
+        authority: String,
+        /// Outcome or error text.
+        outcome: Result<UploadOutcome, String>,
+    },
+    /// The microdescriptors of the two relays picked for the bandwidth
+    /// self-test arrived.
+    SelfTestKeys {
+        /// First hop.
+        a: Box<RelayEntry>,
+        /// Second hop.
+        b: Box<RelayEntry>,
+        /// Their keys, or error text.
+        outcome: Result<Vec<MicrodescKeys>, String>,
+    },
+    /// A consensus fetch finished.
+    Consensus {
+        /// Authority nickname.
+        authority: String,
+        /// The verified summary, or error text.
+        outcome: Result<Box<ConsensusSummary>, String>,
+    },
+}
+
+/// What the controller should do after a directory event.
+#[derive(Debug, Default, PartialEq, Eq)]
+pub struct DirOutcome {
+    /// The network parameters changed (rebuild what depends on them).
+    pub params_changed: bool,
+    /// Run the bandwidth self-test through these two relays.
+    pub selftest: Option<(HopTarget, HopTarget)>,
+}
+
+/// Run the bandwidth self-test while observed bandwidth is below this
+/// (bytes/s): a relay whose history already shows traffic needs none.
+const SELFTEST_BELOW: u64 = 100 * 1024;
+
+/// Directory state kept by the controller.
+pub struct DirState {
+    authorities: Vec<DirAuthority>,
+    tx: UnboundedSender<DirEvent>,
+    desc: DescriptorParams,
+    last_publish: Option<Instant>,
+    published_observed: u64,
+    dirty: bool,
+    testing: bool,
+    our_fp: [u8; 20],
+    /// Current network parameters (C Tor's defaults until a consensus).
+    pub params: NetParams,
+    consensus: Option<Box<ConsensusSummary>>,
+    next_fetch: Instant,
+    fetching: bool,
+    selftest_last: Option<Instant>,
+    selftest_busy: bool,
+}
+
+impl DirState {
+    /// New state from the configuration.
+    pub fn new(cfg: &RelayConfig, tx: UnboundedSender<DirEvent>) -> Self {
+        let address = match cfg.advertised.ip() {
+            std::net::IpAddr::V4(a) => a,
+            std::net::IpAddr::V6(_) => std::net::Ipv4Addr::UNSPECIFIED,
+        };
+        let params = DescriptorParams {
+            nickname: cfg.nickname.clone(),
+            address,
+            or_port: cfg.advertised.port(),
+            contact: cfg.contact.clone(),
+            platform: format!("weft {} on Linux", env!("CARGO_PKG_VERSION")),
+            proto: PROTO.to_string(),
+            uptime: 0,
+            bandwidth_avg: cfg.bandwidth_rate,
+            bandwidth_burst: cfg.bandwidth_burst,
+            bandwidth_observed: 0,
+            published: SystemTime::now(),
+            onion_key_lifetime: Duration::from_secs(28 * 86400),
+            exit_policy_lines: vec!["reject *:*".to_string()],
+        };
+        DirState {
+            authorities: cfg.authorities.clone(),
+            tx,
+            desc: params,
+            last_publish: None,
+            published_observed: 0,
+            dirty: true,
+            testing: cfg.testing_tor_network,
+            our_fp: [0; 20],
+            params: NetParams::default(),
+            consensus: None,
+            next_fetch: Instant::now() + Duration::from_secs(2),
+            fetching: false,
+            selftest_last: None,
+            selftest_busy: false,
+        }
+    }
+
+    /// Start the bandwidth self-test if the consensus lists us Running, our
+    /// observed bandwidth is still low, and none ran recently: pick two
+    /// relays and fetch their microdescriptors (the outcome comes back as
+    /// [`DirEvent::SelfTestKeys`]).
+    pub fn maybe_selftest(&mut self, observed: u64) {
+        let again = if self.testing {
+            Duration::from_secs(60)
+        } else {
+            Duration::from_secs(30 * 60)
+        };
+        if self.selftest_busy
+            || observed >= SELFTEST_BELOW
+            || self.selftest_last.is_some_and(|t| t.elapsed() < again)
+        {
+            return;
+        }
+        let Some(c) = self.consensus.as_deref() else {
+            return;
+        };
+        if !c
+            .find_relay(&self.our_fp)
+            .is_some_and(|me| me.has_flag("Running"))
+        {
+            return;
+        }
+        let Some((a, b)) = crate::selftest::pick_relays(c, &self.our_fp) else {
+            return;
+        };
+        let (Some(da), Some(db)) = (a.md_digest, b.md_digest) else {
+            return;
+        };
+        if self.authorities.is_empty() {
+            return;
+        }
+        let auth = &self.authorities[rand::random_range(0..self.authorities.len())];
+        let (addr, tx) = (auth.dir_addr, self.tx.clone());
+        let (a, b) = (Box::new(a.clone()), Box::new(b.clone()));
+        self.selftest_busy = true;
+        self.selftest_last = Some(Instant::now());
+        tokio::task::spawn_local(async move {
+            let r = fetch_microdescs(addr, &[da, db], Duration::from_secs(30))
+                .await
+                .map_err(|e| e.to_string());
+            let _ = tx.send(DirEvent::SelfTestKeys { a, b, outcome: r });
+        });
+    }
+
+    /// The latest verified consensus, if any.
+    pub fn consensus(&self) -> Option<&ConsensusSummary> {
+        self.consensus.as_deref()
+    }
+
+    /// Fetch the consensus if it is time (called every second).
+    pub fn maybe_fetch_consensus(&mut self) {
+        if self.fetching || Instant::now() < self.next_fetch {
+            return;
+        }
+        let trusted: Vec<[u8; 20]> = self.authorities.iter().filter_map(|a| a.v3ident).collect();
+        if trusted.is_empty() || self.authorities.is_empty() {
+            return;
+        }
+        let a = &self.authorities[rand::random_range(0..self.authorities.len())];
+        let (addr, name, tx) = (a.dir_addr, a.nickname.clone(), self.tx.clone());
+        self.fetching = true;
+        tokio::task::spawn_local(async move {
+            let r = fetch_verified_consensus(
+                addr,
+                &trusted,
+                SystemTime::now(),
+                &FetchOptions::default(),
+            )
+            .await
+            .map(Box::new)
+            .map_err(|e| e.to_string());
+            let _ = tx.send(DirEvent::Consensus {
+                authority: name,
+                outcome: r,
+            });
+        });
+    }
+
+    /// When to fetch again after a consensus: a random point in the first
+    /// half of [fresh-until, valid-until] (C Tor picks a random time in a
+    /// similar window), at least 10 s away.
+    fn schedule_after(&mut self, c: &ConsensusSummary) {
+        let now = SystemTime::now();
+        let fresh = c.fresh_until.duration_since(now).unwrap_or_default();
+        let valid = c.valid_until.duration_since(now).unwrap_or_default();
+        let span = valid.saturating_sub(fresh) / 2;
+        let jitter = Duration::from_millis(rand::random_range(0..=span.as_millis() as u64));
+        self.next_fetch = Instant::now() + (fresh + jitter).max(Duration::from_secs(10));
+    }
+
+    /// First publication, once the ORPort is listening.
+    pub fn start(&mut self, keys: &RelayKeys, started: Instant, observed: u64) {
+        self.our_fp = keys.fingerprint;
+        self.publish(keys, started, observed, "startup");
+    }
+
+    /// Keys changed: republish at the next check.
+    pub fn keys_changed(&mut self) {
+        self.dirty = true;
+    }
+
+    /// Republish if anything calls for it.
+    pub fn maybe_republish(&mut self, keys: &RelayKeys, started: Instant, observed: u64) {
+        let since = self
+            .last_publish
+            .map(|t| t.elapsed())
+            .unwrap_or(Duration::MAX);
+        // C Tor waits 3 h between bandwidth-driven republications (none in
+        // testing networks, where we allow one every 20 s).
+        let bw_interval = if self.testing {
+            Duration::from_secs(20)
+        } else {
+            Duration::from_secs(3 * 3600)
+        };
+        let bw_changed = observed > 0
+            && (self.published_observed == 0
+                || observed >= 2 * self.published_observed
+                || observed * 2 <= self.published_observed);
+        if self.dirty && since >= Duration::from_secs(10) {
+            self.publish(keys, started, observed, "retry or key change");
+        } else if bw_changed && since >= bw_interval {
+            self.publish(keys, started, observed, "observed bandwidth changed");
+        } else if since >= Duration::from_secs(12 * 3600) {
+            self.publish(keys, started, observed, "periodic");
+        }
+    }
+
+    fn publish(&mut self, keys: &RelayKeys, started: Instant, observed: u64, reason: &str) {
+        let now = SystemTime::now();
+        self.desc.published = now;
+        self.desc.uptime = started.elapsed().as_secs();
+        self.desc.bandwidth_observed = observed;
+        let (extra, digests) = match build_extra_info(keys, &self.desc.nickname, now) {
+            Ok(x) => x,
+            Err(e) => {
+                warn!("cannot build extra-info: {e}");
+                return;
+            }
+        };
+        let desc = match build_server_descriptor(keys, &self.desc, Some(&digests)) {
+            Ok(d) => d,
+            Err(e) => {
+                warn!("cannot build server descriptor: {e}");
+                return;
+            }
+        };
+        let body = format!("{desc}{extra}");
+        self.last_publish = Some(Instant::now());
+        self.published_observed = observed;
+        self.dirty = false;
+        info!(
+            "uploading descriptor to {} authorities ({reason}; observed bandwidth {observed} B/s)",
+            self.authorities.len()
+        );
+        for a in &self.authorities {
+            let tx = self.tx.clone();
+            let body = body.clone();
+            let addr = a.dir_addr;
+            let name = a.nickname.clone();
+            let reason = reason.to_string();
+            tokio::task::spawn_local(async move {
+                let r = post_descriptor(addr, &body, &reason, Duration::from_secs(30))
+                    .await
+                    .map_err(|e| e.to_string());
+                let _ = tx.send(DirEvent::Uploaded {
+                    authority: name,
+                    outcome: r,
+                });
+            });
+        }
+    }
+
+    /// Handle the result of background work.
+    pub fn on_event(&mut self, ev: DirEvent) -> DirOutcome {
+        let mut out = DirOutcome::default();
+        match ev {
+            DirEvent::Uploaded { authority, outcome } => match outcome {
+                Ok(UploadOutcome::Accepted) => {
+                    info!("descriptor accepted by authority {authority}")
+                }
+                Ok(UploadOutcome::NotNew) => info!("authority {authority}: descriptor not new"),
+                Ok(UploadOutcome::Rejected { status, reason }) => {
+                    warn!("authority {authority} rejected our descriptor: {status} {reason}");
+                }
+                Err(e) => {
+                    warn!("upload to authority {authority} failed: {e}; will retry");
+                    self.dirty = true;
+                }
+            },
+            DirEvent::SelfTestKeys { a, b, outcome } => {
+                self.selftest_busy = false;
+                match outcome {
+                    Ok(keys) => {
+                        let find =
+                            |r: &RelayEntry| keys.iter().find(|k| Some(k.digest) == r.md_digest);
+                        match (find(&a), find(&b)) {
+                            (Some(ka), Some(kb)) => {
+                                out.selftest = Some((
+                                    crate::selftest::hop(&a, ka),
+                                    crate::selftest::hop(&b, kb),
+                                ));
+                            }
+                            _ => info!(
+                                "bandwidth self-test: microdescriptors missing; will try again"
+                            ),
+                        }
+                    }
+                    Err(e) => info!("bandwidth self-test: cannot fetch microdescriptors: {e}"),
+                }
+            }
+            DirEvent::Consensus { authority, outcome } => {
+                self.fetching = false;
+                match outcome {
+                    Ok(c) => {
+                        self.schedule_after(&c);
+                        match c.find_relay(&self.our_fp) {
+                            Some(me) => info!(
+                                "consensus from {authority} ({} relays) lists us: {} (bandwidth {})",
+                                c.relays.len(),
+                                me.flags.join(" "),
+                                me.bandwidth
+                            ),
+                            None => {
+                                // Not listed although our descriptor is older
+                                // than this consensus: upload again.
+                                let ours = self.last_publish.map(|t| t.elapsed());
+                                let after = c.valid_after.elapsed().unwrap_or_default();
+                                if ours.is_some_and(|o| o > after + Duration::from_secs(60)) {
+                                    info!("consensus from {authority} does not list us; republishing");
+                                    self.dirty = true;
+                                } else {
+                                    info!("consensus from {authority} does not list us yet");
+                                }
+                            }
+                        }
+                        out.params_changed = c.params != self.params;
+                        self.params = c.params.clone();
+                        self.consensus = Some(c);
+                    }
+                    Err(e) => {
+                        // No consensus yet (404 in a young network) or a bad
+                        // one: try again soon.
+                        let retry = if self.testing { 5 } else { 60 };
+                        info!("consensus fetch from {authority} failed: {e}; retrying in {retry}s");
+                        self.next_fetch = Instant::now() + Duration::from_secs(retry);
+                    }
+                }
+            }
+        }
+        out
+    }
+}

@@ -1,0 +1,198 @@
+//! Circuit halves and a worker's table of them.
+//!
+//! A circuit through the relay is two halves, one per OR connection. The
+//! *keyed* half (on the connection toward the client, which answered
+//! CREATE2) holds this hop's onion keys; the *relabel* half (toward the next
+//! relay) only carries cells under its own circuit ID. Each half owns the
+//! queue of cells waiting to be written on its connection, and knows its
+//! peer only as a [`HalfRef`].
+//!
+//! Halves live in a slot table per worker; a slot's generation changes when
+//! it is freed, so a stale [`HalfRef`] (a message for a circuit that has
+//! since closed) is recognised and dropped.
+
+use weft_proto::circuit::KeyedHalf;
+
+use crate::messages::HalfRef;
+use crate::pool::CellQueue;
+
+/// What a half does with cells.
+// Keyed halves (the larger variant) are half of all halves; boxing them
+// would add a pointer chase on every relayed cell.
+#[allow(clippy::large_enum_variant)]
+pub enum HalfRole {
+    /// Toward the client: removes / adds our onion layer.
+    Keyed(KeyedHalf),
+    /// Toward the next relay: relabels. `created` once CREATED2 came back.
+    Relabel {
+        /// CREATED2 received from the next hop.
+        created: bool,
+    },
+    /// The origin end of one of our own bandwidth self-test circuits.
+    Origin(Box<crate::selftest::SelfTestCircuit>),
+    /// The half moved to another worker with its connection; this slot
+    /// forwards what still arrives for the old reference (see
+    /// [`crate::migrate`]).
+    Moved(Box<crate::migrate::Forwarder>),
+}
+
+/// One circuit half.
+pub struct Half {
+    /// Slot index of its connection in the worker's connection table.
+    pub conn: usize,
+    /// Its circuit ID on that connection.
+    pub circ_id: u32,
+    /// Keyed or relabel.
+    pub role: HalfRole,
+    /// The other half, once known.
+    pub peer: Option<HalfRef>,
+    /// Cells waiting to be written on this half's connection.
+    pub queue: CellQueue,
+    /// EWMA priority state (see [`crate::ewma`]); `ewma.active` when it
+    /// is in its connection's mux.
+    pub ewma: crate::ewma::CircuitEwma,
+    /// While its peer moves between workers: cells from any worker but
+    /// this one wait in `held` until that worker's "source done" marker.
+    pub hold_from: Option<u16>,
+    /// Held cells (not yet onion-encrypted), in arrival order.
+    pub held: CellQueue,
+    /// A "source done" marker from this worker arrived before we knew to
+    /// wait for it.
+    pub done_from: Option<u16>,
+}
+
+impl Half {
+    /// A new half with no peer, no queue and no hold.
+    pub fn new(conn: usize, circ_id: u32, role: HalfRole, peer: Option<HalfRef>) -> Self {
+        Half {
+            conn,
+            circ_id,
+            role,
+            peer,
+            queue: CellQueue::default(),
+            ewma: Default::default(),
+            hold_from: None,
+            held: CellQueue::default(),
+            done_from: None,
+        }
+    }
+}
+
+struct Entry {
+    gen: u32,
+    half: Option<Half>,
+}
+
+/// A worker's circuit halves.
+pub struct HalfTable {
+    worker: u16,
+    entries: Vec<Entry>,
+    free: Vec<u32>,
+    live: usize,
+}
+
+impl HalfTable {
+    /// An empty table for worker `worker`.
+    pub fn new(worker: u16) -> Self {
+        HalfTable {
+            worker,
+            entries: Vec::new(),
+            free: Vec::new(),
+            live: 0,
+        }
+    }
+
+    /// Number of live halves.
+    pub fn len(&self) -> usize {
+        self.live
+    }
+
+    /// True when no half is live.
+    pub fn is_empty(&self) -> bool {
+        self.live == 0
+    }
+
+    /// Store `h`; returns its reference.
+    pub fn insert(&mut self, h: Half) -> HalfRef {
+        self.live += 1;
+        if let Some(slot) = self.free.pop() {
+            let e = &mut self.entries[slot as usize];
+            e.half = Some(h);
+            return HalfRef {
+                worker: self.worker,
+                slot,
+                gen: e.gen,
+            };
+        }
+        let slot = self.entries.len() as u32;
+        self.entries.push(Entry {
+            gen: 0,
+            half: Some(h),
+        });
+        HalfRef {
+            worker: self.worker,
+            slot,
+            gen: 0,
+        }
+    }
+
+    /// The half at `slot` whatever its generation (callers that hold a slot
+    /// from their own connection's circuit map).
+    pub fn by_slot(&mut self, slot: u32) -> Option<&mut Half> {
+        self.entries.get_mut(slot as usize)?.half.as_mut()
+    }
+
+    /// The reference of the live half at `slot`.
+    pub fn reference(&self, slot: u32) -> Option<HalfRef> {
+        let e = self.entries.get(slot as usize)?;
+        e.half.as_ref().map(|_| HalfRef {
+            worker: self.worker,
+            slot,
+            gen: e.gen,
+        })
+    }
+
+    /// The half `r` refers to, if it is still live.
+    pub fn get(&mut self, r: HalfRef) -> Option<&mut Half> {
+        let e = self.entries.get_mut(r.slot as usize)?;
+        if e.gen != r.gen || r.worker != self.worker {
+            return None;
+        }
+        e.half.as_mut()
+    }
+
+    /// Remove the half at `slot`; its slot's generation moves on.
+    pub fn remove(&mut self, slot: u32) -> Option<Half> {
+        let e = self.entries.get_mut(slot as usize)?;
+        let h = e.half.take()?;
+        e.gen = e.gen.wrapping_add(1);
+        self.free.push(slot);
+        self.live -= 1;
+        Some(h)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn relabel(conn: usize) -> Half {
+        Half::new(conn, 1, HalfRole::Relabel { created: false }, None)
+    }
+
+    #[test]
+    fn stale_references_are_refused() {
+        let mut t = HalfTable::new(3);
+        let a = t.insert(relabel(1));
+        assert_eq!(a.worker, 3);
+        assert!(t.get(a).is_some());
+        t.remove(a.slot).unwrap();
+        assert!(t.get(a).is_none());
+        let b = t.insert(relabel(2));
+        assert_eq!(b.slot, a.slot, "slot reused");
+        assert_ne!(b.gen, a.gen);
+        assert!(t.get(a).is_none(), "old reference stays dead");
+        assert_eq!(t.get(b).map(|h| h.conn), Some(2));
+        assert_eq!(t.len(), 1);
+    }
+}

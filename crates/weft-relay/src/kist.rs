@@ -1,0 +1,135 @@
+//! KIST socket scheduling (Jansen et al., "Never Been KIST", USENIX Security
+//! 2014; C Tor's scheduler_kist.c): before writing to a connection, ask the
+//! kernel how much it can send now and write at most that, so that cells
+//! wait in the relay's own circuit queues — where EWMA priority still
+//! applies — rather than in the socket's send buffer.
+//!
+//! The limit for one connection, as C Tor computes it:
+//!
+//! ```text
+//! tcp_space   = (cwnd − unacked) · mss          (TCP_INFO)
+//! extra_space = cwnd · mss · KISTSockBufSizeFactor − notsent   (SIOCOUTQNSD)
+//! limit       = tcp_space + extra_space   (≥ 0)
+//! ```
+//!
+//! Where TCP_INFO is not available the limit is "a full write batch" (the
+//! plain fallback, like C Tor's KISTLite). Scheduling runs every
+//! `KISTSchedRunInterval` milliseconds (C Tor's default 2 ms; 0 turns KIST
+//! off and writes every round).
+
+/// What the kernel said about one socket.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct SocketState {
+    /// Congestion window, segments.
+    pub cwnd: u32,
+    /// Segments sent, not yet acknowledged.
+    pub unacked: u32,
+    /// Maximum segment size, bytes.
+    pub mss: u32,
+    /// Bytes in the send queue not yet sent (SIOCOUTQNSD).
+    pub notsent: u32,
+    /// Bytes in the send queue in all (SIOCOUTQ).
+    pub outq: u32,
+}
+
+/// C Tor's KIST limit for a socket in `state`, in bytes.
+pub fn limit(state: &SocketState, sock_buf_factor: f64) -> u64 {
+    let tcp_space = i64::from(state.cwnd.saturating_sub(state.unacked)) * i64::from(state.mss);
+    let extra = (f64::from(state.cwnd) * f64::from(state.mss) * sock_buf_factor) as i64
+        - i64::from(state.notsent);
+    (tcp_space + extra).max(0) as u64
+}
+
+/// Ask the kernel about socket `fd` (Linux: TCP_INFO, SIOCOUTQ,
+/// SIOCOUTQNSD). `None` where that is not available.
+pub fn socket_state(fd: std::os::fd::RawFd) -> Option<SocketState> {
+    // SAFETY: tcp_info is plain data; getsockopt writes at most `len` bytes
+    // into it and sets `len`; fd is a socket the caller owns for the call.
+    let info = unsafe {
+        let mut info: libc::tcp_info = std::mem::zeroed();
+        let mut len = std::mem::size_of::<libc::tcp_info>() as libc::socklen_t;
+        let r = libc::getsockopt(
+            fd,
+            libc::IPPROTO_TCP,
+            libc::TCP_INFO,
+            (&mut info as *mut libc::tcp_info).cast(),
+            &mut len,
+        );
+        if r != 0 || (len as usize) < std::mem::offset_of!(libc::tcp_info, tcpi_snd_cwnd) + 4 {
+            return None;
+        }
+        info
+    };
+    let mut notsent: libc::c_int = 0;
+    let mut outq: libc::c_int = 0;
+    // SAFETY: both ioctls write one int into the variable we pass.
+    let ok = unsafe {
+        libc::ioctl(fd, libc::SIOCOUTQNSD as _, &mut notsent) == 0
+            && libc::ioctl(fd, libc::TIOCOUTQ as _, &mut outq) == 0
+    };
+    if !ok {
+        return None;
+    }
+    Some(SocketState {
+        cwnd: info.tcpi_snd_cwnd,
+        unacked: info.tcpi_unacked,
+        mss: info.tcpi_snd_mss,
+        notsent: notsent.max(0) as u32,
+        outq: outq.max(0) as u32,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::io::Write;
+    use std::os::fd::AsRawFd;
+
+    #[test]
+    fn limit_is_c_tors_formula() {
+        let s = SocketState {
+            cwnd: 10,
+            unacked: 4,
+            mss: 1000,
+            notsent: 3000,
+            outq: 7000,
+        };
+        // tcp_space = 6·1000; extra = 10·1000·1.0 − 3000 = 7000.
+        assert_eq!(limit(&s, 1.0), 13_000);
+        // A full send buffer gives nothing.
+        let full = SocketState {
+            notsent: 50_000,
+            unacked: 10,
+            ..s
+        };
+        assert_eq!(limit(&full, 1.0), 0);
+        assert_eq!(limit(&s, 0.0), 3_000);
+    }
+
+    /// On a real loopback TCP socket the kernel answers, and unsent bytes
+    /// show up once the peer stops reading.
+    #[test]
+    fn real_socket_reports_its_queue() {
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let mut c = std::net::TcpStream::connect(l.local_addr().unwrap()).unwrap();
+        let (_peer, _) = l.accept().unwrap();
+        let s = socket_state(c.as_raw_fd()).expect("TCP_INFO on Linux");
+        assert!(s.cwnd > 0 && s.mss > 0, "{s:?}");
+        assert_eq!(s.outq, 0);
+        c.set_nonblocking(true).unwrap();
+        let chunk = vec![0u8; 64 * 1024];
+        let mut sent = 0usize;
+        while sent < 64 << 20 {
+            match c.write(&chunk) {
+                Ok(n) => sent += n,
+                Err(_) => break,
+            }
+        }
+        let s = socket_state(c.as_raw_fd()).unwrap();
+        assert!(
+            s.outq > 0,
+            "the peer does not read: bytes wait in the send queue ({s:?})"
+        );
+        assert!(limit(&s, 1.0) < sent as u64);
+    }
+}

@@ -1,0 +1,401 @@
+//! One OR link over a non-blocking socket: TLS ([`TlsLink`]), the v3 link
+//! handshake (driving the sans-IO [`Handshake`] of weft-proto), then cell
+//! framing on fixed buffers. Readiness-driven and edge-trigger safe: every
+//! method returns instead of blocking, and reports `WouldBlock` only after the
+//! socket did. Used by the relay's workers and by weft-bench's load
+//! generator and sinks.
+//!
+//! Buffers are allocated once per connection: the read buffer holds TLS
+//! plaintext; complete cells are handed to the caller *in place* (mutable,
+//! so onion-layer crypto needs no copy); the write buffer collects whole
+//! cells and is handed to TLS in large writes.
+
+use std::net::IpAddr;
+use std::sync::Arc;
+use std::time::SystemTime;
+
+use weft_proto::cell::{self, BODY_LEN, CELL_LEN};
+use weft_proto::link::{Handshake, LinkIdentity, Opened};
+
+use crate::tls::{TlsIo, TlsLink};
+
+/// Read buffer size (TLS plaintext). A TLS record is at most 16 KiB.
+pub const READ_BUF: usize = 64 * 1024;
+/// Largest variable-length cell we accept after the handshake (VPADDING and
+/// late handshake cells are dropped, but must be framed).
+const MAX_VAR_CELL: usize = 7 + 65535;
+
+/// What happened to the socket.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum IoState {
+    /// Bytes moved; there may be more.
+    Progress,
+    /// The socket said `EAGAIN`: wait for readiness.
+    WouldBlock,
+    /// The peer closed the connection.
+    Closed,
+}
+
+/// The caller's answer for each cell in [`LinkConn::process_cells`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CellFlow {
+    /// Keep going.
+    Continue,
+    /// Stop before the next cell (backpressure); this cell was consumed.
+    Pause,
+}
+
+/// A cell handed to the caller: fixed cells have a 509-byte body that may be
+/// changed in place.
+pub enum CellIn<'a> {
+    /// A fixed-size cell.
+    Fixed {
+        /// Circuit ID.
+        circ_id: u32,
+        /// Command.
+        command: u8,
+        /// Body, mutable for in-place crypto.
+        body: &'a mut [u8; BODY_LEN],
+    },
+    /// A variable-length cell (after the handshake only VPADDING is
+    /// expected; others are dropped by callers).
+    Var {
+        /// Circuit ID.
+        circ_id: u32,
+        /// Command.
+        command: u8,
+        /// Body.
+        body: &'a [u8],
+    },
+}
+
+enum Phase {
+    Tls,
+    Link(Box<Handshake>),
+    Open,
+}
+
+/// How to set up the link handshake once TLS is up.
+enum Role {
+    Responder,
+    Initiator {
+        rsa: Option<[u8; 20]>,
+        ed: Option<[u8; 32]>,
+    },
+}
+
+/// One link: TLS, handshake, buffers.
+pub struct LinkConn {
+    tls: TlsLink,
+    phase: Phase,
+    role: Role,
+    identity: Arc<LinkIdentity>,
+    peer_ip: IpAddr,
+    our_addrs: Vec<IpAddr>,
+    rbuf: Box<[u8]>,
+    rstart: usize,
+    rend: usize,
+    wbuf: Vec<u8>,
+    wpos: usize,
+    /// TLS ciphertext is not visible; these count plaintext bytes.
+    pub read_total: u64,
+    /// Plaintext bytes handed to TLS.
+    pub written_total: u64,
+}
+
+impl std::fmt::Debug for LinkConn {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("LinkConn")
+            .field("peer_ip", &self.peer_ip)
+            .field("open", &matches!(self.phase, Phase::Open))
+            .field("pending_out", &self.pending_out())
+            .finish()
+    }
+}
+
+impl LinkConn {
+    fn new(
+        tls: TlsLink,
+        role: Role,
+        identity: Arc<LinkIdentity>,
+        peer_ip: IpAddr,
+        our_addrs: Vec<IpAddr>,
+    ) -> Self {
+        LinkConn {
+            tls,
+            phase: Phase::Tls,
+            role,
+            identity,
+            peer_ip,
+            our_addrs,
+            rbuf: vec![0u8; READ_BUF + MAX_VAR_CELL].into_boxed_slice(),
+            rstart: 0,
+            rend: 0,
+            wbuf: Vec::with_capacity(READ_BUF),
+            wpos: 0,
+            read_total: 0,
+            written_total: 0,
+        }
+    }
+
+    /// A connection a peer opened to us.
+    pub fn inbound(
+        tls: TlsLink,
+        identity: Arc<LinkIdentity>,
+        peer_ip: IpAddr,
+        our_addrs: Vec<IpAddr>,
+    ) -> Self {
+        Self::new(tls, Role::Responder, identity, peer_ip, our_addrs)
+    }
+
+    /// A connection we opened to a relay expected to prove these identities.
+    pub fn outbound(
+        tls: TlsLink,
+        identity: Arc<LinkIdentity>,
+        peer_ip: IpAddr,
+        our_addrs: Vec<IpAddr>,
+        rsa: Option<[u8; 20]>,
+        ed: Option<[u8; 32]>,
+    ) -> Self {
+        Self::new(
+            tls,
+            Role::Initiator { rsa, ed },
+            identity,
+            peer_ip,
+            our_addrs,
+        )
+    }
+
+    /// The TLS link (socket registration, TCP_INFO, exporter).
+    pub fn tls(&self) -> &TlsLink {
+        &self.tls
+    }
+
+    /// The TLS link, mutably.
+    pub fn tls_mut(&mut self) -> &mut TlsLink {
+        &mut self.tls
+    }
+
+    /// True once the link handshake completed.
+    pub fn is_open(&self) -> bool {
+        matches!(self.phase, Phase::Open)
+    }
+
+    /// Drive TLS and the link handshake as far as the socket allows.
+    /// `Ok(Some(opened))` once the channel is open (cells that followed the
+    /// handshake stay buffered for [`Self::process_cells`]); `Ok(None)` while
+    /// waiting; `Err` closes the connection.
+    pub fn advance_handshake(&mut self, now: SystemTime) -> Result<Option<Opened>, String> {
+        if matches!(self.phase, Phase::Tls) {
+            if !self.tls.handshake().map_err(|e| e.to_string())? {
+                return Ok(None);
+            }
+            let hs = match self.role {
+                Role::Responder => Handshake::new_responder(
+                    self.identity.clone(),
+                    self.peer_ip,
+                    self.our_addrs.clone(),
+                ),
+                Role::Initiator { rsa, ed } => {
+                    let cert = self
+                        .tls
+                        .peer_cert_der()
+                        .ok_or("peer sent no TLS certificate")?;
+                    let (h, versions) = Handshake::new_initiator(
+                        self.identity.clone(),
+                        self.peer_ip,
+                        self.our_addrs.clone(),
+                        rsa,
+                        ed,
+                        cert,
+                    );
+                    self.wbuf.extend_from_slice(&versions);
+                    h
+                }
+            };
+            self.phase = Phase::Link(Box::new(hs));
+        }
+        let mut out: Vec<Vec<u8>> = Vec::new();
+        loop {
+            self.flush().map_err(|e| format!("write: {e}"))?;
+            let Phase::Link(hs) = &mut self.phase else {
+                return Ok(None);
+            };
+            // Every complete cell first.
+            loop {
+                let frame = cell::next_frame(&self.rbuf[self.rstart..self.rend], hs.circ_id_len())
+                    .map_err(|e| e.to_string())?;
+                let Some((f, n)) = frame else { break };
+                let ssl = self.tls.ssl();
+                let mut exporter = |c: &[u8]| crate::tls::export_auth_material(ssl, c);
+                let r = hs
+                    .handle(f, now, &mut exporter, &mut out)
+                    .map_err(|e| e.to_string())?;
+                self.rstart += n;
+                for c in out.drain(..) {
+                    self.wbuf.extend_from_slice(&c);
+                }
+                if let Some(opened) = r {
+                    self.phase = Phase::Open;
+                    self.flush().map_err(|e| format!("write: {e}"))?;
+                    return Ok(Some(opened));
+                }
+            }
+            if self.rend - self.rstart > 256 * 1024 - 1
+                || self.rend == self.rbuf.len() && self.rstart == 0
+            {
+                return Err("handshake cell too large".into());
+            }
+            match self.fill().map_err(|e| format!("read: {e}"))? {
+                IoState::Progress => continue,
+                IoState::WouldBlock => {
+                    self.flush().map_err(|e| format!("write: {e}"))?;
+                    return Ok(None);
+                }
+                IoState::Closed => {
+                    return Err("peer closed the connection during the handshake".into())
+                }
+            }
+        }
+    }
+
+    /// Read once from TLS into the free part of the read buffer.
+    pub fn fill(&mut self) -> std::io::Result<IoState> {
+        if self.rstart == self.rend {
+            self.rstart = 0;
+            self.rend = 0;
+        } else if self.rstart > 0 && self.rbuf.len() - self.rend < CELL_LEN * 4 {
+            self.rbuf.copy_within(self.rstart..self.rend, 0);
+            self.rend -= self.rstart;
+            self.rstart = 0;
+        }
+        if self.rend >= self.rbuf.len() {
+            return Ok(IoState::Progress);
+        }
+        let end = (self.rend + READ_BUF).min(self.rbuf.len());
+        match self.tls.read(&mut self.rbuf[self.rend..end])? {
+            TlsIo::Done(n) => {
+                self.rend += n;
+                self.read_total += n as u64;
+                Ok(IoState::Progress)
+            }
+            TlsIo::WouldBlock => Ok(IoState::WouldBlock),
+            TlsIo::Closed => Ok(IoState::Closed),
+        }
+    }
+
+    /// Bytes read but not yet handed out as cells.
+    pub fn buffered_in(&self) -> usize {
+        self.rend - self.rstart
+    }
+
+    /// Hand every complete buffered cell (link protocol ≥ 4 framing) to `f`,
+    /// until the buffer holds no complete cell or `f` pauses.
+    pub fn process_cells(
+        &mut self,
+        mut f: impl FnMut(CellIn<'_>) -> CellFlow,
+    ) -> Result<(), String> {
+        loop {
+            let avail = &mut self.rbuf[self.rstart..self.rend];
+            if avail.len() < 5 {
+                return Ok(());
+            }
+            let circ_id = u32::from_be_bytes([avail[0], avail[1], avail[2], avail[3]]);
+            let command = avail[4];
+            let flow = if cell::is_var_cmd(command) {
+                if avail.len() < 7 {
+                    return Ok(());
+                }
+                let len = usize::from(u16::from_be_bytes([avail[5], avail[6]]));
+                if avail.len() < 7 + len {
+                    return Ok(());
+                }
+                self.rstart += 7 + len;
+                f(CellIn::Var {
+                    circ_id,
+                    command,
+                    body: &avail[7..7 + len],
+                })
+            } else {
+                if avail.len() < CELL_LEN {
+                    return Ok(());
+                }
+                self.rstart += CELL_LEN;
+                let body: &mut [u8; BODY_LEN] = (&mut avail[5..CELL_LEN])
+                    .try_into()
+                    .map_err(|_| "cell slicing".to_string())?;
+                f(CellIn::Fixed {
+                    circ_id,
+                    command,
+                    body,
+                })
+            };
+            if flow == CellFlow::Pause {
+                return Ok(());
+            }
+        }
+    }
+
+    /// Make room for `n` more bytes without growing the buffer if written
+    /// bytes can be dropped from its front instead.
+    #[inline]
+    fn room(&mut self, n: usize) {
+        if self.wpos > 0 && self.wbuf.len() + n > self.wbuf.capacity() {
+            self.wbuf.drain(..self.wpos);
+            self.wpos = 0;
+        }
+    }
+
+    /// Append a fixed-size cell (link ≥ 4) to the write buffer.
+    pub fn queue_cell(&mut self, circ_id: u32, command: u8, body: &[u8; BODY_LEN]) {
+        self.room(CELL_LEN);
+        self.wbuf.extend_from_slice(&circ_id.to_be_bytes());
+        self.wbuf.push(command);
+        self.wbuf.extend_from_slice(body);
+    }
+
+    /// Append a fixed-size cell whose body is `data` padded with zeros.
+    pub fn queue_small(&mut self, circ_id: u32, command: u8, data: &[u8]) {
+        self.room(CELL_LEN);
+        let n = data.len().min(BODY_LEN);
+        self.wbuf.extend_from_slice(&circ_id.to_be_bytes());
+        self.wbuf.push(command);
+        self.wbuf.extend_from_slice(&data[..n]);
+        self.wbuf.resize(self.wbuf.len() + BODY_LEN - n, 0);
+    }
+
+    /// Bytes waiting to be written.
+    pub fn pending_out(&self) -> usize {
+        self.wbuf.len() - self.wpos
+    }
+
+    /// Write as much of the write buffer as TLS and the socket take.
+    /// `Ok(true)` when it is empty.
+    pub fn flush(&mut self) -> std::io::Result<bool> {
+        while self.wpos < self.wbuf.len() {
+            match self.tls.write(&self.wbuf[self.wpos..])? {
+                TlsIo::Done(n) => {
+                    self.wpos += n;
+                    self.written_total += n as u64;
+                }
+                TlsIo::WouldBlock => break,
+                TlsIo::Closed => {
+                    return Err(std::io::Error::new(
+                        std::io::ErrorKind::BrokenPipe,
+                        "TLS closed",
+                    ))
+                }
+            }
+        }
+        if self.wpos == self.wbuf.len() {
+            self.wbuf.clear();
+            self.wpos = 0;
+            Ok(true)
+        } else {
+            // The unwritten rest stays where it is (OpenSSL's retry rule
+            // allows the buffer to move, but moving it costs a copy); room
+            // is made when the next cell would not fit.
+            Ok(false)
+        }
+    }
+}

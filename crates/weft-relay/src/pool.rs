@@ -1,0 +1,236 @@
+//! A worker's cell pool and the per-circuit cell queues built on it.
+//!
+//! Cells waiting inside the relay live in fixed-size slots of one
+//! [`CellPool`] per worker, never in individual heap allocations: a slot is
+//! taken from the free list when a cell is queued and returned when it is
+//! written, so in steady state queueing allocates nothing. A [`CellQueue`] is
+//! an intrusive FIFO of slot indices (head, tail, length), owned by the
+//! circuit half whose connection will write the cells.
+//!
+//! The pool grows (doubling) only when every slot is in use, up to a hard
+//! cap; beyond the cap [`CellPool::alloc`] fails and the caller closes the
+//! circuit at fault (see the worker's queue limits).
+
+use weft_proto::cell::BODY_LEN;
+
+/// "No slot" in the intrusive links.
+const NIL: u32 = u32::MAX;
+
+/// One queued cell.
+#[derive(Clone)]
+pub struct CellSlot {
+    next: u32,
+    /// Circuit ID, for connection-level (urgent) cells; circuit queues
+    /// write with their half's ID.
+    pub circ_id: u32,
+    /// Cell command (RELAY or RELAY_EARLY; any command for urgent cells).
+    pub command: u8,
+    /// When the cell was read from its socket (ns on the relay's clock).
+    pub stamp_ns: u64,
+    /// When it entered its circuit queue on the writing worker.
+    pub queued_ns: u64,
+    /// The body, already relabelled / re-encrypted for the connection that
+    /// will write it.
+    pub body: [u8; BODY_LEN],
+}
+
+/// A per-worker pool of cell slots.
+pub struct CellPool {
+    slots: Vec<CellSlot>,
+    free: Vec<u32>,
+    cap: usize,
+}
+
+impl std::fmt::Debug for CellPool {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("CellPool")
+            .field("slots", &self.slots.len())
+            .field("free", &self.free.len())
+            .field("cap", &self.cap)
+            .finish()
+    }
+}
+
+impl CellPool {
+    /// A pool with `initial` slots that may grow to `cap` slots.
+    pub fn new(initial: usize, cap: usize) -> Self {
+        let mut p = CellPool {
+            slots: Vec::new(),
+            free: Vec::new(),
+            cap: cap.max(1),
+        };
+        p.grow(initial.clamp(1, p.cap));
+        p
+    }
+
+    fn grow(&mut self, to: usize) {
+        let from = self.slots.len();
+        let to = to.min(self.cap);
+        if to <= from {
+            return;
+        }
+        self.slots.resize(
+            to,
+            CellSlot {
+                next: NIL,
+                circ_id: 0,
+                command: 0,
+                stamp_ns: 0,
+                queued_ns: 0,
+                body: [0; BODY_LEN],
+            },
+        );
+        self.free.reserve(to - from);
+        self.free.extend((from as u32..to as u32).rev());
+    }
+
+    /// Slots in use.
+    pub fn in_use(&self) -> usize {
+        self.slots.len() - self.free.len()
+    }
+
+    /// Slots allocated (in use or free).
+    pub fn capacity(&self) -> usize {
+        self.slots.len()
+    }
+
+    /// Take a slot, growing the pool if it is exhausted and below its cap.
+    pub fn alloc(&mut self) -> Option<u32> {
+        if self.free.is_empty() {
+            let n = self.slots.len();
+            self.grow((n * 2).max(64));
+        }
+        let i = self.free.pop()?;
+        self.slots[i as usize].next = NIL;
+        Some(i)
+    }
+
+    /// The slot `i`.
+    pub fn slot(&self, i: u32) -> &CellSlot {
+        &self.slots[i as usize]
+    }
+
+    /// The slot `i`, mutably.
+    pub fn slot_mut(&mut self, i: u32) -> &mut CellSlot {
+        &mut self.slots[i as usize]
+    }
+
+    /// Return slot `i`.
+    pub fn release(&mut self, i: u32) {
+        self.free.push(i);
+    }
+}
+
+/// A FIFO of pool slots (a circuit half's outbound cells).
+#[derive(Debug, Clone, Copy)]
+pub struct CellQueue {
+    head: u32,
+    tail: u32,
+    len: u32,
+}
+
+impl Default for CellQueue {
+    fn default() -> Self {
+        CellQueue {
+            head: NIL,
+            tail: NIL,
+            len: 0,
+        }
+    }
+}
+
+impl CellQueue {
+    /// Cells queued.
+    pub fn len(&self) -> usize {
+        self.len as usize
+    }
+
+    /// True when empty.
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// Append slot `i`.
+    pub fn push(&mut self, pool: &mut CellPool, i: u32) {
+        pool.slot_mut(i).next = NIL;
+        if self.tail == NIL {
+            self.head = i;
+        } else {
+            pool.slot_mut(self.tail).next = i;
+        }
+        self.tail = i;
+        self.len += 1;
+    }
+
+    /// The oldest slot, if any (still in the queue).
+    pub fn front(&self) -> Option<u32> {
+        (self.head != NIL).then_some(self.head)
+    }
+
+    /// Remove and return the oldest slot.
+    pub fn pop(&mut self, pool: &CellPool) -> Option<u32> {
+        if self.head == NIL {
+            return None;
+        }
+        let i = self.head;
+        self.head = pool.slot(i).next;
+        if self.head == NIL {
+            self.tail = NIL;
+        }
+        self.len -= 1;
+        Some(i)
+    }
+
+    /// Release every queued slot back to the pool.
+    pub fn clear(&mut self, pool: &mut CellPool) {
+        while let Some(i) = self.pop(pool) {
+            pool.release(i);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn queues_are_fifo_and_slots_recycle() {
+        let mut pool = CellPool::new(4, 1000);
+        let (mut a, mut b) = (CellQueue::default(), CellQueue::default());
+        for n in 0..10u8 {
+            let s = pool.alloc().unwrap();
+            pool.slot_mut(s).body[0] = n;
+            if n % 2 == 0 {
+                a.push(&mut pool, s)
+            } else {
+                b.push(&mut pool, s)
+            }
+        }
+        assert_eq!((a.len(), b.len(), pool.in_use()), (5, 5, 10));
+        let mut got = Vec::new();
+        while let Some(s) = a.pop(&pool) {
+            got.push(pool.slot(s).body[0]);
+            pool.release(s);
+        }
+        assert_eq!(got, vec![0, 2, 4, 6, 8]);
+        let cap = pool.capacity();
+        // Steady state: alloc/release cycles do not grow the pool.
+        for _ in 0..10_000 {
+            let s = pool.alloc().unwrap();
+            a.push(&mut pool, s);
+            let s = a.pop(&pool).unwrap();
+            pool.release(s);
+        }
+        assert_eq!(pool.capacity(), cap);
+        b.clear(&mut pool);
+        assert_eq!(pool.in_use(), 0);
+    }
+
+    #[test]
+    fn the_cap_is_enforced() {
+        let mut pool = CellPool::new(2, 100);
+        let got: Vec<u32> = std::iter::from_fn(|| pool.alloc()).take(1000).collect();
+        assert_eq!(got.len(), 100);
+        assert!(pool.alloc().is_none());
+    }
+}

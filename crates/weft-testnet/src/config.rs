@@ -1,0 +1,93 @@
+//! What a test network consists of: [`TestnetConfig`] (counts of each kind of
+//! stock tor node, where the network lives on disk, which ports it may use)
+//! and [`WeftNode`] (how to run the one optional weft relay in it).
+
+use std::path::PathBuf;
+
+/// The shape of a private Tor network on loopback.
+///
+/// Ports are allocated sequentially from `base_port` upward (see
+/// [`TestnetConfig::ports_needed`]), so concurrent networks only need
+/// disjoint ranges.
+#[derive(Debug, Clone)]
+pub struct TestnetConfig {
+    /// Directory holding one sub-directory per node. Created if missing; if it
+    /// exists it must be empty or hold an earlier test network (it then gets
+    /// wiped).
+    pub base_dir: PathBuf,
+    /// First port of the range this network uses on 127.0.0.1.
+    pub base_port: u16,
+    /// Directory authorities (also relays). At least 1; default 3.
+    pub authorities: usize,
+    /// Stock non-exit relays; the only nodes voted Guard. Default 2.
+    pub relays: usize,
+    /// Stock exit relays (exit to 127.0.0.0/8 only); the only nodes voted
+    /// Exit. Default 2.
+    pub exits: usize,
+    /// Stock clients with a SocksPort and `__LeaveStreamsUnattached 1`.
+    /// Default 1.
+    pub clients: usize,
+    /// The weft relay, if any. It never gets Guard, Exit or HSDir.
+    pub weft: Option<WeftNode>,
+}
+
+impl TestnetConfig {
+    /// A default-shaped network (3 authorities, 2 relays, 2 exits, 1 client,
+    /// no weft) in `base_dir` using ports from `base_port`.
+    pub fn new(base_dir: impl Into<PathBuf>, base_port: u16) -> Self {
+        TestnetConfig {
+            base_dir: base_dir.into(),
+            base_port,
+            ..TestnetConfig::default()
+        }
+    }
+
+    /// How many consecutive ports from `base_port` this network uses.
+    pub fn ports_needed(&self) -> usize {
+        // Authority: ORPort, DirPort, ControlPort. Relay/exit: ORPort,
+        // ControlPort. Client: SocksPort, ControlPort. weft: ORPort.
+        3 * self.authorities
+            + 2 * (self.relays + self.exits)
+            + 2 * self.clients
+            + usize::from(self.weft.is_some())
+    }
+}
+
+impl Default for TestnetConfig {
+    fn default() -> Self {
+        TestnetConfig {
+            base_dir: std::env::temp_dir().join("weft-testnet"),
+            base_port: 20000,
+            authorities: 3,
+            relays: 2,
+            exits: 2,
+            clients: 1,
+            weft: None,
+        }
+    }
+}
+
+/// How to run weft inside the network.
+#[derive(Debug, Clone)]
+pub struct WeftNode {
+    /// The `weft` executable (started as `weft -f <torrc>`).
+    pub binary: PathBuf,
+    /// `ConnectionThreads` (None: leave weft's default, one per core).
+    pub connection_threads: Option<u32>,
+    /// Extra torrc lines appended verbatim to weft's generated torrc.
+    pub extra_torrc: Vec<String>,
+    /// weft's `Nickname` (1-19 alphanumerics).
+    pub nickname: String,
+}
+
+impl WeftNode {
+    /// weft at `binary`, nickname `weft`, default threads, no extra lines.
+    pub fn new(binary: impl Into<PathBuf>) -> Self {
+        WeftNode {
+            binary: binary.into(),
+            connection_threads: None,
+            extra_torrc: Vec::new(),
+            nickname: "weft".into(),
+        }
+    }
+}

@@ -1,0 +1,82 @@
+//! Port ranges on 127.0.0.1: a sequential allocator that hands out ports from
+//! a network's `base_port` upward (refusing ports something already listens
+//! on), and a helper that finds a free range for a test run.
+
+use std::net::{Ipv4Addr, SocketAddr, TcpListener};
+
+use anyhow::{bail, Result};
+
+/// Environment variable that pins the base port [`pick_base_port`] returns.
+pub const BASE_PORT_ENV: &str = "WEFT_TESTNET_BASE_PORT";
+
+/// Lowest and highest port [`pick_base_port`] hands out; below Linux's
+/// ephemeral range (32768+) so tor's outgoing connections never take them.
+const RANGE_LOW: u16 = 10000;
+const RANGE_HIGH: u16 = 32000;
+/// Granularity of candidate ranges.
+const STRIDE: u16 = 100;
+
+/// Whether `port` on 127.0.0.1 can be bound right now.
+pub fn port_is_free(port: u16) -> bool {
+    TcpListener::bind(SocketAddr::from((Ipv4Addr::LOCALHOST, port))).is_ok()
+}
+
+/// Hands out consecutive ports from a base, checking each is free.
+#[derive(Debug)]
+pub(crate) struct PortAllocator {
+    next: u32,
+}
+
+impl PortAllocator {
+    pub(crate) fn new(base: u16) -> Self {
+        PortAllocator {
+            next: u32::from(base),
+        }
+    }
+
+    /// The next port; an error if the range ran past 65535 or the port is
+    /// already taken on 127.0.0.1.
+    pub(crate) fn take(&mut self, what: &str) -> Result<u16> {
+        let Ok(port) = u16::try_from(self.next) else {
+            bail!("port range exhausted (past 65535) allocating {what}");
+        };
+        if port == 0 {
+            bail!("base_port 0 is not allowed");
+        }
+        self.next += 1;
+        if !port_is_free(port) {
+            bail!(
+                "port {port} (for {what}) is already in use on 127.0.0.1; \
+                 pick another base_port (or set {BASE_PORT_ENV})"
+            );
+        }
+        Ok(port)
+    }
+}
+
+/// A base port for a network needing `count` consecutive ports: the value of
+/// `WEFT_TESTNET_BASE_PORT` if set, else the first range of `count` free ports
+/// found by scanning 10000..32000 from a starting point derived from this
+/// process id (so concurrent test binaries tend to use different ranges).
+pub fn pick_base_port(count: usize) -> Result<u16> {
+    if let Ok(v) = std::env::var(BASE_PORT_ENV) {
+        return v
+            .trim()
+            .parse::<u16>()
+            .map_err(|_| anyhow::anyhow!("{BASE_PORT_ENV}={v:?} is not a port number"));
+    }
+    let count = u16::try_from(count).unwrap_or(u16::MAX);
+    let span = count.div_ceil(STRIDE).max(1) * STRIDE;
+    if span >= RANGE_HIGH - RANGE_LOW {
+        bail!("a network needing {count} ports is too large");
+    }
+    let slots = (RANGE_HIGH - RANGE_LOW - span) / STRIDE;
+    let start_slot = (std::process::id() % u32::from(slots)) as u16;
+    for i in 0..slots {
+        let base = RANGE_LOW + ((start_slot + i) % slots) * STRIDE;
+        if (base..base + count).all(port_is_free) {
+            return Ok(base);
+        }
+    }
+    bail!("no range of {count} free ports found in {RANGE_LOW}..{RANGE_HIGH}")
+}

@@ -1,0 +1,189 @@
+//! The process's memory allocator, chosen at start-up by the environment
+//! variable `WEFT_ALLOCATOR` (`system`, the default; `mimalloc`;
+//! `jemalloc`), so one binary can be measured with each (weft-bench
+//! compare). Engler's thesis found the allocator mattered once cells cross
+//! threads; weft's hot path is meant not to allocate at all, and this switch
+//! is how that claim is checked.
+//!
+//! Every allocation also bumps a per-thread counter ([`thread_allocations`]),
+//! which workers report as `weft_worker_allocations_total`.
+//!
+//! The choice is made once, at the first allocation, by reading the
+//! environment with `getenv` (which does not allocate); every later call goes
+//! to the same allocator, so memory is always freed by the allocator that
+//! made it.
+
+use std::alloc::{GlobalAlloc, Layout, System};
+use std::cell::Cell;
+use std::sync::atomic::{AtomicU8, Ordering};
+
+thread_local! {
+    /// Allocations (alloc, alloc_zeroed, realloc) made on this thread. A
+    /// const-initialised Cell: reading or bumping it never allocates.
+    static ALLOCATIONS: Cell<u64> = const { Cell::new(0) };
+}
+
+/// Heap allocations made on the calling thread so far. Workers report it on
+/// the MetricsPort; the hot path is meant to keep it flat.
+pub fn thread_allocations() -> u64 {
+    ALLOCATIONS.try_with(Cell::get).unwrap_or(0)
+}
+
+#[inline]
+fn count() {
+    let _ = ALLOCATIONS.try_with(|c| c.set(c.get() + 1));
+}
+
+const UNDECIDED: u8 = 0;
+const SYSTEM: u8 = 1;
+const MIMALLOC: u8 = 2;
+const JEMALLOC: u8 = 3;
+
+/// The dispatching allocator installed as `#[global_allocator]`.
+pub struct SwitchableAllocator {
+    choice: AtomicU8,
+}
+
+impl SwitchableAllocator {
+    /// Undecided until the first allocation.
+    pub const fn new() -> Self {
+        SwitchableAllocator {
+            choice: AtomicU8::new(UNDECIDED),
+        }
+    }
+
+    #[inline]
+    fn choice(&self) -> u8 {
+        let c = self.choice.load(Ordering::Relaxed);
+        if c != UNDECIDED {
+            return c;
+        }
+        // SAFETY: getenv with a NUL-terminated name; the returned pointer is
+        // read only while no thread can be changing the environment (the
+        // first allocation happens before main runs user code), and only up
+        // to its NUL.
+        let v = unsafe {
+            let p = libc::getenv(c"WEFT_ALLOCATOR".as_ptr());
+            if p.is_null() {
+                SYSTEM
+            } else {
+                match std::ffi::CStr::from_ptr(p).to_bytes() {
+                    b"mimalloc" => MIMALLOC,
+                    b"jemalloc" => JEMALLOC,
+                    _ => SYSTEM,
+                }
+            }
+        };
+        // The first caller wins; everyone uses its answer.
+        match self
+            .choice
+            .compare_exchange(UNDECIDED, v, Ordering::AcqRel, Ordering::Acquire)
+        {
+            Ok(_) => v,
+            Err(existing) => existing,
+        }
+    }
+
+    /// The allocator in use, by name.
+    pub fn name(&self) -> &'static str {
+        match self.choice() {
+            MIMALLOC => "mimalloc",
+            JEMALLOC => "jemalloc",
+            _ => "system",
+        }
+    }
+}
+
+impl Default for SwitchableAllocator {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+// SAFETY: every method forwards to one of three allocators that implement
+// GlobalAlloc correctly, and the choice never changes after the first call,
+// so a block is always freed/reallocated by the allocator that made it.
+unsafe impl GlobalAlloc for SwitchableAllocator {
+    #[inline]
+    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
+        count();
+        // SAFETY: forwarded with the caller's guarantees.
+        unsafe {
+            match self.choice() {
+                MIMALLOC => mimalloc::MiMalloc.alloc(layout),
+                JEMALLOC => tikv_jemallocator::Jemalloc.alloc(layout),
+                _ => System.alloc(layout),
+            }
+        }
+    }
+
+    #[inline]
+    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
+        // SAFETY: forwarded with the caller's guarantees.
+        unsafe {
+            match self.choice() {
+                MIMALLOC => mimalloc::MiMalloc.dealloc(ptr, layout),
+                JEMALLOC => tikv_jemallocator::Jemalloc.dealloc(ptr, layout),
+                _ => System.dealloc(ptr, layout),
+            }
+        }
+    }
+
+    #[inline]
+    unsafe fn alloc_zeroed(&self, layout: Layout) -> *mut u8 {
+        count();
+        // SAFETY: forwarded with the caller's guarantees.
+        unsafe {
+            match self.choice() {
+                MIMALLOC => mimalloc::MiMalloc.alloc_zeroed(layout),
+                JEMALLOC => tikv_jemallocator::Jemalloc.alloc_zeroed(layout),
+                _ => System.alloc_zeroed(layout),
+            }
+        }
+    }
+
+    #[inline]
+    unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
+        count();
+        // SAFETY: forwarded with the caller's guarantees.
+        unsafe {
+            match self.choice() {
+                MIMALLOC => mimalloc::MiMalloc.realloc(ptr, layout, new_size),
+                JEMALLOC => tikv_jemallocator::Jemalloc.realloc(ptr, layout, new_size),
+                _ => System.realloc(ptr, layout, new_size),
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn each_allocator_round_trips() {
+        for c in [SYSTEM, MIMALLOC, JEMALLOC] {
+            let a = SwitchableAllocator {
+                choice: AtomicU8::new(c),
+            };
+            let layout = Layout::from_size_align(4096, 64).unwrap();
+            // SAFETY: non-zero layout; the block is freed by the same
+            // allocator with the same layout after use.
+            let before = thread_allocations();
+            unsafe {
+                let p = a.alloc_zeroed(layout);
+                assert!(!p.is_null());
+                assert_eq!(*p.add(4095), 0);
+                *p = 7;
+                let q = a.realloc(p, layout, 8192);
+                assert_eq!(*q, 7);
+                a.dealloc(q, Layout::from_size_align(8192, 64).unwrap());
+            }
+            assert_eq!(
+                thread_allocations() - before,
+                2,
+                "alloc_zeroed + realloc counted"
+            );
+        }
+    }
+}

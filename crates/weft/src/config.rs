@@ -1,0 +1,558 @@
+//! The torrc-style configuration file: stock tor's syntax and meaning for the
+//! options weft supports. Unknown options, malformed values and values weft
+//! cannot honour yet are errors that name the line — never silently ignored.
+
+use std::net::{IpAddr, SocketAddr};
+use std::path::{Path, PathBuf};
+
+use weft_relay::{DirAuthority, RelayConfig};
+
+/// A `Log` destination.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum LogTarget {
+    /// Standard output.
+    Stdout,
+    /// Standard error.
+    Stderr,
+    /// A file (appended).
+    File(PathBuf),
+}
+
+/// One `Log` line: severities from `min` (least severe) to `max`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LogSpec {
+    /// Least severe level logged.
+    pub min: tracing::Level,
+    /// Most severe level logged.
+    pub max: tracing::Level,
+    /// Where.
+    pub target: LogTarget,
+}
+
+/// The parsed configuration.
+#[derive(Debug, Clone)]
+pub struct Config {
+    /// What the relay runtime needs.
+    pub relay: RelayConfig,
+    /// Log lines.
+    pub logs: Vec<LogSpec>,
+    /// PidFile.
+    pub pid_file: Option<PathBuf>,
+}
+
+/// A configuration error naming the line.
+#[derive(Debug, thiserror::Error)]
+#[error("{file}:{line}: {msg}")]
+pub struct ConfigError {
+    file: String,
+    line: usize,
+    msg: String,
+}
+
+/// Map tor severities onto tracing levels (tor has one more: notice).
+fn severity(s: &str) -> Option<tracing::Level> {
+    Some(match s.to_ascii_lowercase().as_str() {
+        "debug" => tracing::Level::TRACE,
+        "info" => tracing::Level::DEBUG,
+        "notice" => tracing::Level::INFO,
+        "warn" => tracing::Level::WARN,
+        "err" => tracing::Level::ERROR,
+        _ => return None,
+    })
+}
+
+fn parse_bool(v: &str) -> Result<bool, String> {
+    match v {
+        "0" => Ok(false),
+        "1" => Ok(true),
+        _ => Err(format!("expected 0 or 1, got '{v}'")),
+    }
+}
+
+/// Parse a byte quantity like tor does ("1 MB", "500 KBytes", "1048576").
+fn parse_bytes(v: &str) -> Result<u64, String> {
+    let mut it = v.split_whitespace();
+    let num = it.next().ok_or("missing number")?;
+    let n: f64 = num.parse().map_err(|_| format!("bad number '{num}'"))?;
+    let unit = it.next().unwrap_or("bytes");
+    if it.next().is_some() {
+        return Err("trailing words".into());
+    }
+    let mult: f64 = match unit.to_ascii_lowercase().as_str() {
+        "b" | "byte" | "bytes" => 1.0,
+        "kb" | "kbyte" | "kbytes" | "kilobyte" | "kilobytes" => 1024.0,
+        "mb" | "mbyte" | "mbytes" | "megabyte" | "megabytes" => 1024.0 * 1024.0,
+        "gb" | "gbyte" | "gbytes" | "gigabyte" | "gigabytes" => 1024.0 * 1024.0 * 1024.0,
+        u => return Err(format!("unknown unit '{u}'")),
+    };
+    if n < 0.0 {
+        return Err("negative".into());
+    }
+    Ok((n * mult) as u64)
+}
+
+/// Parse a `DirAuthority` line value. [tor manual: DirAuthority]
+pub fn parse_dir_authority(v: &str) -> Result<DirAuthority, String> {
+    let toks: Vec<&str> = v.split_whitespace().collect();
+    let mut i = 0;
+    let nickname = match toks.first() {
+        Some(t) if !t.contains('=') && !t.contains(':') => {
+            i = 1;
+            t.to_string()
+        }
+        _ => String::new(),
+    };
+    let mut or_port = None;
+    let mut v3ident = None;
+    let mut addr = None;
+    while i < toks.len() {
+        let t = toks[i];
+        i += 1;
+        if let Some(p) = t.strip_prefix("orport=") {
+            or_port = Some(p.parse::<u16>().map_err(|_| format!("bad orport '{p}'"))?);
+        } else if let Some(h) = t.strip_prefix("v3ident=") {
+            let mut id = [0u8; 20];
+            hex::decode_to_slice(h, &mut id).map_err(|_| format!("bad v3ident '{h}'"))?;
+            v3ident = Some(id);
+        } else if t == "no-v2" || t == "v3" || t.starts_with("weight=") || t.starts_with("ipv6=") {
+            // Flags that do not change what a relay does with the authority.
+        } else if t == "bridge" || t == "hs" {
+            return Err(format!("authority flag '{t}' is not supported"));
+        } else if t.contains(':') {
+            addr = Some(
+                t.parse::<SocketAddr>()
+                    .map_err(|_| format!("bad address '{t}'"))?,
+            );
+            break;
+        } else {
+            return Err(format!("unexpected '{t}'"));
+        }
+    }
+    let dir_addr = addr.ok_or("missing address:dirport")?;
+    let fp: String = toks[i..].concat();
+    let mut fingerprint = [0u8; 20];
+    hex::decode_to_slice(&fp, &mut fingerprint).map_err(|_| format!("bad fingerprint '{fp}'"))?;
+    Ok(DirAuthority {
+        nickname,
+        or_port: or_port.ok_or("missing orport=")?,
+        v3ident,
+        dir_addr,
+        fingerprint,
+    })
+}
+
+fn parse_log(v: &str) -> Result<LogSpec, String> {
+    let toks: Vec<&str> = v.split_whitespace().collect();
+    let sev = toks.first().ok_or("missing severity")?;
+    let (min, max) = match sev.split_once('-') {
+        Some((a, b)) => (
+            severity(a).ok_or(format!("bad severity '{a}'"))?,
+            severity(b).ok_or(format!("bad severity '{b}'"))?,
+        ),
+        None => (
+            severity(sev).ok_or(format!("bad severity '{sev}'"))?,
+            tracing::Level::ERROR,
+        ),
+    };
+    let target = match toks.get(1).copied() {
+        Some("stdout") => LogTarget::Stdout,
+        Some("stderr") => LogTarget::Stderr,
+        Some("file") => {
+            let p = toks
+                .get(2..)
+                .filter(|r| !r.is_empty())
+                .ok_or("missing file name")?
+                .join(" ");
+            LogTarget::File(PathBuf::from(p))
+        }
+        Some(other) => return Err(format!("log destination '{other}' is not supported")),
+        None => LogTarget::Stdout,
+    };
+    if matches!(toks.get(1).copied(), Some("stdout") | Some("stderr")) && toks.len() > 2 {
+        return Err("trailing words".into());
+    }
+    Ok(LogSpec { min, max, target })
+}
+
+fn parse_or_port(v: &str) -> Result<(Option<IpAddr>, u16), String> {
+    let mut toks = v.split_whitespace();
+    let first = toks.next().ok_or("missing port")?;
+    if let Some(flag) = toks.next() {
+        return Err(format!("ORPort flag '{flag}' is not supported yet"));
+    }
+    if let Ok(p) = first.parse::<u16>() {
+        if p == 0 {
+            return Err("ORPort 0 (no ORPort) cannot run a relay".into());
+        }
+        return Ok((None, p));
+    }
+    let sa: SocketAddr = first.parse().map_err(|_| format!("bad ORPort '{first}'"))?;
+    if sa.is_ipv6() {
+        return Err("IPv6 ORPorts are not supported yet".into());
+    }
+    Ok((Some(sa.ip()), sa.port()))
+}
+
+/// A tor interval in milliseconds: "10", "10 msec", "10 ms", "1 second".
+fn parse_msec(v: &str) -> Result<u64, String> {
+    let mut it = v.split_whitespace();
+    let n: u64 = it
+        .next()
+        .and_then(|n| n.parse().ok())
+        .ok_or_else(|| format!("bad interval '{v}'"))?;
+    let mult = match it.next().map(str::to_ascii_lowercase).as_deref() {
+        None | Some("msec") | Some("ms") | Some("millisecond") | Some("milliseconds") => 1,
+        Some("second") | Some("seconds") | Some("sec") | Some("s") => 1000,
+        Some(u) => return Err(format!("unknown unit '{u}'")),
+    };
+    Ok(n * mult)
+}
+
+/// `MetricsPort [address:]port [prometheus]` (C Tor's syntax); a bare
+/// port listens on 127.0.0.1, port 0 turns it off.
+fn parse_metrics_port(v: &str) -> Result<Option<SocketAddr>, String> {
+    let mut toks = v.split_whitespace();
+    let first = toks.next().ok_or("MetricsPort needs a port")?;
+    match toks.next() {
+        None | Some("prometheus") => {}
+        Some(f) => {
+            return Err(format!(
+                "MetricsPort format '{f}' is not supported (only prometheus)"
+            ))
+        }
+    }
+    if toks.next().is_some() {
+        return Err("MetricsPort: trailing words".into());
+    }
+    let addr = match first.parse::<u16>() {
+        Ok(0) => return Ok(None),
+        Ok(p) => SocketAddr::from(([127, 0, 0, 1], p)),
+        Err(_) => first
+            .parse::<SocketAddr>()
+            .map_err(|_| format!("bad MetricsPort '{first}'"))?,
+    };
+    if addr.port() == 0 {
+        return Ok(None);
+    }
+    Ok(Some(addr))
+}
+
+/// Parse a configuration from text.
+pub fn parse(text: &str, file: &Path) -> Result<Config, ConfigError> {
+    let fname = file.display().to_string();
+    let mut or_port: Option<(Option<IpAddr>, u16)> = None;
+    let mut address: Option<IpAddr> = None;
+    let mut nickname: Option<String> = None;
+    let mut contact = None;
+    let mut data_dir: Option<PathBuf> = None;
+    let mut logs = Vec::new();
+    let mut authorities = Vec::new();
+    let mut testing = false;
+    let mut assume_reachable = false;
+    let mut threads: Option<usize> = None;
+    let mut pid_file = None;
+    let mut rate: u64 = 1 << 30;
+    let mut burst: u64 = 1 << 30;
+    let mut extend_private: Option<bool> = None;
+    let mut cross_worker = false;
+    let mut metrics_port: Option<SocketAddr> = None;
+    let mut halflife: Option<f64> = None;
+    let mut kist_interval: Option<u64> = None;
+    let mut kist_factor = 1.0f64;
+    let mut schedulers_kist = true;
+    let mut refill_ms: u64 = 100;
+    let mut migrate_every: Option<u64> = None;
+    let mut place_on: Option<usize> = None;
+    for (idx, raw) in text.lines().enumerate() {
+        let line = idx + 1;
+        let err = |msg: String| ConfigError {
+            file: fname.clone(),
+            line,
+            msg,
+        };
+        let l = raw.split('#').next().unwrap_or("").trim();
+        if l.is_empty() {
+            continue;
+        }
+        let (key, val) = match l.split_once(char::is_whitespace) {
+            Some((k, v)) => (k, v.trim()),
+            None => (l, ""),
+        };
+        if val.is_empty() {
+            return Err(err(format!("option {key} needs a value")));
+        }
+        match key.to_ascii_lowercase().as_str() {
+            "orport" => {
+                if or_port.is_some() {
+                    return Err(err("more than one ORPort is not supported yet".into()));
+                }
+                or_port = Some(parse_or_port(val).map_err(err)?);
+            }
+            "address" => {
+                address = Some(
+                    val.parse::<IpAddr>()
+                        .map_err(|_| err(format!("Address must be an IP address (got '{val}'); host names are not supported yet")))?,
+                );
+            }
+            "nickname" => {
+                if val.is_empty()
+                    || val.len() > 19
+                    || !val.chars().all(|c| c.is_ascii_alphanumeric())
+                {
+                    return Err(err(format!(
+                        "Nickname '{val}' must be 1-19 letters and digits"
+                    )));
+                }
+                nickname = Some(val.to_string());
+            }
+            "contactinfo" => contact = Some(val.to_string()),
+            "datadirectory" => data_dir = Some(PathBuf::from(val)),
+            "log" => logs.push(parse_log(val).map_err(err)?),
+            "dirauthority" => authorities
+                .push(parse_dir_authority(val).map_err(|m| err(format!("DirAuthority: {m}")))?),
+            "testingtornetwork" => testing = parse_bool(val).map_err(err)?,
+            "assumereachable" => assume_reachable = parse_bool(val).map_err(err)?,
+            "exitrelay" => {
+                if parse_bool(val).map_err(err)? {
+                    return Err(err(
+                        "ExitRelay 1: weft is a middle relay only (exits come later)".into(),
+                    ));
+                }
+            }
+            "exitpolicy" => {
+                let norm: String = val.split_whitespace().collect::<Vec<_>>().join(" ");
+                if norm != "reject *:*" {
+                    return Err(err(format!(
+                        "ExitPolicy '{val}': only 'reject *:*' is supported (middle relay)"
+                    )));
+                }
+            }
+            "connectionthreads" => {
+                let n: usize = val
+                    .parse()
+                    .map_err(|_| err(format!("bad ConnectionThreads '{val}'")))?;
+                if n > 1024 {
+                    return Err(err("ConnectionThreads above 1024".into()));
+                }
+                threads = Some(n);
+            }
+            "pidfile" => pid_file = Some(PathBuf::from(val)),
+            "bandwidthrate" => rate = parse_bytes(val).map_err(err)?,
+            "bandwidthburst" => burst = parse_bytes(val).map_err(err)?,
+            "extendallowprivateaddresses" => extend_private = Some(parse_bool(val).map_err(err)?),
+            "testingcrossworkerextends" => cross_worker = parse_bool(val).map_err(err)?,
+            "metricsport" => metrics_port = parse_metrics_port(val).map_err(err)?,
+            "circuitpriorityhalflife" => {
+                let v: f64 = val.parse().map_err(|_| {
+                    err(format!(
+                        "bad CircuitPriorityHalflife '{val}' (seconds; -1 = from the consensus)"
+                    ))
+                })?;
+                // C Tor: negative means "use the consensus"; 0 turns EWMA off.
+                halflife = (v >= 0.0).then_some(v);
+            }
+            "kistschedruninterval" => {
+                let ms = parse_msec(val).map_err(err)?;
+                if ms > 100 {
+                    return Err(err("KISTSchedRunInterval above 100 msec".into()));
+                }
+                // C Tor: 0 means "use the consensus value".
+                kist_interval = (ms > 0).then_some(ms);
+            }
+            "testingmigrateevery" => {
+                let n: u64 = val
+                    .parse()
+                    .map_err(|_| err(format!("bad TestingMigrateEvery '{val}' (seconds)")))?;
+                migrate_every = (n > 0).then_some(n);
+            }
+            "testingplaceonworker" => {
+                place_on = Some(
+                    val.parse()
+                        .map_err(|_| err(format!("bad TestingPlaceOnWorker '{val}'")))?,
+                );
+            }
+            "tokenbucketrefillinterval" => {
+                refill_ms = parse_msec(val).map_err(err)?;
+                if !(1..=1000).contains(&refill_ms) {
+                    return Err(err(
+                        "TokenBucketRefillInterval must be between 1 and 1000 msec".into(),
+                    ));
+                }
+            }
+            "kistsockbufsizefactor" => {
+                kist_factor = val
+                    .parse()
+                    .ok()
+                    .filter(|f: &f64| *f >= 0.0 && f.is_finite())
+                    .ok_or_else(|| err(format!("bad KISTSockBufSizeFactor '{val}'")))?;
+            }
+            "schedulers" => {
+                // The first scheduler in the list that weft has wins.
+                let pick = val.split(',').map(str::trim).find(|x| {
+                    matches!(
+                        x.to_ascii_lowercase().as_str(),
+                        "kist" | "kistlite" | "vanilla"
+                    )
+                });
+                match pick.map(str::to_ascii_lowercase).as_deref() {
+                    Some("kist") | Some("kistlite") => schedulers_kist = true,
+                    Some("vanilla") => schedulers_kist = false,
+                    _ => {
+                        return Err(err(format!(
+                            "Schedulers '{val}': none of KIST, KISTLite, Vanilla"
+                        )))
+                    }
+                }
+            }
+            "runasdaemon" => {
+                if parse_bool(val).map_err(err)? {
+                    return Err(err(
+                        "RunAsDaemon 1 is not supported; run weft under a service manager".into(),
+                    ));
+                }
+            }
+            _ => return Err(err(format!("unknown option '{key}'"))),
+        }
+    }
+    let at_end = |msg: &str| ConfigError {
+        file: fname.clone(),
+        line: 0,
+        msg: msg.to_string(),
+    };
+    let (bind_ip, port) = or_port.ok_or_else(|| at_end("ORPort is required"))?;
+    let data_dir = data_dir.ok_or_else(|| at_end("DataDirectory is required"))?;
+    let adv_ip = address
+        .or(bind_ip)
+        .ok_or_else(|| at_end("Address is required (weft does not guess its address yet)"))?;
+    if !adv_ip.is_ipv4() {
+        return Err(at_end("Address must be IPv4"));
+    }
+    if (migrate_every.is_some() || place_on.is_some()) && !testing {
+        return Err(at_end("TestingMigrateEvery / TestingPlaceOnWorker are for tests (they need TestingTorNetwork 1)"));
+    }
+    if cross_worker && !testing {
+        return Err(at_end(
+            "TestingCrossWorkerExtends requires TestingTorNetwork 1",
+        ));
+    }
+    if rate < 76_800 {
+        return Err(at_end(
+            "BandwidthRate must be at least 75 KBytes for a relay (C Tor's minimum)",
+        ));
+    }
+    if burst < rate {
+        burst = rate;
+    }
+    let listen_ip = bind_ip.unwrap_or(IpAddr::from([0, 0, 0, 0]));
+    let threads = threads.unwrap_or_else(|| {
+        std::thread::available_parallelism()
+            .map(|n| n.get())
+            .unwrap_or(1)
+    });
+    Ok(Config {
+        relay: RelayConfig {
+            nickname: nickname.unwrap_or_else(|| "Unnamed".into()),
+            contact,
+            or_listen: SocketAddr::new(listen_ip, port),
+            advertised: SocketAddr::new(adv_ip, port),
+            data_dir,
+            authorities,
+            testing_tor_network: testing,
+            assume_reachable,
+            connection_threads: threads,
+            extend_allow_private: extend_private.unwrap_or(testing),
+            bandwidth_rate: rate,
+            bandwidth_burst: burst,
+            token_bucket_refill: std::time::Duration::from_millis(refill_ms),
+            testing_migrate_every: migrate_every,
+            testing_place_on_worker: place_on,
+            testing_cross_worker: cross_worker,
+            metrics_port,
+            alloc_probe: None,
+            circuit_priority_halflife: halflife,
+            kist_run_interval_ms: if schedulers_kist {
+                kist_interval
+            } else {
+                Some(0)
+            },
+            kist_sock_buf_factor: kist_factor,
+        },
+        logs,
+        pid_file,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const GOOD: &str = "\
+# a comment
+ORPort 127.0.0.1:5000
+Address 127.0.0.1
+Nickname weft1
+ContactInfo ops@example.org
+DataDirectory /tmp/weft
+Log notice file /tmp/weft/notice.log
+DirAuthority auth0 orport=5100 no-v2 v3ident=0123456789ABCDEF0123456789ABCDEF01234567 127.0.0.1:7000 AAAA BBBB CCCC DDDD EEEE FFFF 0000 1111 2222 3333
+TestingTorNetwork 1
+AssumeReachable 1
+ExitRelay 0
+ExitPolicy reject *:*
+ConnectionThreads 2
+";
+
+    #[test]
+    fn parses_a_relay_config() {
+        let c = parse(GOOD, Path::new("torrc")).unwrap();
+        assert_eq!(c.relay.nickname, "weft1");
+        assert_eq!(c.relay.connection_threads, 2);
+        assert_eq!(c.relay.or_listen, "127.0.0.1:5000".parse().unwrap());
+        assert_eq!(c.relay.authorities.len(), 1);
+        assert_eq!(c.relay.authorities[0].or_port, 5100);
+        assert_eq!(
+            hex::encode_upper(c.relay.authorities[0].fingerprint),
+            "AAAABBBBCCCCDDDDEEEEFFFF0000111122223333"
+        );
+        assert!(c.relay.extend_allow_private);
+        assert_eq!(
+            c.logs[0].target,
+            LogTarget::File("/tmp/weft/notice.log".into())
+        );
+    }
+
+    #[test]
+    fn errors_name_the_line() {
+        for (bad, what) in [
+            ("Frobnicate 1", "unknown option"),
+            ("ExitRelay 1", "middle relay"),
+            ("ExitPolicy accept *:80", "reject *:*"),
+            ("ConnectionThreads many", "ConnectionThreads"),
+            ("Nickname this-is-bad", "Nickname"),
+            ("TestingTorNetwork yes", "expected 0 or 1"),
+            ("Log notice syslog", "not supported"),
+            ("DirAuthority x 127.0.0.1:1 ZZ", "DirAuthority"),
+            ("ORPort 5000 NoAdvertise", "not supported"),
+        ] {
+            let text = format!("{GOOD}{bad}\n");
+            let e = parse(&text, Path::new("torrc")).unwrap_err().to_string();
+            assert!(e.contains("torrc:14:"), "{bad}: {e}");
+            assert!(e.contains(what), "{bad}: {e}");
+        }
+    }
+
+    #[test]
+    fn missing_required_options() {
+        let e = parse("Nickname x\n", Path::new("t"))
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("ORPort is required"), "{e}");
+    }
+
+    #[test]
+    fn byte_units() {
+        assert_eq!(parse_bytes("1 MB").unwrap(), 1 << 20);
+        assert_eq!(parse_bytes("100").unwrap(), 100);
+        assert!(parse_bytes("1 parsec").is_err());
+    }
+}

@@ -1,0 +1,245 @@
+//! Test helpers: start a weft process on loopback, and a minimal Tor link
+//! client (TLS + VERSIONS + NETINFO as an unauthenticated client) that can
+//! send arbitrary, also malformed, cells.
+
+#![allow(dead_code)]
+
+use std::io::{Read, Write};
+use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use openssl::ssl::{SslConnector, SslMethod, SslStream, SslVerifyMode};
+
+/// A weft process started by a test; killed on drop.
+pub struct WeftProcess {
+    pub child: Child,
+    pub dir: tempfile::TempDir,
+    pub or_port: u16,
+    pub log: PathBuf,
+}
+
+impl Drop for WeftProcess {
+    fn drop(&mut self) {
+        if std::thread::panicking() {
+            eprintln!("---- weft log ----\n{}", self.log_text());
+        }
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+pub fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+impl WeftProcess {
+    /// Start weft with no authorities (it will not publish anywhere).
+    pub fn start(threads: u32, extra: &str) -> WeftProcess {
+        let dir = tempfile::tempdir().unwrap();
+        let or_port = free_port();
+        let log = dir.path().join("info.log");
+        let torrc = dir.path().join("torrc");
+        std::fs::write(
+            &torrc,
+            format!(
+                "ORPort 127.0.0.1:{or_port}\nAddress 127.0.0.1\nNickname weftTest\nDataDirectory {}\nLog info file {}\nConnectionThreads {threads}\nExitRelay 0\nExitPolicy reject *:*\n{extra}",
+                dir.path().join("data").display(),
+                log.display()
+            ),
+        )
+        .unwrap();
+        let child = Command::new(env!("CARGO_BIN_EXE_weft"))
+            .arg("-f")
+            .arg(&torrc)
+            .stdout(Stdio::null())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .unwrap();
+        let p = WeftProcess {
+            child,
+            dir,
+            or_port,
+            log,
+        };
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while TcpStream::connect(("127.0.0.1", p.or_port)).is_err() {
+            assert!(Instant::now() < deadline, "weft did not open its ORPort");
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        p
+    }
+
+    pub fn addr(&self) -> SocketAddr {
+        SocketAddr::from(([127, 0, 0, 1], self.or_port))
+    }
+
+    pub fn log_text(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+
+    pub fn alive(&mut self) -> bool {
+        matches!(self.child.try_wait(), Ok(None))
+    }
+
+    pub fn data_dir(&self) -> PathBuf {
+        self.dir.path().join("data")
+    }
+}
+
+/// Wait until `log` contains `needle`, bounded.
+pub fn wait_for_log(p: &WeftProcess, needle: &str) -> bool {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while Instant::now() < deadline {
+        if p.log_text().contains(needle) {
+            return true;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    false
+}
+
+pub const CELL_LEN: usize = 514;
+
+/// A raw TLS link to weft.
+pub struct LinkClient {
+    pub tls: SslStream<TcpStream>,
+    buf: Vec<u8>,
+}
+
+impl LinkClient {
+    /// TLS only, no Tor handshake.
+    pub fn connect_tls(addr: SocketAddr) -> LinkClient {
+        let tcp = TcpStream::connect(addr).unwrap();
+        tcp.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+        let mut b = SslConnector::builder(SslMethod::tls_client()).unwrap();
+        b.set_verify(SslVerifyMode::NONE);
+        let c = b.build();
+        let mut cfg = c.configure().unwrap();
+        cfg.set_verify_hostname(false);
+        let tls = cfg.connect("www.example.com", tcp).unwrap();
+        LinkClient {
+            tls,
+            buf: Vec::new(),
+        }
+    }
+
+    /// TLS plus the client side of the v3 handshake (VERSIONS, then NETINFO).
+    pub fn connect(addr: SocketAddr) -> LinkClient {
+        let mut c = Self::connect_tls(addr);
+        c.send(&[0, 0, 7, 0, 6, 0, 3, 0, 4, 0, 5]);
+        // Responder flight: VERSIONS (2-byte circ id), CERTS, AUTH_CHALLENGE, NETINFO.
+        let v = c.read_var(2).expect("VERSIONS");
+        assert_eq!(v.1, 7);
+        assert_eq!(c.read_var(4).expect("CERTS").1, 129);
+        assert_eq!(c.read_var(4).expect("AUTH_CHALLENGE").1, 130);
+        let ni = c.read_fixed().expect("NETINFO");
+        assert_eq!(ni.1, 8);
+        let mut body = vec![0, 0, 0, 0, 4, 4, 127, 0, 0, 1, 0];
+        body.resize(509, 0);
+        c.send_fixed(0, 8, &body);
+        c
+    }
+
+    pub fn send(&mut self, b: &[u8]) {
+        self.tls.write_all(b).unwrap();
+        self.tls.flush().unwrap();
+    }
+
+    pub fn try_send(&mut self, b: &[u8]) -> bool {
+        self.tls.write_all(b).is_ok() && self.tls.flush().is_ok()
+    }
+
+    pub fn send_fixed(&mut self, circ: u32, cmd: u8, body: &[u8]) {
+        let mut c = Vec::with_capacity(CELL_LEN);
+        c.extend_from_slice(&circ.to_be_bytes());
+        c.push(cmd);
+        c.extend_from_slice(body);
+        c.resize(CELL_LEN, 0);
+        self.send(&c);
+    }
+
+    fn fill(&mut self, n: usize) -> bool {
+        while self.buf.len() < n {
+            let mut chunk = [0u8; 4096];
+            match self.tls.read(&mut chunk) {
+                Ok(0) | Err(_) => return false,
+                Ok(k) => self.buf.extend_from_slice(&chunk[..k]),
+            }
+        }
+        true
+    }
+
+    pub fn read_var(&mut self, width: usize) -> Option<(u32, u8, Vec<u8>)> {
+        if !self.fill(width + 3) {
+            return None;
+        }
+        let circ = if width == 2 {
+            u32::from(u16::from_be_bytes([self.buf[0], self.buf[1]]))
+        } else {
+            u32::from_be_bytes([self.buf[0], self.buf[1], self.buf[2], self.buf[3]])
+        };
+        let cmd = self.buf[width];
+        let len = usize::from(u16::from_be_bytes([
+            self.buf[width + 1],
+            self.buf[width + 2],
+        ]));
+        if !self.fill(width + 3 + len) {
+            return None;
+        }
+        let body = self.buf[width + 3..width + 3 + len].to_vec();
+        self.buf.drain(..width + 3 + len);
+        Some((circ, cmd, body))
+    }
+
+    /// Read the next fixed cell (skipping VPADDING/PADDING).
+    pub fn read_fixed(&mut self) -> Option<(u32, u8, Vec<u8>)> {
+        loop {
+            if !self.fill(5) {
+                return None;
+            }
+            let cmd = self.buf[4];
+            if cmd == 7 || cmd >= 128 {
+                self.read_var(4)?;
+                continue;
+            }
+            if !self.fill(CELL_LEN) {
+                return None;
+            }
+            let circ = u32::from_be_bytes([self.buf[0], self.buf[1], self.buf[2], self.buf[3]]);
+            let body = self.buf[5..CELL_LEN].to_vec();
+            self.buf.drain(..CELL_LEN);
+            if cmd == 0 {
+                continue;
+            }
+            return Some((circ, cmd, body));
+        }
+    }
+
+    /// True if the peer closed the connection (EOF or error) within 10 s.
+    pub fn closed_by_peer(&mut self) -> bool {
+        loop {
+            let mut chunk = [0u8; 4096];
+            match self.tls.read(&mut chunk) {
+                Ok(0) => return true,
+                Err(e) => {
+                    return !matches!(
+                        e.kind(),
+                        std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
+                    );
+                }
+                Ok(_) => continue,
+            }
+        }
+    }
+}
+
+/// Path of the weft binary under test.
+pub fn weft_bin() -> &'static Path {
+    Path::new(env!("CARGO_BIN_EXE_weft"))
+}

@@ -1,0 +1,16 @@
+#!/usr/bin/env bash
+# Install what weft's demo and tests need on a fresh Debian machine: stock tor
+# (the reference relay/authority/client) and OpenSSL headers. Idempotent.
+set -euo pipefail
+need=()
+command -v tor >/dev/null 2>&1 || need+=(tor)
+command -v tor-gencert >/dev/null 2>&1 || need+=(tor)
+dpkg -s libssl-dev >/dev/null 2>&1 || need+=(libssl-dev)
+dpkg -s pkg-config >/dev/null 2>&1 || need+=(pkg-config)
+if [ ${#need[@]} -gt 0 ]; then
+  SUDO=""
+  [ "$(id -u)" -ne 0 ] && SUDO=sudo
+  $SUDO apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq "${need[@]}" >/dev/null
+fi
+tor --version | head -1
