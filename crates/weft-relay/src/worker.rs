@@ -1159,8 +1159,46 @@ impl Worker {
         } else {
             h.hold_from = Some(old);
         }
+        let conn = h.conn;
+        // A cell for the old reference may still wait in our connection's
+        // stall slot (its ring was full). It is older than anything the
+        // half sends from now on, and `Switched` below promises the old
+        // worker nothing more: readdress it to the new reference first.
+        self.readdress_stalled(conn, old_ref, peer);
         // After this, nothing more from us to the old reference.
         self.send_ordered(old_ref, RingMsg::Switched { old: old_ref });
+    }
+
+    /// If connection `conn` is stalled on a cell for `old`, send that cell
+    /// to `new` instead (delivered now if `new` is on this worker, else
+    /// stalled on the ring to `new`'s worker).
+    fn readdress_stalled(&mut self, conn: usize, old: HalfRef, new: HalfRef) {
+        let Some(c) = self.conns.get_mut(conn) else {
+            return;
+        };
+        let Some((dw, msg)) = c.stalled.take() else {
+            return;
+        };
+        if msg.target() != old {
+            c.stalled = Some((dw, msg));
+            return;
+        }
+        let msg = msg.retarget(new);
+        let w = usize::from(new.worker);
+        if w == self.id {
+            // Unstalled: read again; the cell goes in ahead of anything
+            // the connection reads next.
+            c.readable = true;
+            self.to_read.push(conn);
+            self.stalled[dw].retain(|&i| i != conn);
+            self.on_ring_msg(msg, self.id as u16);
+        } else {
+            c.stalled = Some((w, msg));
+            if w != dw {
+                self.stalled[dw].retain(|&i| i != conn);
+                self.stalled[w].push(conn);
+            }
+        }
     }
 
     /// Move connection `conn_id` to worker `to` (step 1 of crate::migrate).
@@ -1241,7 +1279,7 @@ impl Worker {
             self.send_ordered(p, RingMsg::SourceDone { to: p });
         }
         self.counters.migrations += 1;
-        debug!(
+        info!(
             "connection {conn_id} moves from worker {} to worker {to} with {} circuits",
             self.id,
             moved.len()
