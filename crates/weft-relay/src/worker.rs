@@ -960,7 +960,18 @@ impl Worker {
     ) {
         let Some(h) = self.halves.get(to) else { return };
         if h.hold_from.is_some_and(|f| f != source) {
-            // Newer than what the old source still has in flight: wait.
+            // Newer than what the old source still has in flight: wait
+            // (held cells count against the circuit's queue limit).
+            let max = self.cfg.max_circuit_queue;
+            if h.held.len() + h.queue.len() >= max {
+                let why = format!(
+                    "{} cells held during a migration, maximum allowed is {max}",
+                    h.held.len()
+                );
+                let conn = h.conn;
+                self.close_circuit(conn, to.slot, destroy_reason::RESOURCELIMIT, &why);
+                return;
+            }
             if let Some(s) = self.pool.alloc() {
                 let c = self.pool.slot_mut(s);
                 c.command = command;
@@ -2014,7 +2025,21 @@ impl Io<'_> {
             if let Some(h) = self.halves.get(to) {
                 if h.hold_from.is_some_and(|f| usize::from(f) != self.me) {
                     // Its peer just moved here: older cells are still on
-                    // their way from the old worker.
+                    // their way from the old worker. Held cells count
+                    // against the circuit's queue limit.
+                    if h.held.len() + h.queue.len() >= self.max_queue {
+                        info!(
+                            "circuit {:#x}: {} cells held during a migration, maximum allowed is {}; closing",
+                            h.circ_id,
+                            h.held.len(),
+                            self.max_queue
+                        );
+                        if let Some(p) = h.peer {
+                            self.destroy_later.push((p, destroy_reason::RESOURCELIMIT));
+                        }
+                        self.destroy_later.push((to, destroy_reason::RESOURCELIMIT));
+                        return RelayOutcome::Done;
+                    }
                     if let Some(s) = self.pool.alloc() {
                         let c = self.pool.slot_mut(s);
                         c.command = command;
@@ -2388,6 +2413,8 @@ fn drop_half(
         s.mux.remove(slot, &mut h.ewma);
     }
     h.queue.clear(pool);
+    // Cells held for a migration's ordering marker go back too.
+    h.held.clear(pool);
     Some(h)
 }
 
