@@ -356,7 +356,7 @@ fn main() -> Result<()> {
             }
             if !no_perf_md {
                 let mut section = format!(
-                    "Measured {stamp} on {} CPUs ({}), {}; command:\n\n    {}\n\nProcedure: {} connections × {} circuits ({} web, {} bulk per connection), downstream only; the target's BandwidthRate = BandwidthBurst = {} KiB/s (the bottleneck, so cells queue inside the target between token refills), generator read rate {} KiB/s (0: unlimited); bulk circuits keep {} cells in flight; web circuits fetch {} KB after exponential think times (mean {} ms); warm-up {} s, measured {} s; target on CPUs {}, no CPU cap.\n\n",
+                    "Measured {stamp} on {} CPUs ({}), {}; command:\n\n    {}\n\nProcedure: {} connections × {} circuits ({} web, {} bulk per connection), downstream only; {}; bulk circuits keep {} cells in flight; web circuits fetch {} KB after exponential think times (mean {} ms); warm-up {} s, measured {} s; target on CPUs {}, no CPU cap.\n\n",
                     cmp.machine.cpus,
                     cmp.machine.model,
                     cmp.tor_version,
@@ -365,8 +365,11 @@ fn main() -> Result<()> {
                     p.circuits,
                     p.web_circuits,
                     p.circuits - p.web_circuits,
-                    rate_kib_s,
-                    read_kib_s,
+                    if rate_kib_s > 0 {
+                        format!("the target's BandwidthRate = BandwidthBurst = {rate_kib_s} KiB/s (the bottleneck, so cells queue inside the target between token refills), generator read rate {read_kib_s} KiB/s (0: unlimited)")
+                    } else {
+                        format!("no BandwidthRate on the target; each generator connection reads at most {read_kib_s} KiB/s (the slow client-side link that is the bottleneck, so cells queue inside the target)")
+                    },
                     p.window,
                     fetch_kb,
                     think_ms,
