@@ -22,7 +22,6 @@ use anyhow::{ensure, Context, Result};
 use common::{free_port, WeftProcess};
 use weft_bench::load::{PHASE_RUN, PHASE_STOP};
 use weft_bench::run::{BenchEnv, LoadRun, Procedure};
-use weft_proto::origin::HopTarget;
 
 fn scrape(port: u16, token: Option<&str>) -> Result<(u16, String)> {
     let mut s = TcpStream::connect(("127.0.0.1", port))?;
@@ -88,21 +87,7 @@ fn metrics_port_and_no_allocation_per_cell() -> Result<()> {
     );
 
     // Load: 2 generator connections × 4 circuits through weft to 2 sinks.
-    let (rsa, ed) = {
-        let fp = std::fs::read_to_string(data.join("fingerprint"))?;
-        let mut rsa = [0u8; 20];
-        hex::decode_to_slice(
-            fp.split_whitespace().nth(1).context("fingerprint")?,
-            &mut rsa,
-        )?;
-        (rsa, None)
-    };
-    let hop = HopTarget {
-        rsa_id: rsa,
-        ed_id: ed,
-        ntor_key: weft_crypto::keys::read_ntor_public(&data)?,
-        addr: format!("127.0.0.1:{}", weft.or_port).parse()?,
-    };
+    let hop = weft.hop_target()?;
     let dir = tempfile::tempdir()?;
     let env = BenchEnv {
         dir: dir.path().to_path_buf(),

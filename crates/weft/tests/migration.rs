@@ -25,7 +25,6 @@ use anyhow::{ensure, Context, Result};
 use common::{free_port, WeftProcess};
 use weft_bench::load::{PHASE_RUN, PHASE_STOP};
 use weft_bench::run::{BenchEnv, LoadRun, Procedure};
-use weft_proto::origin::HopTarget;
 
 fn scrape(port: u16, token: &str) -> Result<prometheus_parse::Scrape> {
     let mut s = TcpStream::connect(("127.0.0.1", port))?;
@@ -68,7 +67,7 @@ struct Relay {
     weft: WeftProcess,
     metrics_port: u16,
     token: String,
-    hop: HopTarget,
+    hop: weft_proto::origin::HopTarget,
 }
 
 fn start_relay(extra: &str) -> Result<Relay> {
@@ -87,18 +86,7 @@ fn start_relay(extra: &str) -> Result<Relay> {
     let token = std::fs::read_to_string(data.join("metrics_auth_cookie"))?
         .trim()
         .to_string();
-    let fp = std::fs::read_to_string(data.join("fingerprint"))?;
-    let mut rsa = [0u8; 20];
-    hex::decode_to_slice(
-        fp.split_whitespace().nth(1).context("fingerprint")?,
-        &mut rsa,
-    )?;
-    let hop = HopTarget {
-        rsa_id: rsa,
-        ed_id: None,
-        ntor_key: weft_crypto::keys::read_ntor_public(&data)?,
-        addr: format!("127.0.0.1:{}", weft.or_port).parse()?,
-    };
+    let hop = weft.hop_target()?;
     Ok(Relay {
         weft,
         metrics_port,

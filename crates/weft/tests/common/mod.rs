@@ -79,6 +79,25 @@ impl WeftProcess {
         SocketAddr::from(([127, 0, 0, 1], self.or_port))
     }
 
+    /// What a client needs to build a hop to this relay (from its data
+    /// directory: fingerprint and ntor key).
+    pub fn hop_target(&self) -> anyhow::Result<weft_proto::origin::HopTarget> {
+        use anyhow::Context;
+        let data = self.dir.path().join("data");
+        let fp = std::fs::read_to_string(data.join("fingerprint"))?;
+        let mut rsa_id = [0u8; 20];
+        hex::decode_to_slice(
+            fp.split_whitespace().nth(1).context("fingerprint")?,
+            &mut rsa_id,
+        )?;
+        Ok(weft_proto::origin::HopTarget {
+            rsa_id,
+            ed_id: None,
+            ntor_key: weft_crypto::keys::read_ntor_public(&data)?,
+            addr: std::net::SocketAddrV4::new(std::net::Ipv4Addr::LOCALHOST, self.or_port),
+        })
+    }
+
     pub fn log_text(&self) -> String {
         std::fs::read_to_string(&self.log).unwrap_or_default()
     }
