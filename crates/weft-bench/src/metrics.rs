@@ -102,6 +102,8 @@ pub struct RelayMetrics {
     pub outq_p99_bytes: f64,
     /// Main thread CPU seconds.
     pub main_cpu_s: f64,
+    /// Of `cells`, those handed to a half on another worker.
+    pub cross_cells: f64,
 }
 
 /// The `q` quantile of bucket deltas `b − a` (the bucket's upper bound).
@@ -149,6 +151,7 @@ impl RelayMetrics {
             outq_p50_bytes: o50,
             outq_p99_bytes: o99,
             main_cpu_s: d("weft_main_thread_cpu_seconds_total"),
+            cross_cells: d("weft_worker_cross_worker_cells_total"),
         }
     }
 }

@@ -17,9 +17,9 @@ use crate::run::RunResult;
 /// * `s` — the serial fraction: the main thread's share of weft's CPU while
 ///   relaying (work that does not spread over workers);
 /// * `δ` — the extra cost of a cell that crosses workers, from CPU-s/GiB
-///   with 1 and 2 workers: with 2 workers half the cells cross, so
-///   c₂ = c₁·(1 + δ/2), δ = 2·(c₂/c₁ − 1);
-/// * with N workers (N−1)/N of the cells cross, so cₙ = c₁·(1 + δ·(N−1)/N),
+///   with 1 and 2 workers and the share `f` of weft-2's cells that crossed
+///   (weft's own counter): c₂ = c₁·(1 + δ·f), δ = (c₂/c₁ − 1)/f;
+/// * with N workers, conservatively, (N−1)/N of the cells cross, so cₙ = c₁·(1 + δ·(N−1)/N),
 ///   and the speed-up over one worker is
 ///   S(N) = 1 / (s + (1 − s) · (cₙ/c₁) / N).
 #[derive(Debug, Clone, Serialize)]
@@ -47,7 +47,14 @@ pub fn project(runs: &[RunResult]) -> Option<Projection> {
         .main_thread_share
         .max(two.main_thread_share)
         .clamp(0.0, 1.0);
-    let delta = (2.0 * (two.cpu_s_per_gib / one.cpu_s_per_gib - 1.0)).max(0.0);
+    // The share of weft-2's cells that crossed workers, as weft counted
+    // them (half, if the relay did not say).
+    let f = two
+        .relay_metrics
+        .as_ref()
+        .filter(|m| m.cells > 0.0)
+        .map_or(0.5, |m| (m.cross_cells / m.cells).clamp(0.05, 1.0));
+    let delta = ((two.cpu_s_per_gib / one.cpu_s_per_gib - 1.0) / f).max(0.0);
     let speedup = [1usize, 2, 4, 8, 16]
         .iter()
         .map(|&n| (n, amdahl(n, s, delta)))
@@ -68,7 +75,7 @@ pub fn projection_markdown(p: &Projection) -> String {
         .collect();
     let vals: Vec<String> = p.speedup.iter().map(|(_, v)| format!("{v:.2}×")).collect();
     format!(
-        "Projected speed-up of weft over one worker (serial fraction s = {:.4} from the main thread's CPU share, cross-worker overhead δ = {:.3} of a cell's cost from CPU-s/GiB at 1 and 2 workers; S(N) = 1 / (s + (1 − s)·(1 + δ·(N−1)/N)/N)):\n\n| {} |\n|{}|\n| {} |\n",
+        "Projected speed-up of weft over one worker (serial fraction s = {:.4} from the main thread's CPU share, cross-worker overhead δ = {:.3} of a cell's cost from CPU-s/GiB at 1 and 2 workers and the share of weft-2's cells that crossed workers; at N workers (N−1)/N of the cells are assumed to cross; S(N) = 1 / (s + (1 − s)·(1 + δ·(N−1)/N)/N)):\n\n| {} |\n|{}|\n| {} |\n",
         p.serial_fraction,
         p.cross_worker_overhead,
         cols.join(" | "),

@@ -372,6 +372,13 @@ impl Controller {
         }
     }
 
+    /// How much busier worker `w` is than the idlest worker (load EWMA,
+    /// fraction of a core).
+    fn load_gap(&self, w: usize) -> f64 {
+        let min = self.load.iter().copied().fold(f64::INFINITY, f64::min);
+        self.load.get(w).map_or(f64::INFINITY, |l| l - min)
+    }
+
     fn new_conn_id(&mut self) -> ConnId {
         let id = self.next_conn_id;
         self.next_conn_id += 1;
@@ -638,9 +645,19 @@ impl Controller {
             return;
         }
         let conn_id = self.new_conn_id();
-        let w = match avoid_worker {
-            Some(a) => (a + 1) % self.workers.len(),
-            None => self.pick_worker(),
+        let w = match (avoid_worker, &waiter) {
+            (Some(a), _) => (a + 1) % self.workers.len(),
+            // An extend's new connection goes to the extending half's worker
+            // unless that worker is clearly busier than the idlest: then the
+            // circuit's cells stay on one worker (no hand-off, no wake-up),
+            // and the balancer still moves connections when load skews.
+            (None, Waiter::Extend(from, _))
+                if self.cfg.testing_place_on_worker.is_none()
+                    && self.load_gap(usize::from(from.worker)) < 0.2 =>
+            {
+                usize::from(from.worker)
+            }
+            _ => self.pick_worker(),
         };
         self.worker_load[w].connections += 1;
         debug!(

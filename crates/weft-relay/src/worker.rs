@@ -352,9 +352,19 @@ impl Worker {
     }
 
     /// How long the next poll may block: zero if work is waiting, else until
-    /// the next housekeeping (the notifier is set so producers wake us).
+    /// the next thing that is due (the KIST run or the write bucket's refill
+    /// for connections with cells to write, housekeeping); the notifier is
+    /// set so producers wake us earlier.
     pub fn sleep_time(&self) -> Option<Duration> {
         if self.has_work() {
+            return Some(Duration::ZERO);
+        }
+        let mut until = self.next_housekeeping;
+        if let Some(t) = self.next_write() {
+            until = until.min(t);
+        }
+        let now = Instant::now();
+        if until <= now {
             return Some(Duration::ZERO);
         }
         self.notifier.going_to_sleep();
@@ -362,20 +372,35 @@ impl Worker {
             self.notifier.awake();
             return Some(Duration::ZERO);
         }
-        Some(
-            self.next_housekeeping
-                .saturating_duration_since(Instant::now()),
-        )
+        Some(until - now)
     }
 
-    /// True if the worker has work that does not wait for an event.
+    /// True if the worker has work that does not wait for an event or a
+    /// timer.
     pub fn has_work(&self) -> bool {
-        !self.to_read.is_empty()
-            || !self.to_close.is_empty()
-            || self
-                .pending
-                .iter()
-                .any(|&c| self.conns.get(c).is_some_and(|c| c.writable))
+        !self.to_read.is_empty() || !self.to_close.is_empty()
+    }
+
+    /// When the writer can next do something for a connection with cells
+    /// waiting: at once without KIST, else at the next KIST run; never before
+    /// the write bucket has tokens. None if nothing waits to be written.
+    fn next_write(&self) -> Option<Instant> {
+        let waiting = self
+            .pending
+            .iter()
+            .any(|&c| self.conns.get(c).is_some_and(|c| c.writable));
+        if !waiting {
+            return None;
+        }
+        let mut t = if self.ctx.kist_interval.is_zero() {
+            self.round_start
+        } else {
+            self.next_sched_run
+        };
+        if self.write_bucket.available() == 0 {
+            t = t.max(self.write_bucket.next_refill());
+        }
+        Some(t)
     }
 
     /// True once a shutdown was requested and handled.
@@ -1691,7 +1716,14 @@ impl Worker {
             if now < self.next_sched_run {
                 return;
             }
-            self.next_sched_run = now + self.ctx.kist_interval;
+            // A fixed cadence: a run that starts late (the poll timeout is
+            // rounded up to whole milliseconds) does not push the next one.
+            let next = self.next_sched_run + self.ctx.kist_interval;
+            self.next_sched_run = if next > now {
+                next
+            } else {
+                now + self.ctx.kist_interval
+            };
         }
         let now_ns = now.saturating_duration_since(self.epoch).as_nanos() as u64;
         let mut i = 0;
