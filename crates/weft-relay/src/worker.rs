@@ -997,14 +997,23 @@ impl Worker {
                 self.close_circuit(conn, to.slot, destroy_reason::RESOURCELIMIT, &why);
                 return;
             }
-            if let Some(s) = self.pool.alloc() {
-                let c = self.pool.slot_mut(s);
-                c.command = command;
-                c.stamp_ns = stamp_ns;
-                c.queued_ns = stamp_ns;
-                c.body = *body;
-                h.held.push(&mut self.pool, s);
-            }
+            let Some(s) = self.pool.alloc() else {
+                // Dropping one cell would corrupt the circuit: close it.
+                let conn = h.conn;
+                self.close_circuit(
+                    conn,
+                    to.slot,
+                    destroy_reason::RESOURCELIMIT,
+                    "worker cell pool exhausted",
+                );
+                return;
+            };
+            let c = self.pool.slot_mut(s);
+            c.command = command;
+            c.stamp_ns = stamp_ns;
+            c.queued_ns = stamp_ns;
+            c.body = *body;
+            h.held.push(&mut self.pool, s);
             return;
         }
         let command = match &mut h.role {
@@ -1355,14 +1364,24 @@ impl Worker {
                 self.enqueue(idx, r.slot, cell.command, cell.stamp_ns, &cell.body);
             }
             for cell in mh.held {
-                if let Some(s) = self.pool.alloc() {
-                    let c = self.pool.slot_mut(s);
-                    c.command = cell.command;
-                    c.stamp_ns = cell.stamp_ns;
-                    c.body = cell.body;
-                    if let Some(h) = self.halves.by_slot(r.slot) {
-                        h.held.push(&mut self.pool, s);
-                    }
+                if self.halves.get(r).is_none() {
+                    break; // closed while its queue was rebuilt
+                }
+                let Some(s) = self.pool.alloc() else {
+                    self.close_circuit(
+                        idx,
+                        r.slot,
+                        destroy_reason::RESOURCELIMIT,
+                        "worker cell pool exhausted",
+                    );
+                    break;
+                };
+                let c = self.pool.slot_mut(s);
+                c.command = cell.command;
+                c.stamp_ns = cell.stamp_ns;
+                c.body = cell.body;
+                if let Some(h) = self.halves.get(r) {
+                    h.held.push(&mut self.pool, s);
                 }
             }
             self.send_ordered(
@@ -2072,13 +2091,19 @@ impl Io<'_> {
                         self.destroy_later.push((to, destroy_reason::RESOURCELIMIT));
                         return RelayOutcome::Done;
                     }
-                    if let Some(s) = self.pool.alloc() {
-                        let c = self.pool.slot_mut(s);
-                        c.command = command;
-                        c.stamp_ns = stamp_ns;
-                        c.body = *body;
-                        h.held.push(self.pool, s);
-                    }
+                    let Some(s) = self.pool.alloc() else {
+                        // Dropping one cell would corrupt the circuit.
+                        if let Some(p) = h.peer {
+                            self.destroy_later.push((p, destroy_reason::RESOURCELIMIT));
+                        }
+                        self.destroy_later.push((to, destroy_reason::RESOURCELIMIT));
+                        return RelayOutcome::Done;
+                    };
+                    let c = self.pool.slot_mut(s);
+                    c.command = command;
+                    c.stamp_ns = stamp_ns;
+                    c.body = *body;
+                    h.held.push(self.pool, s);
                     return RelayOutcome::Done;
                 }
                 let command = match &mut h.role {

@@ -181,3 +181,63 @@ fn metrics_port_and_no_allocation_per_cell() -> Result<()> {
     drop(weft);
     Ok(())
 }
+
+/// Below saturation a worker must sleep between KIST runs, not poll: a
+/// slow-reading client keeps cells waiting inside weft (the kernel's send
+/// queue is at KIST's bound), and the worker's event-loop rounds per second
+/// must stay near the KIST rate (500/s at 2 ms), far from the hundreds of
+/// thousands of a busy loop. A bound on loop iterations, not on speed.
+#[test]
+fn worker_sleeps_while_cells_wait_for_kist() -> Result<()> {
+    let mport = free_port();
+    let weft = WeftProcess::start(
+        1,
+        &format!("MetricsPort 127.0.0.1:{mport}\nExtendAllowPrivateAddresses 1\n"),
+    );
+    let data = weft.dir.path().join("data");
+    let token = std::fs::read_to_string(data.join("metrics_auth_cookie"))?;
+    let hop = weft.hop_target()?;
+    let dir = tempfile::tempdir()?;
+    let env = BenchEnv {
+        dir: dir.path().to_path_buf(),
+        weft_bin: PathBuf::new(),
+        tor_bin: PathBuf::new(),
+    };
+    // Downstream only, into a generator that reads 256 KiB/s.
+    let mut p = Procedure::saturation(1, 2, 1000, 1000, 0.0, 0.0, 1.0);
+    p.direction = "down".into();
+    p.read_rate = Some(256 * 1024);
+    let load = LoadRun::start(&env, &p, Some(hop), None)?;
+    let t0 = std::time::Instant::now();
+    while load.sum(|c| c.circuits_ready.load(std::sync::atomic::Ordering::Relaxed)) < 2 {
+        ensure!(t0.elapsed() < Duration::from_secs(60), "circuits not built");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    load.set_phase(PHASE_RUN);
+    std::thread::sleep(Duration::from_secs(3));
+    let a = parse(&scrape(mport, Some(token.trim()))?.1)?;
+    std::thread::sleep(Duration::from_secs(4));
+    let b = parse(&scrape(mport, Some(token.trim()))?.1)?;
+    let queued = total(&b, "weft_worker_queued_cells");
+    load.set_phase(PHASE_STOP);
+    let reports = load.finish()?;
+    let errors: Vec<String> = reports.into_iter().flat_map(|r| r.errors).collect();
+    ensure!(errors.is_empty(), "load errors: {errors:?}");
+    let rounds = total(&b, "weft_worker_rounds_total") - total(&a, "weft_worker_rounds_total");
+    let secs = 4.0;
+    eprintln!(
+        "{:.0} rounds/s with {queued} cells waiting in weft",
+        rounds / secs
+    );
+    ensure!(
+        queued > 0.0,
+        "no cells waited inside weft; the test proves nothing"
+    );
+    ensure!(
+        rounds / secs < 20_000.0,
+        "{:.0} event-loop rounds per second while cells wait: the worker polls instead of sleeping",
+        rounds / secs
+    );
+    drop(weft);
+    Ok(())
+}
