@@ -13,36 +13,13 @@
 mod common;
 
 use std::collections::HashMap;
-use std::io::{Read, Write};
-use std::net::TcpStream;
 use std::path::PathBuf;
 use std::time::Duration;
 
 use anyhow::{ensure, Context, Result};
-use common::{free_port, WeftProcess};
+use common::{free_port, parse_metrics as parse, scrape_metrics as scrape, WeftProcess};
 use weft_bench::load::{PHASE_RUN, PHASE_STOP};
 use weft_bench::run::{BenchEnv, LoadRun, Procedure};
-
-fn scrape(port: u16, token: Option<&str>) -> Result<(u16, String)> {
-    let mut s = TcpStream::connect(("127.0.0.1", port))?;
-    s.set_read_timeout(Some(Duration::from_secs(10)))?;
-    let auth = token
-        .map(|t| format!("Authorization: Bearer {t}\r\n"))
-        .unwrap_or_default();
-    write!(s, "GET /metrics HTTP/1.1\r\nHost: localhost\r\n{auth}\r\n")?;
-    let mut out = String::new();
-    s.read_to_string(&mut out)?;
-    let status = out
-        .split(' ')
-        .nth(1)
-        .and_then(|c| c.parse().ok())
-        .context("status line")?;
-    let body = out
-        .split_once("\r\n\r\n")
-        .map(|(_, b)| b.to_string())
-        .unwrap_or_default();
-    Ok((status, body))
-}
 
 /// Sum of a counter family over workers.
 fn total(scrape: &prometheus_parse::Scrape, name: &str) -> f64 {
@@ -57,11 +34,6 @@ fn total(scrape: &prometheus_parse::Scrape, name: &str) -> f64 {
             _ => 0.0,
         })
         .sum()
-}
-
-fn parse(body: &str) -> Result<prometheus_parse::Scrape> {
-    let lines = body.lines().map(|l| Ok(l.to_string()));
-    prometheus_parse::Scrape::parse(lines).context("Prometheus text format")
 }
 
 #[test]

@@ -15,32 +15,19 @@
 
 mod common;
 
-use std::io::{Read, Write};
-use std::net::TcpStream;
 use std::path::PathBuf;
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
-use anyhow::{ensure, Context, Result};
+use anyhow::{ensure, Result};
 use common::{free_port, WeftProcess};
 use weft_bench::load::{PHASE_RUN, PHASE_STOP};
 use weft_bench::run::{BenchEnv, LoadRun, Procedure};
 
 fn scrape(port: u16, token: &str) -> Result<prometheus_parse::Scrape> {
-    let mut s = TcpStream::connect(("127.0.0.1", port))?;
-    s.set_read_timeout(Some(Duration::from_secs(10)))?;
-    write!(
-        s,
-        "GET /metrics HTTP/1.1\r\nHost: localhost\r\nAuthorization: Bearer {token}\r\n\r\n"
-    )?;
-    let mut out = String::new();
-    s.read_to_string(&mut out)?;
-    let body = out
-        .split_once("\r\n\r\n")
-        .map(|(_, b)| b.to_string())
-        .context("HTTP response")?;
-    prometheus_parse::Scrape::parse(body.lines().map(|l| Ok(l.to_string())))
-        .context("Prometheus text format")
+    let (status, body) = common::scrape_metrics(port, Some(token))?;
+    ensure!(status == 200, "MetricsPort answered {status}");
+    common::parse_metrics(&body)
 }
 
 /// A per-worker family as a vector indexed by worker.

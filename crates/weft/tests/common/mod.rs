@@ -262,3 +262,35 @@ impl LinkClient {
 pub fn weft_bin() -> &'static Path {
     Path::new(env!("CARGO_BIN_EXE_weft"))
 }
+
+/// GET /metrics from a MetricsPort on 127.0.0.1 (with a bearer token if
+/// given): (HTTP status, body).
+pub fn scrape_metrics(port: u16, token: Option<&str>) -> anyhow::Result<(u16, String)> {
+    use anyhow::Context;
+    let mut s = TcpStream::connect(("127.0.0.1", port))?;
+    s.set_read_timeout(Some(Duration::from_secs(10)))?;
+    let auth = token
+        .map(|t| format!("Authorization: Bearer {t}\r\n"))
+        .unwrap_or_default();
+    write!(s, "GET /metrics HTTP/1.1\r\nHost: localhost\r\n{auth}\r\n")?;
+    let mut out = String::new();
+    s.read_to_string(&mut out)?;
+    let status = out
+        .split(' ')
+        .nth(1)
+        .and_then(|c| c.parse().ok())
+        .context("status line")?;
+    let body = out
+        .split_once("\r\n\r\n")
+        .map(|(_, b)| b.to_string())
+        .unwrap_or_default();
+    Ok((status, body))
+}
+
+/// Parse a MetricsPort body with an independent Prometheus text-format
+/// parser (`prometheus-parse`).
+pub fn parse_metrics(body: &str) -> anyhow::Result<prometheus_parse::Scrape> {
+    use anyhow::Context;
+    let lines = body.lines().map(|l| Ok(l.to_string()));
+    prometheus_parse::Scrape::parse(lines).context("Prometheus text format")
+}
