@@ -7,6 +7,9 @@ command -v tor >/dev/null 2>&1 || need+=(tor)
 command -v tor-gencert >/dev/null 2>&1 || need+=(tor)
 dpkg -s libssl-dev >/dev/null 2>&1 || need+=(libssl-dev)
 dpkg -s pkg-config >/dev/null 2>&1 || need+=(pkg-config)
+# openssl-src (the default vendored-openssl feature) builds OpenSSL with perl and make.
+dpkg -s perl >/dev/null 2>&1 || need+=(perl)
+dpkg -s make >/dev/null 2>&1 || need+=(make)
 if [ ${#need[@]} -gt 0 ]; then
   SUDO=""
   [ "$(id -u)" -ne 0 ] && SUDO=sudo

@@ -63,6 +63,10 @@ enum Cmd {
         /// Also measure weft-1 with mimalloc and jemalloc.
         #[arg(long, default_value_t = true, action = clap::ArgAction::Set)]
         allocators: bool,
+        /// tor / weft-1 pairs for the paired cost ratio (the first pair is
+        /// the main table's; each further pair runs tor, then weft-1).
+        #[arg(long, default_value_t = 3)]
+        pairs: usize,
         /// Do not touch docs/perf.md.
         #[arg(long)]
         no_perf_md: bool,
@@ -247,18 +251,26 @@ fn command_line() -> String {
     std::env::args().collect::<Vec<_>>().join(" ")
 }
 
+/// `tor --version`'s first line with the OpenSSL tor runs on, and the
+/// OpenSSL this workspace (so weft built alongside) links.
 fn tor_version(env: &BenchEnv) -> String {
-    std::process::Command::new(&env.tor_bin)
+    let out = std::process::Command::new(&env.tor_bin)
         .arg("--version")
         .output()
-        .map(|o| {
-            String::from_utf8_lossy(&o.stdout)
-                .lines()
-                .next()
-                .unwrap_or("")
-                .to_string()
-        })
-        .unwrap_or_default()
+        .map(|o| String::from_utf8_lossy(&o.stdout).into_owned())
+        .unwrap_or_default();
+    let first = out.lines().next().unwrap_or("").trim_end_matches('.');
+    let tor_ssl = out
+        .split([',', ' '])
+        .collect::<Vec<_>>()
+        .windows(2)
+        .find(|w| w[0] == "OpenSSL")
+        .map(|w| format!("OpenSSL {}", w[1]))
+        .unwrap_or_else(|| "OpenSSL unknown".into());
+    format!(
+        "{first} on {tor_ssl}; weft on {}",
+        openssl::version::version()
+    )
 }
 
 fn main() -> Result<()> {
@@ -336,6 +348,7 @@ fn main() -> Result<()> {
                 table: report::table(&runs),
                 runs,
                 projection: None,
+                paired: None,
             };
             let path = opts.results.join(format!(
                 "{date}-priority{}.json",
@@ -493,6 +506,7 @@ fn main() -> Result<()> {
                 table: report::table(std::slice::from_ref(&r)),
                 runs: vec![r],
                 projection: None,
+                paired: None,
             };
             report::write_json(&path, &cmp)?;
             print!("{}", report::markdown(&cmp.table));
@@ -507,6 +521,7 @@ fn main() -> Result<()> {
         Cmd::Compare {
             mut opts,
             allocators,
+            pairs,
             no_perf_md,
         } => {
             opts.cpu_quota.get_or_insert(0.5);
@@ -533,12 +548,29 @@ fn main() -> Result<()> {
             for k in kinds {
                 runs.push(run::run(&env, &p, k, floor.as_ref())?);
             }
+            let cost = |label: &str, runs: &[run::RunResult]| {
+                runs.iter()
+                    .find(|r| r.label == label)
+                    .map_or(0.0, |r| r.cpu_s_per_gib)
+            };
+            let mut pair_costs = vec![(cost("tor", &runs), cost("weft-1", &runs))];
+            for i in 1..pairs {
+                println!("[pairs] tor / weft-1 pair {} of {pairs}", i + 1);
+                let t = run::run(&env, &p, TargetKind::tor(), None)?;
+                let w = run::run(&env, &p, TargetKind::weft(1), None)?;
+                pair_costs.push((t.cpu_s_per_gib, w.cpu_s_per_gib));
+            }
+            let paired = report::paired_ratio(&pair_costs);
             let table = report::table(&runs);
             let projection = report::project(&runs);
             let mut md = report::markdown(&table);
             if let Some(p) = &projection {
                 md.push('\n');
                 md.push_str(&report::projection_markdown(p));
+            }
+            if let Some(p) = &paired {
+                md.push('\n');
+                md.push_str(&report::paired_markdown(p));
             }
             let cmp = report::Comparison {
                 date: stamp.clone(),
@@ -549,6 +581,7 @@ fn main() -> Result<()> {
                 runs,
                 table,
                 projection,
+                paired,
             };
             let path = opts.results.join(format!(
                 "{date}-compare{}.json",

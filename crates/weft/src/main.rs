@@ -96,6 +96,15 @@ fn main() -> ExitCode {
         }
     }
     tracing::info!("memory allocator: {}", ALLOCATOR.name());
+    tracing::info!(
+        "TLS library: {} ({})",
+        openssl::version::version(),
+        if cfg!(feature = "vendored-openssl") {
+            "built in; rebuild with --no-default-features to use the system's"
+        } else {
+            "the system's"
+        }
+    );
     let mut relay = cfg.relay;
     relay.alloc_probe = Some(weft::alloc::thread_allocations);
     match weft_relay::run_relay(relay) {

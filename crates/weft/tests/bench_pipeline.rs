@@ -68,6 +68,7 @@ fn bench_pipeline_against_weft() -> Result<()> {
         table: report::table(std::slice::from_ref(&r)),
         runs: vec![r],
         projection: None,
+        paired: None,
     };
     let path = dir.path().join("result.json");
     report::write_json(&path, &cmp)?;
