@@ -6,7 +6,8 @@
 //!
 //! * `run`: one target.
 //! * `compare`: stock tor, then weft with 0, 1, 2 workers (and the
-//!   allocators), back to back with the same load; writes
+//!   allocators), back to back with the same load, then more tor / weft-1
+//!   pairs for the median cost ratio (`--pairs`); writes
 //!   `bench/results/<date>-compare.json`, PNGs, and the table in docs/perf.md.
 //!
 //! The work is done by the `weft_bench` library (load, target, run, report).

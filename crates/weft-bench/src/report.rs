@@ -147,16 +147,11 @@ pub fn paired_ratio(pairs: &[(f64, f64)]) -> Option<PairedRatio> {
 /// The paired ratio as Markdown.
 pub fn paired_markdown(p: &PairedRatio) -> String {
     let mut md = String::from(
-        "Stock tor and weft-1 in alternating pairs (CPU-s/GiB; tor ÷ weft-1):
-
-| pair | tor | weft-1 | tor ÷ weft-1 |
-|---|---|---|---|
-",
+        "Stock tor and weft-1 in alternating pairs (CPU-s/GiB; tor ÷ weft-1):\n\n| pair | tor | weft-1 | tor ÷ weft-1 |\n|---|---|---|---|\n",
     );
     for (i, r) in p.ratios.iter().enumerate() {
         md.push_str(&format!(
-            "| {} | {:.2} | {:.2} | {:.2}× |
-",
+            "| {} | {:.2} | {:.2} | {:.2}× |\n",
             i + 1,
             p.tor_cpu_s_per_gib[i],
             p.weft1_cpu_s_per_gib[i],
@@ -164,9 +159,7 @@ pub fn paired_markdown(p: &PairedRatio) -> String {
         ));
     }
     md.push_str(&format!(
-        "
-weft-1 costs {:.2}× less CPU per GiB than stock tor (median of {} pairs; smallest {:.2}×).
-",
+        "\nweft-1 costs {:.2}× less CPU per GiB than stock tor (median of {} pairs; smallest {:.2}×).\n",
         p.median,
         p.ratios.len(),
         p.min
