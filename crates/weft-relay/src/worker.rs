@@ -812,6 +812,17 @@ impl Worker {
 
     /// Close one circuit ourselves: DESTROY here with `reason`, and the peer
     /// half told to send DESTROY with the same reason.
+    /// The worker's cell pool is at its hard cap and a cell of this circuit
+    /// has nowhere to go: dropping it would corrupt the circuit, so close it.
+    fn close_pool_exhausted(&mut self, conn: usize, slot: u32) {
+        self.close_circuit(
+            conn,
+            slot,
+            destroy_reason::RESOURCELIMIT,
+            "worker cell pool exhausted",
+        );
+    }
+
     fn close_circuit(&mut self, conn: usize, slot: u32, reason: u8, why: &str) {
         let Some(h) = drop_half(&mut self.halves, &mut self.pool, &mut self.sched, slot) else {
             return;
@@ -998,15 +1009,8 @@ impl Worker {
                 return;
             }
             let Some(s) = self.pool.alloc() else {
-                // Dropping one cell would corrupt the circuit: close it.
                 let conn = h.conn;
-                self.close_circuit(
-                    conn,
-                    to.slot,
-                    destroy_reason::RESOURCELIMIT,
-                    "worker cell pool exhausted",
-                );
-                return;
+                return self.close_pool_exhausted(conn, to.slot);
             };
             let c = self.pool.slot_mut(s);
             c.command = command;
@@ -1368,12 +1372,7 @@ impl Worker {
                     break; // closed while its queue was rebuilt
                 }
                 let Some(s) = self.pool.alloc() else {
-                    self.close_circuit(
-                        idx,
-                        r.slot,
-                        destroy_reason::RESOURCELIMIT,
-                        "worker cell pool exhausted",
-                    );
+                    self.close_pool_exhausted(idx, r.slot);
                     break;
                 };
                 let c = self.pool.slot_mut(s);
@@ -1441,13 +1440,7 @@ impl Worker {
             return;
         }
         let Some(s) = self.pool.alloc() else {
-            self.close_circuit(
-                conn,
-                slot,
-                destroy_reason::RESOURCELIMIT,
-                "worker cell pool exhausted",
-            );
-            return;
+            return self.close_pool_exhausted(conn, slot);
         };
         let c = self.pool.slot_mut(s);
         c.command = command;

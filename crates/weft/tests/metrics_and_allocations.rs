@@ -36,15 +36,22 @@ fn total(scrape: &prometheus_parse::Scrape, name: &str) -> f64 {
         .sum()
 }
 
-#[test]
-fn metrics_port_and_no_allocation_per_cell() -> Result<()> {
+/// weft with `workers` workers and a MetricsPort: the process, the port
+/// and the bearer token from the data directory.
+fn start_with_metrics(workers: u32) -> Result<(WeftProcess, u16, String)> {
     let mport = free_port();
     let weft = WeftProcess::start(
-        2,
+        workers,
         &format!("MetricsPort 127.0.0.1:{mport}\nExtendAllowPrivateAddresses 1\n"),
     );
+    let token = std::fs::read_to_string(weft.dir.path().join("data").join("metrics_auth_cookie"))?;
+    Ok((weft, mport, token))
+}
+
+#[test]
+fn metrics_port_and_no_allocation_per_cell() -> Result<()> {
+    let (weft, mport, token) = start_with_metrics(2)?;
     let data = weft.dir.path().join("data");
-    let token = std::fs::read_to_string(data.join("metrics_auth_cookie"))?;
     let mode = std::fs::metadata(data.join("metrics_auth_cookie"))?.permissions();
     ensure!(
         std::os::unix::fs::PermissionsExt::mode(&mode) & 0o077 == 0,
@@ -161,13 +168,7 @@ fn metrics_port_and_no_allocation_per_cell() -> Result<()> {
 /// thousands of a busy loop. A bound on loop iterations, not on speed.
 #[test]
 fn worker_sleeps_while_cells_wait_for_kist() -> Result<()> {
-    let mport = free_port();
-    let weft = WeftProcess::start(
-        1,
-        &format!("MetricsPort 127.0.0.1:{mport}\nExtendAllowPrivateAddresses 1\n"),
-    );
-    let data = weft.dir.path().join("data");
-    let token = std::fs::read_to_string(data.join("metrics_auth_cookie"))?;
+    let (weft, mport, token) = start_with_metrics(1)?;
     let hop = weft.hop_target()?;
     let dir = tempfile::tempdir()?;
     let env = BenchEnv {
