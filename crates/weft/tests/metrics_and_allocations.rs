@@ -48,6 +48,20 @@ fn start_with_metrics(workers: u32) -> Result<(WeftProcess, u16, String)> {
     Ok((weft, mport, token))
 }
 
+/// weft-bench's load (generators and sinks in this process) through
+/// `weft` by procedure `p`; the directory must outlive the load.
+fn load_through(weft: &WeftProcess, p: &Procedure) -> Result<(tempfile::TempDir, LoadRun)> {
+    let hop = weft.hop_target()?;
+    let dir = tempfile::tempdir()?;
+    let env = BenchEnv {
+        dir: dir.path().to_path_buf(),
+        weft_bin: PathBuf::new(),
+        tor_bin: PathBuf::new(),
+    };
+    let load = LoadRun::start(&env, p, Some(hop), None)?;
+    Ok((dir, load))
+}
+
 #[test]
 fn metrics_port_and_no_allocation_per_cell() -> Result<()> {
     let (weft, mport, token) = start_with_metrics(2)?;
@@ -66,16 +80,9 @@ fn metrics_port_and_no_allocation_per_cell() -> Result<()> {
     );
 
     // Load: 2 generator connections × 4 circuits through weft to 2 sinks.
-    let hop = weft.hop_target()?;
-    let dir = tempfile::tempdir()?;
-    let env = BenchEnv {
-        dir: dir.path().to_path_buf(),
-        weft_bin: PathBuf::new(),
-        tor_bin: PathBuf::new(),
-    };
     let mut p = Procedure::saturation(2, 4, 200, 1000, 0.0, 0.0, 1.0);
     p.mark_every = 64;
-    let load = LoadRun::start(&env, &p, Some(hop), None)?;
+    let (_dir, load) = load_through(&weft, &p)?;
     let t0 = std::time::Instant::now();
     while load.sum(|c| c.circuits_ready.load(std::sync::atomic::Ordering::Relaxed)) < 8 {
         ensure!(t0.elapsed() < Duration::from_secs(60), "circuits not built");
@@ -169,18 +176,11 @@ fn metrics_port_and_no_allocation_per_cell() -> Result<()> {
 #[test]
 fn worker_sleeps_while_cells_wait_for_kist() -> Result<()> {
     let (weft, mport, token) = start_with_metrics(1)?;
-    let hop = weft.hop_target()?;
-    let dir = tempfile::tempdir()?;
-    let env = BenchEnv {
-        dir: dir.path().to_path_buf(),
-        weft_bin: PathBuf::new(),
-        tor_bin: PathBuf::new(),
-    };
     // Downstream only, into a generator that reads 256 KiB/s.
     let mut p = Procedure::saturation(1, 2, 1000, 1000, 0.0, 0.0, 1.0);
     p.direction = "down".into();
     p.read_rate = Some(256 * 1024);
-    let load = LoadRun::start(&env, &p, Some(hop), None)?;
+    let (_dir, load) = load_through(&weft, &p)?;
     let t0 = std::time::Instant::now();
     while load.sum(|c| c.circuits_ready.load(std::sync::atomic::Ordering::Relaxed)) < 2 {
         ensure!(t0.elapsed() < Duration::from_secs(60), "circuits not built");
