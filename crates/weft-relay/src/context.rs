@@ -50,6 +50,9 @@ pub struct RelayConfig {
     pub assume_reachable: bool,
     /// Worker threads (0 = everything on the main thread).
     pub connection_threads: usize,
+    /// WorkerSchedSlice: the scheduler time slice worker threads ask the
+    /// kernel for (None: the kernel's default).
+    pub worker_sched_slice: Option<std::time::Duration>,
     /// Allow EXTEND2 to private addresses (on with TestingTorNetwork).
     pub extend_allow_private: bool,
     /// BandwidthRate in bytes/s (advertised average).

@@ -155,7 +155,7 @@ async fn run_controller(cfg: RelayConfig) -> anyhow::Result<()> {
         if n == 0 {
             local_worker = Some(w);
         } else {
-            worker::spawn_thread(w)?;
+            worker::spawn_thread(w, cfg.worker_sched_slice)?;
         }
     }
     if let Some(w) = local_worker {

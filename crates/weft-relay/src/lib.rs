@@ -24,6 +24,7 @@ pub mod metrics;
 pub mod migrate;
 pub mod pool;
 pub mod ring;
+pub mod sched_slice;
 pub mod selftest;
 pub mod tls;
 pub mod worker;

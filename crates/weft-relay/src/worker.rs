@@ -2469,11 +2469,44 @@ fn drop_half(
 }
 
 /// Start a worker on its own OS thread.
-pub fn spawn_thread(worker: Worker) -> std::io::Result<std::thread::JoinHandle<()>> {
+///
+/// With `slice` the thread first asks the kernel for that scheduler time
+/// slice (`WorkerSchedSlice`, see [`crate::sched_slice`]); worker 0 logs
+/// the outcome.
+pub fn spawn_thread(
+    worker: Worker,
+    slice: Option<Duration>,
+) -> std::io::Result<std::thread::JoinHandle<()>> {
     let id = worker.id;
     std::thread::Builder::new()
         .name(format!("weft-worker-{id}"))
-        .spawn(move || worker.run())
+        .spawn(move || {
+            if let Some(s) = slice {
+                request_slice(id, s);
+            }
+            worker.run()
+        })
+}
+
+/// Ask for the scheduler slice `s` on the calling worker thread and log
+/// what became of it (once, from worker 0).
+fn request_slice(id: usize, s: Duration) {
+    use crate::sched_slice::{request, SliceOutcome};
+    let outcome = request(s);
+    if id != 0 {
+        debug!("worker {id}: scheduler slice request: {outcome:?}");
+        return;
+    }
+    match outcome {
+        Ok(SliceOutcome::Set) => info!("worker threads run with a {s:?} scheduler slice"),
+        Ok(SliceOutcome::Unsupported) => info!(
+            "WorkerSchedSlice: this kernel has no per-thread time slices (Linux 6.12 or later); workers use its default"
+        ),
+        Ok(SliceOutcome::NotFairClass) => info!(
+            "WorkerSchedSlice: worker threads run under a real-time or deadline policy; slice left alone"
+        ),
+        Err(e) => info!("WorkerSchedSlice: cannot set the scheduler slice: {e}"),
+    }
 }
 
 #[cfg(test)]

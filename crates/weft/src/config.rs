@@ -7,6 +7,10 @@ use std::path::{Path, PathBuf};
 
 use weft_relay::{DirAuthority, RelayConfig};
 
+/// `WorkerSchedSlice` default: the scheduler time slice worker threads ask
+/// for, in ms (see `weft_relay::sched_slice` and docs/perf.md).
+pub const DEFAULT_WORKER_SCHED_SLICE_MS: u64 = 5;
+
 /// A `Log` destination.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum LogTarget {
@@ -250,6 +254,7 @@ pub fn parse(text: &str, file: &Path) -> Result<Config, ConfigError> {
     let mut testing = false;
     let mut assume_reachable = false;
     let mut threads: Option<usize> = None;
+    let mut sched_slice_ms: u64 = DEFAULT_WORKER_SCHED_SLICE_MS;
     let mut pid_file = None;
     let mut rate: u64 = 1 << 30;
     let mut burst: u64 = 1 << 30;
@@ -335,6 +340,15 @@ pub fn parse(text: &str, file: &Path) -> Result<Config, ConfigError> {
                     return Err(err("ConnectionThreads above 1024".into()));
                 }
                 threads = Some(n);
+            }
+            "workerschedslice" => {
+                let ms = parse_msec(val).map_err(err)?;
+                if ms > 100 {
+                    return Err(err(format!(
+                        "WorkerSchedSlice '{val}' above 100 msec (the kernel's maximum)"
+                    )));
+                }
+                sched_slice_ms = ms;
             }
             "pidfile" => pid_file = Some(PathBuf::from(val)),
             "bandwidthrate" => rate = parse_bytes(val).map_err(err)?,
@@ -460,6 +474,8 @@ pub fn parse(text: &str, file: &Path) -> Result<Config, ConfigError> {
             testing_tor_network: testing,
             assume_reachable,
             connection_threads: threads,
+            worker_sched_slice: (sched_slice_ms > 0)
+                .then(|| std::time::Duration::from_millis(sched_slice_ms)),
             extend_allow_private: extend_private.unwrap_or(testing),
             bandwidth_rate: rate,
             bandwidth_burst: burst,
@@ -516,6 +532,23 @@ ConnectionThreads 2
         );
         assert!(c.relay.extend_allow_private);
         assert_eq!(
+            c.relay.worker_sched_slice,
+            Some(std::time::Duration::from_millis(
+                DEFAULT_WORKER_SCHED_SLICE_MS
+            ))
+        );
+        let off = parse(&format!("{GOOD}WorkerSchedSlice 0\n"), Path::new("torrc")).unwrap();
+        assert_eq!(off.relay.worker_sched_slice, None);
+        let ten = parse(
+            &format!("{GOOD}WorkerSchedSlice 10 msec\n"),
+            Path::new("torrc"),
+        )
+        .unwrap();
+        assert_eq!(
+            ten.relay.worker_sched_slice,
+            Some(std::time::Duration::from_millis(10))
+        );
+        assert_eq!(
             c.logs[0].target,
             LogTarget::File("/tmp/weft/notice.log".into())
         );
@@ -533,6 +566,8 @@ ConnectionThreads 2
             ("Log notice syslog", "not supported"),
             ("DirAuthority x 127.0.0.1:1 ZZ", "DirAuthority"),
             ("ORPort 5000 NoAdvertise", "not supported"),
+            ("WorkerSchedSlice 200 msec", "above 100 msec"),
+            ("WorkerSchedSlice soon", "bad interval"),
         ] {
             let text = format!("{GOOD}{bad}\n");
             let e = parse(&text, Path::new("torrc")).unwrap_err().to_string();
