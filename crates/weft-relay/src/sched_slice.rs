@@ -3,7 +3,8 @@
 //!
 //! When more runnable threads than cores share a core (more workers than
 //! cores, or other busy processes beside the relay), the kernel alternates
-//! them every base slice (about 1.5 ms on two CPUs). Each switch costs a
+//! them every base slice (1.4 ms on the 2-CPU benchmark VM; it grows
+//! slowly with the CPU count). Each switch costs a
 //! worker its warm caches: its pool slots, circuit maps and EWMA heaps are
 //! evicted by the other thread's. Linux ≥ 6.12 (EEVDF) lets a
 //! `SCHED_OTHER` thread ask for its own slice (0.1–100 ms) through
@@ -51,15 +52,15 @@ pub enum SliceOutcome {
     Unsupported,
 }
 
-/// `sched_getattr(2)` for the calling thread.
-fn get_attr() -> std::io::Result<SchedAttr> {
+/// `sched_getattr(2)` for thread `tid` (0 = the calling thread).
+fn get_attr_of(tid: libc::pid_t) -> std::io::Result<SchedAttr> {
     let mut a = SchedAttr::default();
     // SAFETY: `a` is a live, writable `sched_attr` of the size we pass; the
-    // kernel writes at most `size` bytes into it. pid 0 = calling thread.
+    // kernel writes at most `size` bytes into it.
     let r = unsafe {
         libc::syscall(
             libc::SYS_sched_getattr,
-            0,
+            tid,
             &mut a as *mut SchedAttr,
             std::mem::size_of::<SchedAttr>() as u32,
             0u32,
@@ -69,6 +70,11 @@ fn get_attr() -> std::io::Result<SchedAttr> {
         return Err(std::io::Error::last_os_error());
     }
     Ok(a)
+}
+
+/// `sched_getattr(2)` for the calling thread.
+fn get_attr() -> std::io::Result<SchedAttr> {
+    get_attr_of(0)
 }
 
 /// `sched_setattr(2)` for the calling thread.
@@ -82,10 +88,11 @@ fn set_attr(a: &SchedAttr) -> std::io::Result<()> {
     Ok(())
 }
 
-/// The calling thread's current slice as the kernel reports it (0 when the
-/// kernel has no per-thread slices or the thread is not fair-class).
-pub fn current() -> std::io::Result<Duration> {
-    Ok(Duration::from_nanos(get_attr()?.sched_runtime))
+/// Thread `tid`'s current slice as the kernel reports it (0 = the calling
+/// thread). Zero when the kernel has no per-thread slices or the thread is
+/// not fair-class.
+pub fn slice_of(tid: libc::pid_t) -> std::io::Result<Duration> {
+    Ok(Duration::from_nanos(get_attr_of(tid)?.sched_runtime))
 }
 
 /// Ask for `slice` (clamped to [`SLICE_RANGE`]) on the calling thread.
@@ -134,10 +141,10 @@ mod tests {
             assert_eq!(after.sched_policy, before.sched_policy, "policy kept");
             match out {
                 SliceOutcome::Set => {
-                    assert_eq!(current().unwrap(), Duration::from_millis(7));
+                    assert_eq!(slice_of(0).unwrap(), Duration::from_millis(7));
                     // Out-of-range requests are clamped, not refused.
                     assert_eq!(request(Duration::from_secs(5)).unwrap(), SliceOutcome::Set);
-                    assert_eq!(current().unwrap(), SLICE_RANGE.1);
+                    assert_eq!(slice_of(0).unwrap(), SLICE_RANGE.1);
                 }
                 SliceOutcome::Unsupported => {
                     eprintln!("kernel has no per-thread slices (Linux < 6.12)")
