@@ -2500,7 +2500,7 @@ fn request_slice(id: usize, s: Duration) {
     match outcome {
         Ok(SliceOutcome::Set) => info!("worker threads run with a {s:?} scheduler slice"),
         Ok(SliceOutcome::Unsupported) => info!(
-            "WorkerSchedSlice: this kernel has no per-thread time slices (Linux 6.12 or later); workers use its default"
+            "WorkerSchedSlice: this kernel has no per-thread time slices (they need Linux 6.12 or later); workers use its default slice"
         ),
         Ok(SliceOutcome::NotFairClass) => info!(
             "WorkerSchedSlice: worker threads run under a real-time or deadline policy; slice left alone"
