@@ -21,7 +21,7 @@ use crate::run::RunResult;
 ///   is the share of weft-2's cells that crossed workers (weft's own
 ///   counter) but at least ½. All of weft-2's extra cost is charged to
 ///   crossing cells even when it is not theirs (on one shared core it is
-///   mostly the second thread's wake-ups); with the few crossing cells of
+///   mostly noise and the two workers' time-slicing); with the few crossing cells of
 ///   a benchmark where both halves of most circuits share a worker, an
 ///   unbounded δ = noise/f would swing wildly (δ = 2.65 at f = 0.05 in
 ///   one run), so `f` is taken as at least the ½ of random placement.

@@ -810,8 +810,6 @@ impl Worker {
         }
     }
 
-    /// Close one circuit ourselves: DESTROY here with `reason`, and the peer
-    /// half told to send DESTROY with the same reason.
     /// The worker's cell pool is at its hard cap and a cell of this circuit
     /// has nowhere to go: dropping it would corrupt the circuit, so close it.
     fn close_pool_exhausted(&mut self, conn: usize, slot: u32) {
@@ -823,6 +821,8 @@ impl Worker {
         );
     }
 
+    /// Close one circuit ourselves: DESTROY here with `reason`, and the peer
+    /// half told to send DESTROY with the same reason.
     fn close_circuit(&mut self, conn: usize, slot: u32, reason: u8, why: &str) {
         let Some(h) = drop_half(&mut self.halves, &mut self.pool, &mut self.sched, slot) else {
             return;
