@@ -29,6 +29,15 @@ pub struct TestnetConfig {
     pub clients: usize,
     /// The weft relay, if any. It never gets Guard, Exit or HSDir.
     pub weft: Option<WeftNode>,
+    /// v3 onion services run by one stock tor node (`hs0`), each
+    /// `HiddenServicePort 80` to the same local port
+    /// ([`crate::NodeInfo::service_port`], where the test runs its sink).
+    /// Default 0 (no such node).
+    pub onion_services: usize,
+    /// The clients pick their own circuits (no `__LeaveStreamsUnattached`),
+    /// as an ordinary user's tor does; needed for onion-service connections.
+    /// Default false: tests attach streams with ATTACHSTREAM.
+    pub clients_choose_circuits: bool,
 }
 
 impl TestnetConfig {
@@ -45,11 +54,13 @@ impl TestnetConfig {
     /// How many consecutive ports from `base_port` this network uses.
     pub fn ports_needed(&self) -> usize {
         // Authority: ORPort, DirPort, ControlPort. Relay/exit: ORPort,
-        // ControlPort. Client: SocksPort, ControlPort. weft: ORPort.
+        // ControlPort. Client: SocksPort, ControlPort. weft: ORPort. Onion
+        // services: ControlPort and the services' target port.
         3 * self.authorities
             + 2 * (self.relays + self.exits)
             + 2 * self.clients
             + usize::from(self.weft.is_some())
+            + if self.onion_services > 0 { 2 } else { 0 }
     }
 }
 
@@ -63,6 +74,8 @@ impl Default for TestnetConfig {
             exits: 2,
             clients: 1,
             weft: None,
+            onion_services: 0,
+            clients_choose_circuits: false,
         }
     }
 }

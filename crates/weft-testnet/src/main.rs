@@ -89,6 +89,7 @@ impl NetArgs {
                 extra_torrc: self.weft_torrc.clone(),
                 nickname: "weft".into(),
             }),
+            ..TestnetConfig::default()
         };
         cfg.base_port = match self.base_port {
             Some(p) => p,

@@ -95,6 +95,8 @@ pub enum Role {
     Exit,
     /// Stock client with a SocksPort.
     Client,
+    /// Stock tor running the network's v3 onion services (`hs0`).
+    OnionService,
     /// The weft relay.
     Weft,
 }
@@ -119,6 +121,9 @@ pub struct NodeInfo {
     pub control_port: Option<u16>,
     /// SocksPort (clients).
     pub socks_port: Option<u16>,
+    /// Where the onion services' `HiddenServicePort 80` points
+    /// (`127.0.0.1:<port>`; the onion-service node).
+    pub service_port: Option<u16>,
     /// RSA identity fingerprint, 40 upper-case hex (relays; weft's once it
     /// has started).
     pub fingerprint: Option<String>,
@@ -260,6 +265,7 @@ impl Testnet {
                         dir_port: n.dir_port,
                         control_port: n.control_port,
                         socks_port: n.socks_port,
+                        service_port: n.service_port,
                     };
                     torrc::stock_torrc(role, &n.name, &n.dir, ports, &facts)
                 }
@@ -273,7 +279,7 @@ impl Testnet {
         for group in [
             &[Role::Authority][..],
             &[Role::Relay, Role::Exit, Role::Weft],
-            &[Role::Client],
+            &[Role::Client, Role::OnionService],
         ] {
             let idx: Vec<usize> = (0..self.nodes.len())
                 .filter(|&i| group.contains(&self.nodes[i].role))
@@ -310,7 +316,7 @@ impl Testnet {
                                 Some(keys::make_relay_identity(bins, &n.dir, &n.name)?),
                                 None,
                             )),
-                            Role::Client | Role::Weft => Ok((None, None)),
+                            Role::Client | Role::OnionService | Role::Weft => Ok((None, None)),
                         }
                     })
                 })
@@ -354,6 +360,8 @@ impl Testnet {
                     )
                 })
                 .collect(),
+            onion_services: self.config.onion_services,
+            clients_choose_circuits: self.config.clients_choose_circuits,
             guard_fps: fps(&[Role::Relay]),
             exit_fps: fps(&[Role::Exit]),
             hsdir_fps: fps(&[Role::Authority, Role::Relay, Role::Exit]),
@@ -565,7 +573,12 @@ impl Testnet {
     pub fn wait_for_bootstrap(&mut self, timeout: Duration) -> Result<Duration> {
         let t0 = Instant::now();
         let deadline = t0 + timeout;
-        let clients: Vec<NodeInfo> = self.by_role(Role::Client).into_iter().cloned().collect();
+        let clients: Vec<NodeInfo> = self
+            .nodes
+            .iter()
+            .filter(|n| matches!(n.role, Role::Client | Role::OnionService))
+            .cloned()
+            .collect();
         let mut conns: HashMap<String, ControlClient> = HashMap::new();
         loop {
             self.check_alive()?;
@@ -627,7 +640,12 @@ impl Testnet {
         let observers: Vec<NodeInfo> = self
             .nodes
             .iter()
-            .filter(|n| matches!(n.role, Role::Authority | Role::Exit | Role::Client))
+            .filter(|n| {
+                matches!(
+                    n.role,
+                    Role::Authority | Role::Exit | Role::Client | Role::OnionService
+                )
+            })
             .cloned()
             .collect();
         let mut conns: HashMap<String, ControlClient> = HashMap::new();
@@ -955,6 +973,7 @@ fn layout(config: &TestnetConfig) -> Result<Vec<NodeInfo>> {
             dir_port: ports.dir_port,
             control_port: ports.control_port,
             socks_port: ports.socks_port,
+            service_port: ports.service_port,
             fingerprint: None,
             v3ident: None,
         });
@@ -965,7 +984,7 @@ fn layout(config: &TestnetConfig) -> Result<Vec<NodeInfo>> {
             or_port: Some(ports.take(&format!("{name} ORPort"))?),
             dir_port: Some(ports.take(&format!("{name} DirPort"))?),
             control_port: Some(ports.take(&format!("{name} ControlPort"))?),
-            socks_port: None,
+            ..Ports::default()
         };
         add(Role::Authority, i, name, p);
     }
@@ -1011,6 +1030,14 @@ fn layout(config: &TestnetConfig) -> Result<Vec<NodeInfo>> {
             ..Ports::default()
         };
         add(Role::Client, i, name, p);
+    }
+    if config.onion_services > 0 {
+        let p = Ports {
+            control_port: Some(ports.take("hs0 ControlPort")?),
+            service_port: Some(ports.take("hs0 service target port")?),
+            ..Ports::default()
+        };
+        add(Role::OnionService, 0, "hs0".into(), p);
     }
     let mut names: Vec<&str> = nodes.iter().map(|n| n.name.as_str()).collect();
     names.sort_unstable();

@@ -35,6 +35,10 @@ pub(crate) struct NetFacts {
     pub(crate) exit_fps: Vec<String>,
     /// Fingerprints voted HSDir (every stock relay, authorities included).
     pub(crate) hsdir_fps: Vec<String>,
+    /// v3 onion services on the onion-service node.
+    pub(crate) onion_services: usize,
+    /// Clients attach their own streams.
+    pub(crate) clients_choose_circuits: bool,
 }
 
 /// The ports one node listens on.
@@ -44,6 +48,7 @@ pub(crate) struct Ports {
     pub(crate) dir_port: Option<u16>,
     pub(crate) control_port: Option<u16>,
     pub(crate) socks_port: Option<u16>,
+    pub(crate) service_port: Option<u16>,
 }
 
 /// A `DirAuthority` line for one authority.
@@ -134,8 +139,19 @@ pub(crate) fn stock_torrc(
             if let Some(p) = ports.socks_port {
                 line(&format!("SocksPort 127.0.0.1:{p}"));
             }
-            // Streams wait for ATTACHSTREAM: tests choose the circuit.
-            line("__LeaveStreamsUnattached 1");
+            if !facts.clients_choose_circuits {
+                // Streams wait for ATTACHSTREAM: tests choose the circuit.
+                line("__LeaveStreamsUnattached 1");
+            }
+        }
+        Role::OnionService => {
+            line("SocksPort 0");
+            let target = ports.service_port.unwrap_or(0);
+            for i in 0..facts.onion_services {
+                line(&format!("HiddenServiceDir {d}/hs{i}"));
+                line("HiddenServiceVersion 3");
+                line(&format!("HiddenServicePort 80 127.0.0.1:{target}"));
+            }
         }
         // weft has its own torrc (weft_torrc); never generated here.
         Role::Weft => {}

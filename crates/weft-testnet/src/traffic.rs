@@ -502,6 +502,52 @@ pub fn socks5_connect(
     Ok(s)
 }
 
+/// SOCKS5 CONNECT through `socks` to `host:port` (a hostname, e.g. an
+/// onion address), letting tor pick the circuit. `isolation` goes as the
+/// SOCKS5 username (password "x"): tor isolates streams by SOCKS
+/// credentials (`IsolateSOCKSAuth`, on by default), so each distinct value
+/// gets circuits of its own.
+pub fn socks5_connect_host(
+    socks: SocketAddr,
+    host: &str,
+    port: u16,
+    isolation: &str,
+    timeout: Duration,
+) -> Result<TcpStream> {
+    if host.is_empty() || host.len() > 255 || isolation.is_empty() || isolation.len() > 255 {
+        bail!("SOCKS5 host and username must be 1-255 bytes");
+    }
+    let mut s = TcpStream::connect_timeout(&socks, timeout)
+        .with_context(|| format!("connecting to SOCKS port {socks}"))?;
+    s.set_nodelay(true)?;
+    s.set_read_timeout(Some(timeout))?;
+    s.set_write_timeout(Some(timeout))?;
+    // Offer username/password only (RFC 1928 method 2, RFC 1929).
+    s.write_all(&[5, 1, 2])?;
+    let mut m = [0u8; 2];
+    s.read_exact(&mut m)
+        .context("reading SOCKS5 method reply")?;
+    if m != [5, 2] {
+        bail!("SOCKS server {socks} refused username/password: {m:02x?}");
+    }
+    let mut auth = vec![1, isolation.len() as u8];
+    auth.extend_from_slice(isolation.as_bytes());
+    auth.extend_from_slice(&[1, b'x']);
+    s.write_all(&auth)?;
+    let mut a = [0u8; 2];
+    s.read_exact(&mut a)
+        .context("reading SOCKS5 authentication reply")?;
+    if a[1] != 0 {
+        bail!("SOCKS server {socks} refused the credentials: {a:02x?}");
+    }
+    let mut req = vec![5, 1, 0, 3, host.len() as u8];
+    req.extend_from_slice(host.as_bytes());
+    req.extend_from_slice(&port.to_be_bytes());
+    s.write_all(&req)?;
+    socks5_finish(&mut s, timeout).with_context(|| format!("SOCKS5 CONNECT to {host}:{port}"))?;
+    Ok(s)
+}
+
 /// Connect to `target` through the tor client at `socks` on circuit `circ`:
 /// start the SOCKS request, find its STREAM NEW event on `ctrl`, ATTACHSTREAM
 /// it to `circ`, then wait for the SOCKS reply. Errors quote the stream's
