@@ -35,6 +35,7 @@
 pub mod config;
 pub mod control;
 pub mod keys;
+mod layout;
 pub mod logs;
 pub mod network;
 pub mod onion;
@@ -43,12 +44,15 @@ mod process;
 pub mod tools;
 pub mod torrc;
 pub mod traffic;
+mod waits;
+pub mod warnings;
 
 pub use config::{TestnetConfig, WeftNode};
 pub use control::{ConsensusEntry, ControlClient};
 pub use keys::{read_fingerprint, wait_for_fingerprint};
-pub use network::{NodeInfo, Role, Testnet, BENIGN_WARNINGS};
+pub use network::{NodeInfo, Role, Testnet};
 pub use onion::{HsCircuitCount, UploadWatch};
 pub use ports::pick_base_port;
 pub use tools::TorBinaries;
 pub use traffic::{Direction, Sink, TransferReport};
+pub use warnings::KNOWN_WARNINGS;
