@@ -22,6 +22,11 @@ pub const NTOR_REPLY_LEN: usize = 64;
 /// Length of the tor1 key material a handshake yields: Df(20) | Db(20) |
 /// Kf(16) | Kb(16). [tor-spec §5.2.2]
 pub const KEY_MATERIAL_LEN: usize = 72;
+/// Bytes of the circuit nonce KH that follow the key material in the KDF
+/// output; C Tor keeps it as the circuit's `rend_circ_nonce` (an
+/// introduction point checks ESTABLISH_INTRO's MAC with it).
+/// [tor-spec §5.2.2; C onion_crypto.c onion_skin_server_handshake()]
+pub const NONCE_LEN: usize = 20;
 
 /// Why a circuit handshake (ntor or ntor-v3) failed. Every variant means
 /// "close the circuit"; the distinction is for logs and counters only.
@@ -138,7 +143,7 @@ fn derive(
     b_pub: &[u8; 32],
     x_pub: &[u8; 32],
     y_pub: &[u8; 32],
-) -> ([u8; KEY_MATERIAL_LEN], [u8; 32]) {
+) -> ([u8; KEY_MATERIAL_LEN], [u8; NONCE_LEN], [u8; 32]) {
     // secret_input = EXP(X,y) | EXP(X,b) | ID | B | X | Y | PROTOID
     let mut secret_input = Zeroizing::new([0u8; SECRET_INPUT_LEN]);
     let parts: [&[u8]; 7] = [
@@ -164,9 +169,14 @@ fn derive(
     );
     // KEY_SEED = H(secret_input, t_key), expanded with m_expand
     // [tor-spec §5.1.4 last paragraph, §5.2.2]; the KDF does both steps.
+    // The first 72 bytes are Df | Db | Kf | Kb, the next 20 KH.
+    let mut out = Zeroizing::new([0u8; KEY_MATERIAL_LEN + NONCE_LEN]);
+    kdf_rfc5869_ntor(&secret_input[..], &mut out[..]);
     let mut km = [0u8; KEY_MATERIAL_LEN];
-    kdf_rfc5869_ntor(&secret_input[..], &mut km);
-    (km, auth)
+    km.copy_from_slice(&out[..KEY_MATERIAL_LEN]);
+    let mut nonce = [0u8; NONCE_LEN];
+    nonce.copy_from_slice(&out[KEY_MATERIAL_LEN..]);
+    (km, nonce, auth)
 }
 
 /// Answer an ntor CREATE2 handshake. [tor-spec §5.1.4]
@@ -188,6 +198,25 @@ pub fn server_handshake(
     client: &[u8],
     ephemeral_seed: [u8; 32],
 ) -> Result<([u8; NTOR_REPLY_LEN], [u8; KEY_MATERIAL_LEN]), HandshakeError> {
+    server_handshake_with_nonce(keys, my_rsa_id, client, ephemeral_seed).map(|(r, km, _)| (r, km))
+}
+
+/// What a server handshake yields: the CREATED2 HDATA (Y | AUTH), the tor1
+/// key material and the circuit nonce KH.
+pub type ServerKeys = (
+    [u8; NTOR_REPLY_LEN],
+    [u8; KEY_MATERIAL_LEN],
+    [u8; NONCE_LEN],
+);
+
+/// [`server_handshake`], also returning the circuit nonce KH
+/// ([`NONCE_LEN`] bytes after the key material).
+pub fn server_handshake_with_nonce(
+    keys: &[&NtorSecretKey],
+    my_rsa_id: &[u8; 20],
+    client: &[u8],
+    ephemeral_seed: [u8; 32],
+) -> Result<ServerKeys, HandshakeError> {
     let bad_len = HandshakeError::BadLength(client.len());
     if client.len() != NTOR_CLIENT_LEN {
         return Err(bad_len);
@@ -218,7 +247,7 @@ pub fn server_handshake(
 
     // B in the transcript is the KEYID the client named (equal to our key
     // on success).
-    let (km, auth) = derive(&xy, &xb, node_id, keyid, x_bytes, y_pub.as_bytes());
+    let (km, nonce, auth) = derive(&xy, &xb, node_id, keyid, x_bytes, y_pub.as_bytes());
 
     let ok = id_ok & found & dh_ok;
     if !bool::from(ok) {
@@ -235,7 +264,7 @@ pub fn server_handshake(
     let mut reply = [0u8; NTOR_REPLY_LEN];
     reply[..32].copy_from_slice(y_pub.as_bytes());
     reply[32..].copy_from_slice(&auth);
-    Ok((reply, km))
+    Ok((reply, km, nonce))
 }
 
 /// What a client remembers between sending CREATE2 and reading CREATED2.
@@ -282,6 +311,14 @@ pub fn client_finish(
     state: &NtorClientState,
     reply: &[u8],
 ) -> Result<[u8; KEY_MATERIAL_LEN], HandshakeError> {
+    client_finish_with_nonce(state, reply).map(|(km, _)| km)
+}
+
+/// [`client_finish`], also returning the circuit nonce KH.
+pub fn client_finish_with_nonce(
+    state: &NtorClientState,
+    reply: &[u8],
+) -> Result<([u8; KEY_MATERIAL_LEN], [u8; NONCE_LEN]), HandshakeError> {
     let bad_len = HandshakeError::BadLength(reply.len());
     if reply.len() != NTOR_REPLY_LEN {
         return Err(bad_len);
@@ -291,7 +328,7 @@ pub fn client_finish(
     let y_pub = PublicKey::from(*y_bytes);
     let yx = state.x.diffie_hellman(&y_pub); // EXP(Y,x)
     let bx = state.x.diffie_hellman(&state.relay_b); // EXP(B,x)
-    let (km, expected) = derive(
+    let (km, nonce, expected) = derive(
         &yx,
         &bx,
         &state.relay_id,
@@ -309,7 +346,7 @@ pub fn client_finish(
     if !bool::from(auth_ok) {
         return Err(HandshakeError::BadAuth);
     }
-    Ok(km)
+    Ok((km, nonce))
 }
 
 #[cfg(test)]

@@ -200,6 +200,8 @@ pub struct NtorV3ServerResult {
     pub reply: Vec<u8>,
     /// The first 72 bytes of KEYSTREAM: Df | Db | Kf | Kb for tor1.
     pub key_material: [u8; KEY_MATERIAL_LEN],
+    /// The next 20 bytes: the circuit nonce KH (`rend_circ_nonce` in C Tor).
+    pub nonce: [u8; crate::ntor::NONCE_LEN],
     /// The decrypted, authenticated client message (an extension list).
     pub client_message: Vec<u8>,
 }
@@ -226,7 +228,8 @@ pub fn server_handshake(
     ephemeral_seed: [u8; 32],
     reply_for: impl FnOnce(&[u8]) -> Vec<u8>,
 ) -> Result<NtorV3ServerResult, HandshakeError> {
-    let mut keystream = [0u8; KEY_MATERIAL_LEN];
+    // tor1's key material, then KH. [C onion_crypto.c]
+    let mut keystream = [0u8; KEY_MATERIAL_LEN + crate::ntor::NONCE_LEN];
     let (reply, client_message) = server_handshake_xof(
         keys,
         my_ed_id,
@@ -236,9 +239,14 @@ pub fn server_handshake(
         reply_for,
         &mut keystream,
     )?;
+    let mut key_material = [0u8; KEY_MATERIAL_LEN];
+    key_material.copy_from_slice(&keystream[..KEY_MATERIAL_LEN]);
+    let mut nonce = [0u8; crate::ntor::NONCE_LEN];
+    nonce.copy_from_slice(&keystream[KEY_MATERIAL_LEN..]);
     Ok(NtorV3ServerResult {
         reply,
-        key_material: keystream,
+        key_material,
+        nonce,
         client_message,
     })
 }

@@ -169,6 +169,16 @@ impl NetParams {
     pub fn refuse_unknown_exits(&self) -> bool {
         self.get_bool("refuseunknownexits", true)
     }
+    /// INTRODUCE2 limits for introduction points (`HiddenServiceEnableIntroDoS
+    /// Defense` default 0, `…RatePerSec` 25, `…BurstPerSec` 200): (enabled,
+    /// rate, burst). [C hs_dos.c]
+    pub fn intro_dos(&self) -> (bool, u32, u32) {
+        (
+            self.get_bool("HiddenServiceEnableIntroDoSDefense", false),
+            self.get_clamped("HiddenServiceEnableIntroDoSRatePerSec", 25, 0, i32::MAX) as u32,
+            self.get_clamped("HiddenServiceEnableIntroDoSBurstPerSec", 200, 0, i32::MAX) as u32,
+        )
+    }
     /// `publish-dummy-tap-key` (default 1).
     pub fn publish_dummy_tap_key(&self) -> bool {
         self.get_bool("publish-dummy-tap-key", true)

@@ -111,7 +111,12 @@ pub fn circuit_half(keys: &HandshakeKeys, data: &[u8]) {
         };
         let mut body = [0u8; BODY_LEN];
         body[..chunk.len() - 1].copy_from_slice(&chunk[1..]);
-        match half.on_forward(command, &mut body, chunk[0] & 2 != 0) {
+        let ctx = circuit::ForwardCtx {
+            allow_nonearly_extend: chunk[0] & 2 != 0,
+            prev_is_client: chunk[0] & 8 != 0,
+            ..Default::default()
+        };
+        match half.on_forward(command, &mut body, &ctx) {
             ForwardAction::Close { .. } => break,
             ForwardAction::Extend(_) if chunk[0] & 4 != 0 => {
                 let mut reply = [0u8; BODY_LEN];
@@ -146,4 +151,51 @@ pub fn test_identity(dir: &std::path::Path) -> (Arc<LinkIdentity>, HandshakeKeys
         hs,
         link.tls_cert_der.clone(),
     )
+}
+
+/// The onion-service and edge parsers on the same bytes: ESTABLISH_INTRO
+/// (parsed, then checked against a fixed circuit nonce), INTRODUCE1, and a
+/// non-exit's answer to BEGIN.
+pub fn onion_cells(data: &[u8]) {
+    if let Ok(c) = crate::onion::parse_establish_intro(data) {
+        let _ = crate::onion::verify_establish_intro(data, &c, &[9u8; 20]);
+    }
+    let _ = crate::onion::parse_introduce1(data);
+    for client in [false, true] {
+        let end = crate::circuit::edge::end_for_begin(data, client);
+        assert!(!end.is_empty() && end.len() <= 21);
+    }
+}
+
+/// The relay commands a keyed half recognizes, reached through real
+/// encryption: each chunk of the input is (relay command, flags, data...),
+/// sent as the client would (so the half recognizes it) on one circuit.
+/// Flags: bits 0–1 stream ID, 2 AllowNonearlyExtend, 3 one-hop client,
+/// 4 INTRODUCE2 limit on, 5 RELAY_EARLY.
+pub fn recognized_cells(data: &[u8]) {
+    let km = [7u8; 72];
+    let mut half = circuit::KeyedHalf::new(&km, [9u8; 20]);
+    let mut client = weft_crypto::relay_crypto::Tor1ClientLayer::from_key_material(&km);
+    for chunk in data.chunks(2 + crate::relay::RELAY_DATA_MAX).take(32) {
+        let [command, flags, payload @ ..] = chunk else {
+            break;
+        };
+        let mut body = [0u8; BODY_LEN];
+        crate::relay::build(&mut body, *command, u16::from(flags & 3), payload);
+        client.originate_forward(&mut body);
+        let ctx = circuit::ForwardCtx {
+            allow_nonearly_extend: flags & 4 != 0,
+            prev_is_client: flags & 8 != 0,
+            intro_dos: (flags & 16 != 0, 1, 2),
+            now_s: u64::from(*flags),
+        };
+        let cell = if flags & 32 != 0 {
+            cmd::RELAY_EARLY
+        } else {
+            cmd::RELAY
+        };
+        if let ForwardAction::Close { .. } = half.on_forward(cell, &mut body, &ctx) {
+            break;
+        }
+    }
 }

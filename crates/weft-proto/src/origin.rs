@@ -57,6 +57,7 @@ pub enum OriginError {
 pub struct OriginCircuit {
     hops: Vec<Tor1ClientLayer>,
     keys: Vec<Zeroizing<[u8; KEY_MATERIAL_LEN]>>,
+    nonces: Vec<[u8; ntor::NONCE_LEN]>,
     pending: Option<NtorClientState>,
 }
 
@@ -91,6 +92,7 @@ impl OriginCircuit {
         OriginCircuit {
             hops: Vec::new(),
             keys: Vec::new(),
+            nonces: Vec::new(),
             pending: None,
         }
     }
@@ -109,6 +111,12 @@ impl OriginCircuit {
     /// that need to seek in a hop's keystream.
     pub fn key_material(&self, i: usize) -> Option<&[u8; KEY_MATERIAL_LEN]> {
         self.keys.get(i).map(|k| &**k)
+    }
+
+    /// The circuit nonce KH of hop `i` (an onion service signs its
+    /// ESTABLISH_INTRO for the introduction point with it).
+    pub fn nonce(&self, i: usize) -> Option<&[u8; ntor::NONCE_LEN]> {
+        self.nonces.get(i)
     }
 
     /// Start the first hop: the CREATE2 body (ntor) to send.
@@ -135,8 +143,9 @@ impl OriginCircuit {
 
     fn finish(&mut self, hdata: &[u8]) -> Result<(), OriginError> {
         let st = self.pending.take().ok_or(OriginError::NotPending)?;
-        let km =
-            ntor::client_finish(&st, hdata).map_err(|e| OriginError::Handshake(e.to_string()))?;
+        let (km, nonce) = ntor::client_finish_with_nonce(&st, hdata)
+            .map_err(|e| OriginError::Handshake(e.to_string()))?;
+        self.nonces.push(nonce);
         self.hops.push(Tor1ClientLayer::from_key_material(&km));
         self.keys.push(Zeroizing::new(km));
         Ok(())
@@ -198,6 +207,15 @@ impl OriginCircuit {
         tag
     }
 
+    /// Add every hop's forward layer to `body`, a cell for a hop beyond the
+    /// last one this circuit knows (an onion service's end-to-end layer):
+    /// no hop of ours recognizes it. Returns nothing to remember.
+    pub fn encrypt_beyond(&mut self, body: &mut [u8; BODY_LEN]) {
+        for l in self.hops.iter_mut().rev() {
+            l.encrypt_forward(body);
+        }
+    }
+
     /// A RELAY cell arrived from the first hop: remove layers until one hop
     /// recognizes it; returns that hop's index and the header (the data is
     /// `relay::data(body, &header)`).
@@ -247,7 +265,9 @@ mod tests {
 
         let mut body = [0u8; BODY_LEN];
         c.extend2(&t2, &mut body).unwrap();
-        let ForwardAction::Extend(req) = h1.on_forward(cmd::RELAY_EARLY, &mut body, false) else {
+        let ForwardAction::Extend(req) =
+            h1.on_forward(cmd::RELAY_EARLY, &mut body, &Default::default())
+        else {
             panic!("not an extend");
         };
         assert_eq!((req.rsa_id, req.ed_id), (t2.rsa_id, t2.ed_id));
@@ -263,13 +283,13 @@ mod tests {
         let mut body = [0u8; BODY_LEN];
         c.send(1, relay_cmd::DROP, 0, b"hello", &mut body);
         assert_eq!(
-            h1.on_forward(cmd::RELAY, &mut body, false),
+            h1.on_forward(cmd::RELAY, &mut body, &Default::default()),
             ForwardAction::Pass {
                 command: cmd::RELAY
             }
         );
         assert_eq!(
-            h2.on_forward(cmd::RELAY, &mut body, false),
+            h2.on_forward(cmd::RELAY, &mut body, &Default::default()),
             ForwardAction::Drop
         );
 
@@ -277,13 +297,13 @@ mod tests {
         let mut body = [0u8; BODY_LEN];
         c.send(1, relay_cmd::BEGIN, 7, b"127.0.0.1:80\0", &mut body);
         assert_eq!(
-            h1.on_forward(cmd::RELAY, &mut body, false),
+            h1.on_forward(cmd::RELAY, &mut body, &Default::default()),
             ForwardAction::Pass {
                 command: cmd::RELAY
             }
         );
         assert_eq!(
-            h2.on_forward(cmd::RELAY, &mut body, false),
+            h2.on_forward(cmd::RELAY, &mut body, &Default::default()),
             ForwardAction::Reply
         );
         h1.on_backward(&mut body);

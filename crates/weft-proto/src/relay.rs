@@ -33,6 +33,7 @@ pub mod relay_cmd {
 #[allow(missing_docs)]
 pub mod end_reason {
     pub const MISC: u8 = 1;
+    pub const RESOLVEFAILED: u8 = 2;
     pub const EXITPOLICY: u8 = 4;
     pub const TORPROTOCOL: u8 = 13;
     pub const NOTDIRECTORY: u8 = 14;

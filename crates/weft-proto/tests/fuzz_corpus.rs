@@ -111,6 +111,40 @@ fn write_generated_seeds_when_asked() {
         .flat_map(|&c| encode_fixed(0x8000_0001, 4, c, &[1, 2, 3]))
         .collect();
     write_seed("cell_frame", "fixed_cells", &cells);
+
+    // onion_cells: an ESTABLISH_INTRO C Tor made (Arti's tor-cell test
+    // vector), an INTRODUCE1, a path-bias probe's BEGIN.
+    let est = hex::decode(concat!(
+        "02002075BC879BF697A9B12E1E10596FEF041127FECD11FDD80706AEAE35812EA74328",
+        "00A3DF998D6749A9323035AD23DAA7F8607E4F87473A975E50A42DEC9C0E565C48",
+        "00405A7F5E53D55B307B5F7866AE14508DDA3412E2B3E4805176C25413CEDF204F7F",
+        "53EAECADC0844472AA7BEC3BDCBA0A65F1FCDEF397B399F534F46E535B0E6301"
+    ))
+    .unwrap();
+    write_seed("onion_cells", "c_tor_establish_intro", &est);
+    let mut intro1 = vec![0u8; 20];
+    intro1.extend_from_slice(&[2, 0, 32]);
+    intro1.extend_from_slice(&[7u8; 32]);
+    intro1.extend_from_slice(&[0, 1, 2, 3]);
+    write_seed("onion_cells", "introduce1", &intro1);
+    write_seed("onion_cells", "path_bias_begin", b"0.1.2.3:25\0\0\0\0\x06");
+
+    // recognized_cells: (command, flags, data) chunks of one circuit.
+    let mut seed = Vec::new();
+    for (command, flags, data) in [
+        (33u8, 32u8, vec![5u8; 20]),        // ESTABLISH_RENDEZVOUS
+        (1, 33, b"0.1.2.3:25\0".to_vec()),  // BEGIN
+        (11, 1, b"example.com\0".to_vec()), // RESOLVE
+        (34, 0, intro1.clone()),            // INTRODUCE1
+        (32, 16, est.clone()),              // ESTABLISH_INTRO
+        (8, 0, vec![3]),                    // TRUNCATE
+    ] {
+        let mut c = vec![command, flags];
+        c.extend_from_slice(&data);
+        c.resize(2 + weft_proto::relay::RELAY_DATA_MAX, 0);
+        seed.extend_from_slice(&c);
+    }
+    write_seed("recognized_cells", "onion_and_edge_commands", &seed);
 }
 
 #[test]
@@ -129,6 +163,12 @@ fn link_corpora() {
     let (id, _, tls) = fuzzing::test_identity(t.path());
     each_seed("link_handshake", |d| fuzzing::link_responder(&id, d));
     each_seed("link_initiator", |d| fuzzing::link_initiator(&id, &tls, d));
+}
+
+#[test]
+fn onion_corpora() {
+    each_seed("onion_cells", fuzzing::onion_cells);
+    each_seed("recognized_cells", fuzzing::recognized_cells);
 }
 
 #[test]

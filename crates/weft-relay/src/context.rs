@@ -98,6 +98,8 @@ pub struct SchedParams {
     pub kist_interval: std::time::Duration,
     /// KISTSockBufSizeFactor.
     pub kist_factor: f64,
+    /// INTRODUCE2 limits of new introduction points (consensus).
+    pub intro_dos: (bool, u32, u32),
 }
 
 impl Default for SchedParams {
@@ -107,6 +109,7 @@ impl Default for SchedParams {
             halflife_s: crate::ewma::DEFAULT_HALFLIFE_S,
             kist_interval: std::time::Duration::from_millis(2),
             kist_factor: 1.0,
+            intro_dos: (false, 25, 200),
         }
     }
 }
@@ -133,6 +136,9 @@ pub struct SharedContext {
     pub kist_interval: std::time::Duration,
     /// KISTSockBufSizeFactor.
     pub kist_factor: f64,
+    /// INTRODUCE2 limits of new introduction points: (enabled, rate/s,
+    /// burst), from the consensus.
+    pub intro_dos: (bool, u32, u32),
     /// When the snapshot was made.
     pub created: SystemTime,
 }
@@ -162,6 +168,7 @@ impl SharedContext {
             halflife_s: sched.halflife_s,
             kist_interval: sched.kist_interval,
             kist_factor: sched.kist_factor,
+            intro_dos: sched.intro_dos,
             created: SystemTime::now(),
         })
     }

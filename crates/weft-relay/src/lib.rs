@@ -1,9 +1,15 @@
 //! weft-relay owns the relay's runtime: the [`controller`] on the main thread
 //! (listeners, the registry of connections by relay identity, extend
 //! routing, bandwidth accounting, directory duties) and the [`worker`]s, each
-//! an event loop that owns its connections ([`conn`], over [`link_io`] and
-//! [`tls`]), their circuit halves ([`half`]), a cell pool ([`pool`]) and its
-//! ends of the cross-worker [`ring`]s; [`messages`] are how all of them talk.
+//! an event loop (the driver) around a sans-IO circuit core that owns its
+//! connections' circuit halves, a cell pool and its ends of the cross-worker
+//! [`ring`]s; [`messages`] are how all of them talk.
+//!
+//! Layers (a module uses only modules of lower layers; checked by the test
+//! `module_layers`): leaf modules (`bucket`, `bwhist`, `context`, `ewma`,
+//! `histogram`, `kist`, `link_io`, `pool`, `ring`, `sched_slice`,
+//! `selftest`, `tls`), then `messages`, then `worker`, then `controller`.
+//!
 //! Ownership moves only by message: no object is shared between threads
 //! except immutable snapshots (`Arc`) and the rings' slots, which belong to
 //! one side at a time.
@@ -11,17 +17,13 @@
 
 pub mod bucket;
 pub mod bwhist;
-pub mod conn;
 pub mod context;
 pub mod controller;
-pub mod directory;
 pub mod ewma;
-pub mod half;
+pub mod histogram;
 pub mod kist;
 pub mod link_io;
 pub mod messages;
-pub mod metrics;
-pub mod migrate;
 pub mod pool;
 pub mod ring;
 pub mod sched_slice;

@@ -1,27 +1,28 @@
 //! The messages that connect the controller, the workers and the circuit
-//! halves.
+//! halves: the one place every runtime piece shares, and it depends on
+//! nothing above it (only weft-proto and the leaf [`crate::histogram`]).
 //!
 //! * A circuit half is addressed by a [`HalfRef`]: its worker, its slot in
 //!   that worker's half table and the slot's generation (a stale reference
 //!   to a freed and reused slot is detected and ignored). The two halves of a
 //!   circuit know each other only by such references.
 //! * Between workers, cells and the messages that must stay in order with
-//!   them ([`RingMsg`]: cells, "linked", "created2") travel through the
-//!   bounded cross-worker rings, in batches.
-//! * Everything else reaches a worker through its inbox ([`WorkerMsg`]),
-//!   which it drains before the rings in every round: so a DESTROY overtakes
-//!   the cells queued before it, as the design asks.
-//! * Workers tell the controller about connections, extends and counters
-//!   through [`ControllerMsg`].
+//!   them ([`RingMsg`]: cells, "linked", "created2", migration markers)
+//!   travel through the bounded cross-worker rings, in batches.
+//! * Everything else reaches a worker through its inbox
+//!   (`worker::WorkerMsg`, defined with the worker because it carries a
+//!   connection when one migrates), drained before the rings in every round:
+//!   so a DESTROY overtakes the cells queued before it, as the design asks.
+//! * Workers tell the controller about connections, extends, onion-service
+//!   rendezvous and counters through [`ControllerMsg`].
 
 use std::net::SocketAddr;
-use std::sync::Arc;
 
 use weft_proto::cell::BODY_LEN;
 use weft_proto::link::PeerKind;
 use weft_proto::relay::Extend2;
 
-use crate::context::SharedContext;
+use crate::histogram::DelayHistogram;
 
 /// Controller-assigned connection identifier (unique for the process).
 pub type ConnId = u64;
@@ -70,7 +71,7 @@ pub enum RingMsg {
         /// CREATED2 body.
         body: [u8; BODY_LEN],
     },
-    /// Migration ([`crate::migrate`]): the sending worker will send nothing
+    /// Migration (`worker::migrate`): the sending worker will send nothing
     /// more to `to` for the half that moved away from it.
     SourceDone {
         /// The half on the receiving worker.
@@ -99,94 +100,69 @@ pub enum RingMsg {
         /// New reference.
         new: HalfRef,
     },
+    /// Onion service: relay `body[..len]` (an INTRODUCE1's data) as
+    /// INTRODUCE2 on the service's introduction circuit `to`; the client's
+    /// half `from` gets the INTRODUCE_ACK. (It travels on a ring only when
+    /// `to` moved to another worker: its old slot forwards it.)
+    Introduce2 {
+        /// The service's introduction half.
+        to: HalfRef,
+        /// The client's half.
+        from: HalfRef,
+        /// Bytes used in `body`.
+        len: u16,
+        /// The INTRODUCE1 data.
+        body: [u8; BODY_LEN],
+    },
+    /// Onion service: send INTRODUCE_ACK with `status` on client half `to`.
+    IntroduceAck {
+        /// The client's half.
+        to: HalfRef,
+        /// The status (`weft_proto::onion::ack_status`).
+        status: u16,
+    },
 }
 
-/// Messages into a worker's inbox.
-#[derive(Debug)]
-pub enum WorkerMsg {
-    /// Take over an accepted TCP connection.
-    Accept {
-        /// Its identifier.
-        conn_id: ConnId,
-        /// The socket.
-        stream: std::net::TcpStream,
-        /// Peer address.
-        peer: SocketAddr,
-    },
-    /// Open a connection to a relay and authenticate.
-    Connect {
-        /// Its identifier.
-        conn_id: ConnId,
-        /// Where.
-        addr: SocketAddr,
-        /// Expected RSA identity.
-        rsa_id: [u8; 20],
-        /// Expected Ed25519 identity, if known.
-        ed_id: Option<[u8; 32]>,
-    },
-    /// Create a relabel half on connection `conn_id` toward the next relay,
-    /// send CREATE2 with `create2` (HTYPE | HLEN | HDATA), and link it with
-    /// the keyed half `prev`.
-    CreateOutbound {
-        /// The connection (owned by this worker).
-        conn_id: ConnId,
-        /// The keyed half that asked.
-        prev: HalfRef,
-        /// CREATE2 body.
-        create2: Vec<u8>,
-    },
-    /// The extend of keyed half `half` failed: close its circuit.
-    ExtendFailed {
-        /// The keyed half.
-        half: HalfRef,
-        /// DESTROY reason.
-        reason: u8,
-        /// For the log.
-        why: String,
-    },
-    /// The peer of `half` is gone: tear `half` down and send DESTROY with
-    /// `reason` on its connection.
-    Destroy {
-        /// The half on this worker.
-        half: HalfRef,
-        /// DESTROY reason.
-        reason: u8,
-    },
-    /// Launch a bandwidth self-test circuit on connection `conn_id` to
-    /// `first`, extending through `rest` (the last hop is ourselves), and
-    /// send `cells` DROP cells over it.
-    SelfTest {
-        /// The connection to the first hop (owned by this worker).
-        conn_id: ConnId,
-        /// The first hop.
-        first: weft_proto::origin::HopTarget,
-        /// The other hops.
-        rest: Vec<weft_proto::origin::HopTarget>,
-        /// DROP cells to send.
-        cells: u32,
-    },
-    /// Move connection `conn_id` to worker `to` (controller's balancing, or
-    /// TestingMigrateEvery).
-    Migrate {
-        /// The connection.
-        conn_id: ConnId,
-        /// Destination worker.
-        to: usize,
-    },
-    /// Take over a connection another worker moved here.
-    Adopt(Box<crate::migrate::MovedConn>),
-    /// This worker's share of BandwidthRate / BandwidthBurst (bytes/s,
-    /// bytes; each direction).
-    BandwidthShare {
-        /// Rate.
-        rate: u64,
-        /// Burst.
-        burst: u64,
-    },
-    /// New immutable context (keys rotated, parameters changed).
-    NewContext(Arc<SharedContext>),
-    /// Send the last counters and stop.
-    Shutdown,
+/// A worker's onion-service counters (cumulative in the core, deltas in a
+/// report).
+#[derive(Debug, Default, Clone, Copy)]
+pub struct OnionCounters {
+    /// Circuits that became introduction points.
+    pub intro_established: u64,
+    /// INTRODUCE2 cells sent to services.
+    pub introduce2_sent: u64,
+    /// INTRODUCE1 answered with a failure (unknown service, rate limit).
+    pub introduce_nacked: u64,
+    /// Of those, refused by the service circuit's rate limit.
+    pub introduce_limited: u64,
+    /// Rendezvous cookies registered (RENDEZVOUS_ESTABLISHED sent).
+    pub rend_established: u64,
+    /// Rendezvous joined (RENDEZVOUS2 sent).
+    pub rend_joined: u64,
+}
+
+impl OnionCounters {
+    /// `self - earlier`.
+    pub fn since(&self, e: &OnionCounters) -> OnionCounters {
+        OnionCounters {
+            intro_established: self.intro_established - e.intro_established,
+            introduce2_sent: self.introduce2_sent - e.introduce2_sent,
+            introduce_nacked: self.introduce_nacked - e.introduce_nacked,
+            introduce_limited: self.introduce_limited - e.introduce_limited,
+            rend_established: self.rend_established - e.rend_established,
+            rend_joined: self.rend_joined - e.rend_joined,
+        }
+    }
+
+    /// Add `o`.
+    pub fn add(&mut self, o: &OnionCounters) {
+        self.intro_established += o.intro_established;
+        self.introduce2_sent += o.introduce2_sent;
+        self.introduce_nacked += o.introduce_nacked;
+        self.introduce_limited += o.introduce_limited;
+        self.rend_established += o.rend_established;
+        self.rend_joined += o.rend_joined;
+    }
 }
 
 /// Per-worker counters reported to the controller every second.
@@ -195,11 +171,11 @@ pub struct WorkerReport {
     /// Heap allocations on the worker thread (when the binary counts them).
     pub allocations: u64,
     /// Node-based delay of the cells written (read → hand-over to TLS).
-    pub delay: crate::metrics::DelayHistogram,
+    pub delay: DelayHistogram,
     /// Of that, time spent in the circuit queue of the writing worker.
-    pub queue_wait: crate::metrics::DelayHistogram,
+    pub queue_wait: DelayHistogram,
     /// Kernel send-queue sizes seen by the scheduler (bytes).
-    pub outq: crate::metrics::DelayHistogram,
+    pub outq: DelayHistogram,
     /// Bytes read from sockets (TLS plaintext).
     pub read_bytes: u64,
     /// Bytes written to sockets (TLS plaintext).
@@ -229,6 +205,8 @@ pub struct WorkerReport {
     /// The busiest connections of the last second: (id, bytes read +
     /// written), busiest first; id 0 = none.
     pub top_conns: [(ConnId, u64); 4],
+    /// Introduction and rendezvous points.
+    pub onion: OnionCounters,
 }
 
 /// Messages to the controller.
@@ -276,6 +254,66 @@ pub enum ControllerMsg {
         /// The request.
         req: Box<Extend2>,
     },
+    /// Onion service: keyed half `half` became the introduction point of
+    /// `auth_key` (a previous circuit with that key is closed).
+    IntroEstablished {
+        /// The introduction circuit's half.
+        half: HalfRef,
+        /// The service's auth key.
+        auth_key: [u8; 32],
+    },
+    /// Onion service: the introduction circuit of `auth_key` moved from
+    /// `old` to `new` with its connection.
+    IntroMoved {
+        /// The auth key.
+        auth_key: [u8; 32],
+        /// Its old reference.
+        old: HalfRef,
+        /// Its new reference.
+        new: HalfRef,
+    },
+    /// Onion service: the introduction circuit `half` of `auth_key` closed.
+    IntroGone {
+        /// The half.
+        half: HalfRef,
+        /// The auth key.
+        auth_key: [u8; 32],
+    },
+    /// Onion service: client half `from` sent INTRODUCE1 for `auth_key`.
+    Introduce1 {
+        /// The client's half.
+        from: HalfRef,
+        /// The auth key it names.
+        auth_key: [u8; 32],
+        /// The INTRODUCE1 data (becomes INTRODUCE2's).
+        payload: Vec<u8>,
+    },
+    /// Onion service: client half `half` asks to wait for a rendezvous on
+    /// `cookie`.
+    EstablishRendezvous {
+        /// The client's rendezvous half.
+        half: HalfRef,
+        /// The cookie.
+        cookie: [u8; 20],
+    },
+    /// Onion service: the rendezvous circuit `half` waiting on `cookie`
+    /// closed.
+    RendezvousGone {
+        /// The half.
+        half: HalfRef,
+        /// The cookie.
+        cookie: [u8; 20],
+    },
+    /// Onion service: the service's half `half` sent RENDEZVOUS1 for
+    /// `cookie`; `payload` goes to the client as RENDEZVOUS2.
+    Rendezvous1 {
+        /// The service's rendezvous half.
+        half: HalfRef,
+        /// The cookie.
+        cookie: [u8; 20],
+        /// The rest of RENDEZVOUS1 (the handshake for the client).
+        payload: Vec<u8>,
+    },
     /// A connection moved to another worker.
     ConnMoved {
         /// Its identifier.
@@ -298,4 +336,35 @@ pub enum ControllerMsg {
         /// CPU time of the worker thread so far, in nanoseconds.
         cpu_ns: u64,
     },
+}
+
+impl RingMsg {
+    /// The half this message is for.
+    pub fn target(&self) -> HalfRef {
+        match *self {
+            RingMsg::Cell { to, .. }
+            | RingMsg::Linked { to, .. }
+            | RingMsg::Created2 { to, .. }
+            | RingMsg::SourceDone { to }
+            | RingMsg::PeerMoved { to, .. }
+            | RingMsg::Introduce2 { to, .. }
+            | RingMsg::IntroduceAck { to, .. } => to,
+            RingMsg::Switched { old } | RingMsg::Installed { old, .. } => old,
+        }
+    }
+
+    /// The same message for another half.
+    pub fn retarget(mut self, new: HalfRef) -> RingMsg {
+        match &mut self {
+            RingMsg::Cell { to, .. }
+            | RingMsg::Linked { to, .. }
+            | RingMsg::Created2 { to, .. }
+            | RingMsg::SourceDone { to }
+            | RingMsg::PeerMoved { to, .. }
+            | RingMsg::Introduce2 { to, .. }
+            | RingMsg::IntroduceAck { to, .. } => *to = new,
+            RingMsg::Switched { old } | RingMsg::Installed { old, .. } => *old = new,
+        }
+        self
+    }
 }

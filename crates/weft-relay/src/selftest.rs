@@ -13,8 +13,6 @@
 //! half on our inbound connection from the second relay, which drops the
 //! cells. This module also holds the controller's choice of relays.
 
-use std::time::Instant;
-
 use weft_dir::consensus::{ConsensusSummary, MicrodescKeys, RelayEntry};
 use weft_proto::cell::BODY_LEN;
 use weft_proto::origin::{HopTarget, OriginCircuit, OriginError};
@@ -25,8 +23,8 @@ pub const CIRCUITS: usize = 4;
 /// DROP cells in all (C Tor: `CIRCWINDOW_START`, 1000, when BandwidthRate
 /// allows).
 pub const TOTAL_CELLS: u32 = 1000;
-/// Close a testing circuit this long after it was launched.
-pub const LIFETIME: std::time::Duration = std::time::Duration::from_secs(60);
+/// Close a testing circuit this long after it was launched (ns).
+pub const LIFETIME_NS: u64 = 60_000_000_000;
 
 /// What the worker should do after a step of a testing circuit.
 #[derive(Debug, PartialEq, Eq)]
@@ -45,8 +43,8 @@ pub struct SelfTestCircuit {
     rest: Vec<HopTarget>,
     /// DROP cells to send once built.
     pub cells: u32,
-    /// When it was launched.
-    pub started: Instant,
+    /// When it was launched (worker clock, ns).
+    pub started_ns: u64,
     /// Built and its cells queued.
     pub done: bool,
 }
@@ -58,7 +56,7 @@ impl SelfTestCircuit {
         first: &HopTarget,
         rest: Vec<HopTarget>,
         cells: u32,
-        now: Instant,
+        now_ns: u64,
     ) -> Result<(Self, Vec<u8>), OriginError> {
         let mut origin = OriginCircuit::new();
         let create2 = origin.create2(first)?;
@@ -67,7 +65,7 @@ impl SelfTestCircuit {
                 origin,
                 rest,
                 cells,
-                started: now,
+                started_ns: now_ns,
                 done: false,
             },
             create2,
@@ -184,13 +182,14 @@ mod tests {
                 addr: std::net::SocketAddrV4::new([127, 0, 0, 1].into(), 9000 + i as u16),
             })
             .collect();
-        let (mut t, create2) =
-            SelfTestCircuit::new(&hops[0], hops[1..].to_vec(), 5, Instant::now()).unwrap();
+        let (mut t, create2) = SelfTestCircuit::new(&hops[0], hops[1..].to_vec(), 5, 0).unwrap();
         let (created, mut a, _) = circuit::answer_create2(&keys[0], &create2).unwrap();
         let TestStep::Extend(mut cell) = t.on_created2(&created).unwrap() else {
             panic!()
         };
-        let ForwardAction::Extend(req) = a.on_forward(cmd::RELAY_EARLY, &mut cell, false) else {
+        let ForwardAction::Extend(req) =
+            a.on_forward(cmd::RELAY_EARLY, &mut cell, &Default::default())
+        else {
             panic!()
         };
         assert_eq!(req.rsa_id, hops[1].rsa_id);
@@ -201,12 +200,14 @@ mod tests {
             panic!()
         };
         assert_eq!(
-            a.on_forward(cmd::RELAY_EARLY, &mut cell, false),
+            a.on_forward(cmd::RELAY_EARLY, &mut cell, &Default::default()),
             ForwardAction::Pass {
                 command: cmd::RELAY_EARLY
             }
         );
-        let ForwardAction::Extend(req) = b.on_forward(cmd::RELAY_EARLY, &mut cell, false) else {
+        let ForwardAction::Extend(req) =
+            b.on_forward(cmd::RELAY_EARLY, &mut cell, &Default::default())
+        else {
             panic!()
         };
         assert_eq!(
@@ -222,19 +223,19 @@ mod tests {
             let mut d = [0u8; BODY_LEN];
             t.drop_cell(&mut d);
             assert_eq!(
-                a.on_forward(cmd::RELAY, &mut d, false),
+                a.on_forward(cmd::RELAY, &mut d, &Default::default()),
                 ForwardAction::Pass {
                     command: cmd::RELAY
                 }
             );
             assert_eq!(
-                b.on_forward(cmd::RELAY, &mut d, false),
+                b.on_forward(cmd::RELAY, &mut d, &Default::default()),
                 ForwardAction::Pass {
                     command: cmd::RELAY
                 }
             );
             assert_eq!(
-                me.on_forward(cmd::RELAY, &mut d, false),
+                me.on_forward(cmd::RELAY, &mut d, &Default::default()),
                 ForwardAction::Drop
             );
         }

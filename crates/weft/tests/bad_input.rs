@@ -83,13 +83,14 @@ impl Hop {
         Some((body[0], body[11..11 + len].to_vec()))
     }
 
-    /// A round trip through the keyed half: BEGIN is answered with END
-    /// (EXITPOLICY) by a middle relay.
+    /// A round trip through the keyed half: BEGIN is answered with END. The
+    /// test connects as a client (no certificates), so weft answers as C
+    /// Tor does a client that uses it as a one-hop proxy: TORPROTOCOL.
     fn round_trip(&mut self, c: &mut LinkClient, stream: u16) {
         self.send(c, RELAY, 1, stream, b"127.0.0.1:80\0");
         let (cmd, data) = self.recv(c).expect("reply to BEGIN");
         assert_eq!(cmd, 3, "expected END");
-        assert_eq!(data, vec![4], "expected reason EXITPOLICY");
+        assert_eq!(data, vec![13], "expected reason TORPROTOCOL");
     }
 }
 
@@ -196,6 +197,80 @@ fn hostile_input_closes_only_what_is_at_fault() {
 
     good_hop.round_trip(&mut good, 6);
     hop.round_trip(&mut c, 7);
+    assert!(weft.alive(), "weft died");
+    let log = weft.log_text();
+    assert!(!log.contains("panicked"), "panic in log:\n{log}");
+}
+
+/// Hostile onion-service cells: each is answered as C Tor answers it and
+/// closes at most its own circuit.
+#[test]
+fn hostile_onion_service_cells_close_only_their_circuit() {
+    let mut weft = WeftProcess::start(2, "");
+    let mut c = LinkClient::connect(weft.addr());
+    let mut keep = Hop::create_fast(&mut c, 0x8000_0001);
+    keep.round_trip(&mut c, 1);
+
+    // A forged ESTABLISH_INTRO (MAC and signature of zeros): closed.
+    let mut forged = Hop::create_fast(&mut c, 0x8000_0002);
+    let mut est = vec![2u8, 0, 32];
+    est.extend_from_slice(&[0x11; 32]);
+    est.push(0);
+    est.extend_from_slice(&[0; 32]);
+    est.extend_from_slice(&[0, 64]);
+    est.extend_from_slice(&[0; 64]);
+    forged.send(&mut c, RELAY_EARLY, 32, 0, &est);
+    let (circ, cmd, body) = c.read_fixed().unwrap();
+    assert_eq!((circ, cmd, body[0]), (0x8000_0002, DESTROY, 1));
+    assert!(common::wait_for_log(&weft, "refusing ESTABLISH_INTRO"));
+    keep.round_trip(&mut c, 2);
+
+    // INTRODUCE1 from a client's first hop: closed, never relayed.
+    let mut intro = Hop::create_fast(&mut c, 0x8000_0003);
+    let mut i1 = vec![0u8; 20];
+    i1.extend_from_slice(&[2, 0, 32]);
+    i1.extend_from_slice(&[0x11; 32]);
+    i1.extend_from_slice(&[0, 1, 2, 3]);
+    intro.send(&mut c, RELAY_EARLY, 34, 0, &i1);
+    let (circ, cmd, _) = c.read_fixed().unwrap();
+    assert_eq!((circ, cmd), (0x8000_0003, DESTROY));
+    keep.round_trip(&mut c, 3);
+
+    // A cookie of the wrong length: closed. A good one: established; the
+    // same cookie on another circuit: that one closed.
+    let mut bad = Hop::create_fast(&mut c, 0x8000_0004);
+    bad.send(&mut c, RELAY_EARLY, 33, 0, &[5u8; 19]);
+    assert_eq!(c.read_fixed().unwrap().1, DESTROY);
+    let mut rend = Hop::create_fast(&mut c, 0x8000_0005);
+    rend.send(&mut c, RELAY_EARLY, 33, 0, &[5u8; 20]);
+    assert_eq!(
+        rend.recv(&mut c),
+        Some((39, vec![])),
+        "RENDEZVOUS_ESTABLISHED"
+    );
+    let mut dup = Hop::create_fast(&mut c, 0x8000_0006);
+    dup.send(&mut c, RELAY_EARLY, 33, 0, &[5u8; 20]);
+    let (circ, cmd, _) = c.read_fixed().unwrap();
+    assert_eq!((circ, cmd), (0x8000_0006, DESTROY));
+    assert!(common::wait_for_log(&weft, "duplicate rendezvous cookie"));
+
+    // RENDEZVOUS1 for a cookie nobody waits on: closed.
+    let mut r1 = Hop::create_fast(&mut c, 0x8000_0007);
+    let mut body = vec![6u8; 20];
+    body.extend_from_slice(&[1; 64]);
+    r1.send(&mut c, RELAY_EARLY, 36, 0, &body);
+    let (circ, cmd, reason) = c.read_fixed().unwrap();
+    assert_eq!((circ, cmd, reason[0]), (0x8000_0007, DESTROY, 1));
+
+    // RENDEZVOUS1 for the waiting cookie: the two circuits join, and the
+    // client's side gets RENDEZVOUS2.
+    let mut svc = Hop::create_fast(&mut c, 0x8000_0008);
+    let mut body = vec![5u8; 20];
+    body.extend_from_slice(&[0xAB; 64]);
+    svc.send(&mut c, RELAY_EARLY, 36, 0, &body);
+    assert_eq!(rend.recv(&mut c), Some((37, vec![0xAB; 64])), "RENDEZVOUS2");
+
+    keep.round_trip(&mut c, 4);
     assert!(weft.alive(), "weft died");
     let log = weft.log_text();
     assert!(!log.contains("panicked"), "panic in log:\n{log}");

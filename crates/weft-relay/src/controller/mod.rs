@@ -4,6 +4,18 @@
 //! connection for an EXTEND2), worker assignment, bandwidth accounting, key
 //! and TLS-context rotation, and the directory duties (descriptor upload,
 //! consensus fetch). No relayed cell passes through here.
+//!
+//! Split by concern: [`registry`] (connections by identity, extend routing,
+//! the self-test's first hops), [`balance`] (worker choice, migration,
+//! bandwidth shares), [`local`] (`ConnectionThreads 0`), [`directory`]
+//! (descriptor upload, consensus fetch) and [`metrics`] (MetricsPort).
+
+mod balance;
+pub mod directory;
+mod local;
+pub mod metrics;
+mod onion;
+mod registry;
 
 use std::collections::HashMap;
 use std::net::{IpAddr, SocketAddr};
@@ -13,17 +25,17 @@ use std::time::{Duration, Instant, SystemTime};
 use tokio::sync::mpsc::unbounded_channel;
 use tracing::{debug, error, info, warn};
 use weft_crypto::keys::{LinkKeys, RelayKeys, TLS_CONTEXT_LIFETIME};
-use weft_proto::cell::destroy_reason;
 use weft_proto::link::PeerKind;
 use weft_proto::origin::HopTarget;
-use weft_proto::relay::Extend2;
 
+use self::directory::{DirEvent, DirState};
+use self::metrics::{MetricsSnapshot, WorkerTotals};
 use crate::bwhist::{self, BandwidthHistory};
 use crate::context::{RelayConfig, SchedParams, SharedContext};
-use crate::directory::{DirEvent, DirState};
-use crate::messages::{ConnId, ControllerMsg, HalfRef, WorkerMsg, WorkerReport};
-use crate::metrics::{self, MetricsSnapshot, WorkerTotals};
-use crate::worker::{self, Worker, WorkerConfig, WorkerHandle};
+use crate::messages::{ConnId, ControllerMsg, HalfRef, WorkerReport};
+use crate::worker::{self, Worker, WorkerConfig, WorkerHandle, WorkerMsg};
+
+pub use self::registry::is_private;
 use weft_dir::consensus::NetParams;
 
 /// Onion key rotation period when no consensus says otherwise.
@@ -80,6 +92,8 @@ struct Controller {
     bw: BandwidthHistory,
     extends_same_worker: u64,
     extends_cross_worker: u64,
+    /// Introduction circuits by auth key, rendezvous circuits by cookie.
+    onion: onion::OnionTables,
     started: Instant,
 }
 
@@ -106,6 +120,7 @@ fn sched_params(cfg: &RelayConfig, p: &NetParams) -> SchedParams {
         halflife_s,
         kist_interval: Duration::from_millis(kist_ms),
         kist_factor: cfg.kist_sock_buf_factor,
+        intro_dos: p.intro_dos(),
     }
 }
 
@@ -159,7 +174,7 @@ async fn run_controller(cfg: RelayConfig) -> anyhow::Result<()> {
         }
     }
     if let Some(w) = local_worker {
-        tokio::task::spawn_local(drive_local_worker(w));
+        tokio::task::spawn_local(local::drive_local_worker(w));
         info!("ConnectionThreads 0: connections run on the main thread");
     } else {
         info!("started {n} worker threads");
@@ -201,6 +216,7 @@ async fn run_controller(cfg: RelayConfig) -> anyhow::Result<()> {
         bw: load_bwhist(&state_path),
         extends_same_worker: 0,
         extends_cross_worker: 0,
+        onion: onion::OnionTables::default(),
         started: Instant::now(),
     };
     // The ORPort answers now, so the authorities' reachability test that
@@ -284,101 +300,6 @@ async fn run_controller(cfg: RelayConfig) -> anyhow::Result<()> {
 }
 
 impl Controller {
-    /// The worker for a new connection: the least loaded by measured load
-    /// (EWMA of busy time), then by connections; ties round robin.
-    /// `TestingPlaceOnWorker` overrides it (tests of the balancer).
-    fn pick_worker(&mut self) -> usize {
-        let n = self.workers.len();
-        if let Some(w) = self.cfg.testing_place_on_worker.filter(|w| *w < n) {
-            return w;
-        }
-        let start = self.next_worker;
-        self.next_worker = (self.next_worker + 1) % n;
-        let score = |w: usize| self.load[w] + 0.01 * self.worker_load[w].connections as f64;
-        (0..n)
-            .map(|i| (start + i) % n)
-            .min_by(|&a, &b| score(a).total_cmp(&score(b)))
-            .unwrap_or(0)
-    }
-
-    /// Once a second: update the load EWMAs; when one worker has been
-    /// busier than another by more than 20% of a core for 3 seconds, move
-    /// one of its connections there (the one whose traffic is closest to
-    /// half the difference). With `TestingMigrateEvery`, also move some
-    /// connection every that many seconds, whatever the load.
-    fn balance(&mut self, secs: u64) {
-        let n = self.workers.len();
-        if n < 2 {
-            return;
-        }
-        for w in 0..n {
-            let busy = self.worker_load[w].busy_ns as f64 / 1e9;
-            self.load[w] = 0.5 * self.load[w] + 0.5 * busy;
-        }
-        if let Some(every) = self.cfg.testing_migrate_every.filter(|e| *e > 0) {
-            if secs.is_multiple_of(every) && !self.conns.is_empty() {
-                let ids: Vec<ConnId> = self.conns.keys().copied().collect();
-                let id = ids[rand::random_range(0..ids.len())];
-                if let Some(f) = self.conns.get(&id) {
-                    let to = (f.worker + 1) % n;
-                    debug!(
-                        "TestingMigrateEvery: moving connection {id} from worker {} to {to}",
-                        f.worker
-                    );
-                    self.workers[f.worker].send(WorkerMsg::Migrate { conn_id: id, to });
-                }
-            }
-            return;
-        }
-        let (hi, lo) = (0..n).fold((0, 0), |(hi, lo), w| {
-            (
-                if self.load[w] > self.load[hi] { w } else { hi },
-                if self.load[w] < self.load[lo] { w } else { lo },
-            )
-        });
-        let gap = self.load[hi] - self.load[lo];
-        if gap > 0.2 && self.load[hi] > 0.3 {
-            self.imbalance_secs += 1;
-        } else {
-            self.imbalance_secs = 0;
-        }
-        if self.imbalance_secs < 3 {
-            return;
-        }
-        self.imbalance_secs = 0;
-        let r = &self.worker_load[hi];
-        let bytes = (r.read_bytes + r.written_bytes).max(1) as f64;
-        let want = bytes * (gap / 2.0) / self.load[hi].max(1e-9);
-        let pick = r
-            .top_conns
-            .iter()
-            .filter(|(id, b)| *id != 0 && (*b as f64) < 0.9 * bytes && self.conns.contains_key(id))
-            .min_by(|a, b| {
-                (a.1 as f64 - want)
-                    .abs()
-                    .total_cmp(&(b.1 as f64 - want).abs())
-            });
-        if let Some(&(conn_id, b)) = pick {
-            info!(
-                "balancing: worker {hi} at {:.0}% vs worker {lo} at {:.0}%; moving connection {conn_id} ({} KiB/s)",
-                self.load[hi] * 100.0,
-                self.load[lo] * 100.0,
-                b / 1024
-            );
-            self.workers[hi].send(WorkerMsg::Migrate { conn_id, to: lo });
-            // Pretend the move happened so the next decision waits for data.
-            self.load[hi] -= gap / 2.0;
-            self.load[lo] += gap / 2.0;
-        }
-    }
-
-    /// How much busier worker `w` is than the idlest worker (load EWMA,
-    /// fraction of a core).
-    fn load_gap(&self, w: usize) -> f64 {
-        let min = self.load.iter().copied().fold(f64::INFINITY, f64::min);
-        self.load.get(w).map_or(f64::INFINITY, |l| l - min)
-    }
-
     fn new_conn_id(&mut self) -> ConnId {
         let id = self.next_conn_id;
         self.next_conn_id += 1;
@@ -400,7 +321,18 @@ impl Controller {
     }
 
     fn on_msg(&mut self, m: ControllerMsg) {
+        let mut m = Some(m);
+        self.onion.on_msg(&mut m, &self.workers);
+        let Some(m) = m else { return };
         match m {
+            // Handled by the onion-service tables above.
+            ControllerMsg::IntroEstablished { .. }
+            | ControllerMsg::IntroMoved { .. }
+            | ControllerMsg::IntroGone { .. }
+            | ControllerMsg::Introduce1 { .. }
+            | ControllerMsg::EstablishRendezvous { .. }
+            | ControllerMsg::RendezvousGone { .. }
+            | ControllerMsg::Rendezvous1 { .. } => {}
             ControllerMsg::ConnOpened {
                 conn_id,
                 worker,
@@ -509,236 +441,6 @@ impl Controller {
         }
     }
 
-    /// Count and log where the two halves of an extended circuit live.
-    fn note_link(&mut self, from: &HalfRef, next_worker: usize) {
-        if usize::from(from.worker) == next_worker {
-            self.extends_same_worker += 1;
-            debug!(
-                "extend: half {} linked on worker {next_worker} (same-worker)",
-                from.slot
-            );
-        } else {
-            self.extends_cross_worker += 1;
-            debug!(
-                "extend: half {} linked across workers {} -> {next_worker} (cross-worker)",
-                from.slot, from.worker
-            );
-        }
-    }
-
-    fn fail_extend(&self, from: &HalfRef, reason: u8, why: String) {
-        if let Some(w) = self.workers.get(usize::from(from.worker)) {
-            w.send(WorkerMsg::ExtendFailed {
-                half: *from,
-                reason,
-                why,
-            });
-        }
-    }
-
-    /// Find or open the connection for an EXTEND2. [tor-spec §5.3.1;
-    /// protocol-notes §6.1]
-    fn on_extend(&mut self, from: HalfRef, from_conn: ConnId, req: Extend2) {
-        if let Some(f) = self.conns.get(&from_conn) {
-            if let PeerKind::Relay { rsa_fp, ed_id } = &f.peer {
-                if *rsa_fp == req.rsa_id || Some(*ed_id) == req.ed_id {
-                    return self.fail_extend(
-                        &from,
-                        destroy_reason::PROTOCOL,
-                        "extend back to the previous hop".into(),
-                    );
-                }
-            }
-        }
-        if req.rsa_id == self.keys.fingerprint {
-            return self.fail_extend(
-                &from,
-                destroy_reason::PROTOCOL,
-                "extend to ourselves".into(),
-            );
-        }
-        let Some(v4) = req.ipv4 else {
-            return self.fail_extend(
-                &from,
-                destroy_reason::CONNECTFAILED,
-                "IPv6-only extend; no IPv6 ORPort".into(),
-            );
-        };
-        let addr = SocketAddr::V4(v4);
-        if !self.cfg.extend_allow_private && is_private(addr.ip()) {
-            return self.fail_extend(
-                &from,
-                destroy_reason::CONNECTFAILED,
-                format!("extend to private address {addr} refused"),
-            );
-        }
-        if v4.port() == 0 || v4.ip().is_unspecified() {
-            return self.fail_extend(
-                &from,
-                destroy_reason::CONNECTFAILED,
-                "extend to port 0 or 0.0.0.0".into(),
-            );
-        }
-        // TestingCrossWorkerExtends: the next hop's connection must be on
-        // another worker than the keyed half (reuse one there, or open one).
-        let avoid = (self.cfg.testing_cross_worker && self.workers.len() > 1)
-            .then_some(usize::from(from.worker));
-        self.with_connection(
-            req.rsa_id,
-            req.ed_id,
-            addr,
-            avoid,
-            Waiter::Extend(from, req.create2),
-        );
-    }
-
-    /// Hand `waiter` to the open connection `conn_id` on worker `worker`.
-    fn dispatch(&mut self, waiter: Waiter, worker: usize, conn_id: ConnId) {
-        match waiter {
-            Waiter::Extend(from, create2) => {
-                self.note_link(&from, worker);
-                self.workers[worker].send(WorkerMsg::CreateOutbound {
-                    conn_id,
-                    prev: from,
-                    create2,
-                });
-            }
-            Waiter::SelfTest(first, rest) => self.workers[worker].send(WorkerMsg::SelfTest {
-                conn_id,
-                first,
-                rest,
-                cells: crate::selftest::TOTAL_CELLS / crate::selftest::CIRCUITS as u32,
-            }),
-        }
-    }
-
-    /// Find the connection to use for relay `rsa_id` (ed), or open one
-    /// (deduplicating concurrent opens), and give it `waiter`. Reuse rule as
-    /// C Tor's `channel_get_for_extend`: canonical first, then one to the
-    /// requested address; the oldest. [protocol-notes §6.1]
-    fn with_connection(
-        &mut self,
-        rsa_id: [u8; 20],
-        ed: Option<[u8; 32]>,
-        addr: SocketAddr,
-        avoid_worker: Option<usize>,
-        waiter: Waiter,
-    ) {
-        let best = self.by_identity.get(&rsa_id).and_then(|ids| {
-            ids.iter()
-                .filter_map(|id| self.conns.get(id))
-                .filter(|f| Some(f.worker) != avoid_worker)
-                .filter(|f| match (&f.peer, ed) {
-                    (PeerKind::Relay { ed_id, .. }, Some(want)) => *ed_id == want,
-                    _ => true,
-                })
-                .filter(|f| f.canonical || f.addr == addr)
-                .min_by_key(|f| (!f.canonical, f.opened))
-                .map(|f| (f.worker, f.conn_id))
-        });
-        if let Some((w, conn_id)) = best {
-            return self.dispatch(waiter, w, conn_id);
-        }
-        let key = (rsa_id, avoid_worker);
-        if let Some(p) = self.pending.get_mut(&key) {
-            p.waiters.push(waiter);
-            return;
-        }
-        let conn_id = self.new_conn_id();
-        let w = match (avoid_worker, &waiter) {
-            (Some(a), _) => (a + 1) % self.workers.len(),
-            // An extend's new connection goes to the extending half's worker
-            // unless that worker is clearly busier than the idlest: then the
-            // circuit's cells stay on one worker (no hand-off, no wake-up),
-            // and the balancer still moves connections when load skews.
-            (None, Waiter::Extend(from, _))
-                if self.cfg.testing_place_on_worker.is_none()
-                    && self.load_gap(usize::from(from.worker)) < 0.2 =>
-            {
-                usize::from(from.worker)
-            }
-            _ => self.pick_worker(),
-        };
-        self.worker_load[w].connections += 1;
-        debug!(
-            "opening connection {conn_id} to {addr} ({}) on worker {w}",
-            hex::encode_upper(rsa_id)
-        );
-        self.workers[w].send(WorkerMsg::Connect {
-            conn_id,
-            addr,
-            rsa_id,
-            ed_id: ed,
-        });
-        self.pending.insert(
-            key,
-            PendingConnect {
-                conn_id,
-                waiters: vec![waiter],
-            },
-        );
-    }
-
-    /// Launch the bandwidth self-test circuits: us → a → b → us.
-    fn launch_selftest(&mut self, a: HopTarget, b: HopTarget) {
-        let me = HopTarget {
-            rsa_id: self.keys.fingerprint,
-            ed_id: Some(self.keys.ed_id),
-            ntor_key: self.keys.onion.ntor.public,
-            addr: match self.cfg.advertised {
-                SocketAddr::V4(v4) => v4,
-                SocketAddr::V6(_) => return,
-            },
-        };
-        info!(
-            "bandwidth self-test: {} circuits through {} and {}",
-            crate::selftest::CIRCUITS,
-            hex::encode_upper(a.rsa_id),
-            hex::encode_upper(b.rsa_id)
-        );
-        for _ in 0..crate::selftest::CIRCUITS {
-            let addr = SocketAddr::V4(a.addr);
-            self.with_connection(
-                a.rsa_id,
-                a.ed_id,
-                addr,
-                None,
-                Waiter::SelfTest(a.clone(), vec![b.clone(), me.clone()]),
-            );
-        }
-    }
-
-    /// Split BandwidthRate/Burst between workers by recent demand: a
-    /// quarter evenly, the rest in proportion to the bytes each moved in
-    /// the last second. Sent only when a share moves by more than 10%.
-    fn rebalance_bandwidth(&mut self) {
-        let n = self.workers.len();
-        if n < 2 {
-            return;
-        }
-        let demand: Vec<u64> = self
-            .worker_load
-            .iter()
-            .map(|r| r.read_bytes + r.written_bytes)
-            .collect();
-        let total: u64 = demand.iter().sum();
-        if total == 0 {
-            return;
-        }
-        for (w, d) in demand.iter().enumerate() {
-            let frac = 0.25 / n as f64 + 0.75 * *d as f64 / total as f64;
-            let rate = ((self.cfg.bandwidth_rate as f64 * frac) as u64).max(1);
-            let burst = ((self.cfg.bandwidth_burst as f64 * frac) as u64).max(1);
-            let old = self.shares.get(w).copied().unwrap_or(0);
-            if old == 0 || rate.abs_diff(old) * 10 > old {
-                if let Some(s) = self.shares.get_mut(w) {
-                    *s = rate;
-                }
-                self.workers[w].send(WorkerMsg::BandwidthShare { rate, burst });
-            }
-        }
-    }
-
     fn metrics_snapshot(&self) -> MetricsSnapshot {
         MetricsSnapshot {
             workers: self.worker_totals.clone(),
@@ -746,6 +448,20 @@ impl Controller {
             connections: self.conns.len(),
             observed_bandwidth: self.bw.observed(),
             extends: (self.extends_same_worker, self.extends_cross_worker),
+            onion: {
+                let mut counters = crate::messages::OnionCounters::default();
+                for w in &self.worker_totals {
+                    counters.add(&w.report.onion);
+                }
+                let (intro_circuits, rend_waiting) = self.onion.sizes();
+                metrics::OnionSnapshot {
+                    counters,
+                    intro_circuits,
+                    rend_waiting,
+                    unknown_service: self.onion.unknown_service,
+                    unknown_cookie: self.onion.unknown_cookie,
+                }
+            },
             uptime_s: self.started.elapsed().as_secs(),
         }
     }
@@ -871,92 +587,5 @@ fn load_bwhist(path: &std::path::Path) -> BandwidthHistory {
 fn save_bwhist(path: &std::path::Path, h: &BandwidthHistory) {
     if let Err(e) = weft_crypto::keys::write_private_file(path, h.to_state().as_bytes()) {
         warn!("cannot save the bandwidth history: {e}");
-    }
-}
-
-/// The raw epoll descriptor of a worker, for tokio's reactor.
-struct PollFd(std::os::fd::RawFd);
-
-impl std::os::fd::AsRawFd for PollFd {
-    fn as_raw_fd(&self) -> std::os::fd::RawFd {
-        self.0
-    }
-}
-
-/// `ConnectionThreads 0`: run the worker on the main thread, inside the
-/// controller's runtime. Its epoll descriptor is readable whenever it has
-/// events (sockets, or a wake-up from another thread), so the runtime
-/// watches that descriptor and runs a round of the worker when it fires, or
-/// at once while the worker has work, or when its housekeeping is due.
-async fn drive_local_worker(mut w: Worker) {
-    // SAFETY: the descriptor is the worker's epoll instance, owned by `w`,
-    // which stays alive (and never replaces its Poll) for as long as `fd`:
-    // `fd` is a local of this function and is dropped before the parameter
-    // `w`. Exercised by every ConnectionThreads 0 test (stock_network.rs
-    // connection_threads_0, bad_input.rs).
-    let registered = unsafe {
-        tokio::io::unix::AsyncFd::register_with_interest(
-            PollFd(w.poll_fd()),
-            tokio::io::Interest::READABLE,
-        )
-    };
-    let fd = match registered {
-        Ok(fd) => fd,
-        Err(e) => {
-            error!("cannot watch the worker's event loop: {e}");
-            return;
-        }
-    };
-    while !w.stopped() {
-        if let Err(e) = w.turn(Some(Duration::ZERO)) {
-            error!("worker 0: event loop failed: {e}");
-            break;
-        }
-        match w.sleep_time() {
-            Some(d) if d.is_zero() => tokio::task::yield_now().await,
-            d => {
-                tokio::select! {
-                    g = fd.readable() => {
-                        if let Ok(mut g) = g {
-                            g.clear_ready();
-                        }
-                    }
-                    _ = tokio::time::sleep(d.unwrap_or(Duration::from_secs(1))) => {}
-                }
-            }
-        }
-    }
-}
-
-/// RFC 1918, loopback, link-local and other internal addresses.
-pub fn is_private(ip: IpAddr) -> bool {
-    match ip {
-        IpAddr::V4(a) => {
-            a.is_private()
-                || a.is_loopback()
-                || a.is_link_local()
-                || a.is_unspecified()
-                || a.octets()[0] == 0
-        }
-        IpAddr::V6(a) => {
-            a.is_loopback()
-                || a.is_unspecified()
-                || (a.segments()[0] & 0xfe00) == 0xfc00
-                || (a.segments()[0] & 0xffc0) == 0xfe80
-        }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn private_addresses() {
-        assert!(is_private("127.0.0.1".parse().unwrap()));
-        assert!(is_private("10.1.2.3".parse().unwrap()));
-        assert!(is_private("192.168.1.1".parse().unwrap()));
-        assert!(!is_private("8.8.8.8".parse().unwrap()));
-        assert!(is_private("::1".parse().unwrap()));
     }
 }

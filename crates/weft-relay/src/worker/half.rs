@@ -1,4 +1,7 @@
-//! Circuit halves and a worker's table of them.
+//! Circuit halves and a worker's table of them (part of the sans-IO
+//! circuit core, [`super::core`]). Owns the half records only; what a half
+//! does with a cell is decided in [`super::dispatch`] and
+//! [`super::handoff`].
 //!
 //! A circuit through the relay is two halves, one per OR connection. The
 //! *keyed* half (on the connection toward the client, which answered
@@ -20,7 +23,7 @@ use crate::pool::CellQueue;
 // Keyed halves (the larger variant) are half of all halves; boxing them
 // would add a pointer chase on every relayed cell.
 #[allow(clippy::large_enum_variant)]
-pub enum HalfRole {
+pub(crate) enum HalfRole {
     /// Toward the client: removes / adds our onion layer.
     Keyed(KeyedHalf),
     /// Toward the next relay: relabels. `created` once CREATED2 came back.
@@ -32,12 +35,12 @@ pub enum HalfRole {
     Origin(Box<crate::selftest::SelfTestCircuit>),
     /// The half moved to another worker with its connection; this slot
     /// forwards what still arrives for the old reference (see
-    /// [`crate::migrate`]).
-    Moved(Box<crate::migrate::Forwarder>),
+    /// [`super::migrate`]).
+    Moved(Box<super::migrate::Forwarder>),
 }
 
 /// One circuit half.
-pub struct Half {
+pub(crate) struct Half {
     /// Slot index of its connection in the worker's connection table.
     pub conn: usize,
     /// Its circuit ID on that connection.
@@ -84,7 +87,7 @@ struct Entry {
 }
 
 /// A worker's circuit halves.
-pub struct HalfTable {
+pub(crate) struct HalfTable {
     worker: u16,
     entries: Vec<Entry>,
     free: Vec<u32>,
@@ -105,11 +108,6 @@ impl HalfTable {
     /// Number of live halves.
     pub fn len(&self) -> usize {
         self.live
-    }
-
-    /// True when no half is live.
-    pub fn is_empty(&self) -> bool {
-        self.live == 0
     }
 
     /// Store `h`; returns its reference.

@@ -18,104 +18,8 @@ use std::path::{Path, PathBuf};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tracing::{debug, info};
 
-use crate::messages::WorkerReport;
-
-/// Buckets of a [`DelayHistogram`]: upper bounds 2 µs, 4 µs, … 2^32 µs.
-pub const DELAY_BUCKETS: usize = 32;
-
-/// A histogram with log₂ buckets: bucket k holds values in [2^k, 2^(k+1))
-/// units (bucket 0 also 0 and 1). For delays the unit is 1 µs
-/// ([`DelayHistogram::record`] takes nanoseconds); for queue sizes 1 byte
-/// ([`DelayHistogram::record_units`]).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct DelayHistogram {
-    /// Counts per bucket: bucket k holds [2^k, 2^(k+1)) µs (bucket 0 also
-    /// everything below 1 µs; the last also everything above).
-    pub counts: [u64; DELAY_BUCKETS],
-    /// Sum of all recorded values, ns.
-    pub sum_ns: u64,
-}
-
-impl Default for DelayHistogram {
-    fn default() -> Self {
-        DelayHistogram {
-            counts: [0; DELAY_BUCKETS],
-            sum_ns: 0,
-        }
-    }
-}
-
-impl DelayHistogram {
-    /// Record one duration in nanoseconds.
-    #[inline]
-    pub fn record(&mut self, ns: u64) {
-        self.bucket(ns / 1000);
-        self.sum_ns = self.sum_ns.wrapping_add(ns);
-    }
-
-    /// Record one value in the histogram's own unit (e.g. bytes); the sum
-    /// then adds units.
-    #[inline]
-    pub fn record_units(&mut self, v: u64) {
-        self.bucket(v);
-        self.sum_ns = self.sum_ns.wrapping_add(v);
-    }
-
-    #[inline]
-    fn bucket(&mut self, units: u64) {
-        let k = if units < 2 {
-            0
-        } else {
-            (63 - units.leading_zeros()) as usize
-        };
-        self.counts[k.min(DELAY_BUCKETS - 1)] += 1;
-    }
-
-    /// Number of values.
-    pub fn count(&self) -> u64 {
-        self.counts.iter().sum()
-    }
-
-    /// Add another histogram.
-    pub fn add(&mut self, o: &DelayHistogram) {
-        for (a, b) in self.counts.iter_mut().zip(o.counts.iter()) {
-            *a += b;
-        }
-        self.sum_ns = self.sum_ns.wrapping_add(o.sum_ns);
-    }
-
-    /// The difference `self - earlier` (both cumulative).
-    pub fn since(&self, earlier: &DelayHistogram) -> DelayHistogram {
-        let mut d = DelayHistogram::default();
-        for (i, c) in d.counts.iter_mut().enumerate() {
-            *c = self.counts[i].saturating_sub(earlier.counts[i]);
-        }
-        d.sum_ns = self.sum_ns.wrapping_sub(earlier.sum_ns);
-        d
-    }
-
-    /// Upper bound of bucket `k` in seconds.
-    pub fn upper_s(k: usize) -> f64 {
-        (1u64 << (k + 1)) as f64 * 1e-6
-    }
-
-    /// An estimate of the `q` quantile (upper bound of its bucket), seconds.
-    pub fn quantile_s(&self, q: f64) -> f64 {
-        let n = self.count();
-        if n == 0 {
-            return 0.0;
-        }
-        let want = ((n as f64) * q).ceil().max(1.0) as u64;
-        let mut seen = 0;
-        for (k, c) in self.counts.iter().enumerate() {
-            seen += c;
-            if seen >= want {
-                return Self::upper_s(k);
-            }
-        }
-        Self::upper_s(DELAY_BUCKETS - 1)
-    }
-}
+use crate::histogram::DelayHistogram;
+use crate::messages::{OnionCounters, WorkerReport};
 
 /// Totals of one worker since start.
 #[derive(Debug, Default, Clone)]
@@ -139,8 +43,27 @@ pub struct MetricsSnapshot {
     pub observed_bandwidth: u64,
     /// Extends linked on the same worker / across workers.
     pub extends: (u64, u64),
+    /// Onion-service roles: the workers' counters summed, the controller's
+    /// table sizes (introduction circuits, waiting rendezvous circuits) and
+    /// lookups that found nothing (unknown service, unknown cookie).
+    pub onion: OnionSnapshot,
     /// Seconds since start.
     pub uptime_s: u64,
+}
+
+/// The onion-service figures of the metrics page.
+#[derive(Debug, Default, Clone)]
+pub struct OnionSnapshot {
+    /// The workers' counters, summed.
+    pub counters: OnionCounters,
+    /// Introduction circuits registered now.
+    pub intro_circuits: usize,
+    /// Rendezvous circuits waiting for their service now.
+    pub rend_waiting: usize,
+    /// INTRODUCE1 for an auth key nobody registered.
+    pub unknown_service: u64,
+    /// RENDEZVOUS1 for a cookie nobody waits on.
+    pub unknown_cookie: u64,
 }
 
 impl WorkerTotals {
@@ -160,6 +83,7 @@ impl WorkerTotals {
         t.delay.add(&r.delay);
         t.queue_wait.add(&r.queue_wait);
         t.outq.add(&r.outq);
+        t.onion.add(&r.onion);
         t.connections = r.connections;
         t.circuits = r.circuits;
         t.queued_cells = r.queued_cells;
@@ -399,6 +323,7 @@ pub fn render(m: &MetricsSnapshot) -> String {
         "weft_extends_total{{placement=\"cross_worker\"}} {}",
         m.extends.1
     );
+    render_onion(&mut o, &m.onion);
     family(
         &mut o,
         "weft_uptime_seconds",
@@ -505,6 +430,65 @@ pub async fn serve_one(
     .await;
 }
 
+/// The onion-service families, named after C Tor's relay metrics
+/// (`tor_relay_est_intro_actions_total`, …) with weft's prefix.
+fn render_onion(o: &mut String, n: &OnionSnapshot) {
+    let c = &n.counters;
+    /// (family, help, (action, value) rows)
+    type Family<'a> = (&'a str, &'a str, &'a [(&'a str, u64)]);
+    let rows: [Family; 4] = [
+        (
+            "weft_relay_est_intro_actions_total",
+            "ESTABLISH_INTRO cells by outcome.",
+            &[("success", c.intro_established)],
+        ),
+        (
+            "weft_relay_intro1_actions_total",
+            "INTRODUCE1 cells by outcome.",
+            &[
+                ("success", c.introduce2_sent),
+                ("unknown_service", n.unknown_service),
+                ("rate_limited", c.introduce_limited),
+            ],
+        ),
+        (
+            "weft_relay_est_rend_actions_total",
+            "ESTABLISH_RENDEZVOUS cells by outcome.",
+            &[("success", c.rend_established)],
+        ),
+        (
+            "weft_relay_rend1_actions_total",
+            "RENDEZVOUS1 cells by outcome.",
+            &[
+                ("success", c.rend_joined),
+                ("unknown_cookie", n.unknown_cookie),
+            ],
+        ),
+    ];
+    for (name, help, values) in rows {
+        family(o, name, "counter", help);
+        for (action, v) in values {
+            let _ = writeln!(o, "{name}{{action=\"{action}\"}} {v}");
+        }
+    }
+    family(
+        o,
+        "weft_onion_circuits",
+        "gauge",
+        "Circuits at this relay in an onion-service role now.",
+    );
+    let _ = writeln!(
+        o,
+        "weft_onion_circuits{{role=\"intro_point\"}} {}",
+        n.intro_circuits
+    );
+    let _ = writeln!(
+        o,
+        "weft_onion_circuits{{role=\"rend_waiting\"}} {}",
+        n.rend_waiting
+    );
+}
+
 /// Bind the MetricsPort.
 pub async fn listen(addr: SocketAddr) -> std::io::Result<tokio::net::TcpListener> {
     let l = tokio::net::TcpListener::bind(addr).await?;
@@ -515,24 +499,6 @@ pub async fn listen(addr: SocketAddr) -> std::io::Result<tokio::net::TcpListener
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn histogram_buckets_and_quantiles() {
-        let mut h = DelayHistogram::default();
-        for ns in [500, 1_500, 2_000, 3_999, 4_000, 1_000_000] {
-            h.record(ns);
-        }
-        assert_eq!(h.counts[0], 2, "below 2 µs");
-        assert_eq!(h.counts[1], 2, "[2, 4) µs");
-        assert_eq!(h.counts[2], 1, "[4, 8) µs");
-        assert_eq!(h.counts[9], 1, "1 ms is in [512, 1024) µs");
-        assert_eq!(h.count(), 6);
-        assert_eq!(h.quantile_s(0.5), 4e-6);
-        assert!((h.quantile_s(1.0) - 1.024e-3).abs() < 1e-12);
-        let mut big = DelayHistogram::default();
-        big.record(u64::MAX / 2);
-        assert_eq!(big.counts[DELAY_BUCKETS - 1], 1);
-    }
 
     #[test]
     fn requests_need_the_token() {

@@ -23,7 +23,16 @@ use weft_proto::origin::HopTarget;
 use crate::context::{DirAuthority, RelayConfig};
 
 /// What we advertise in "proto": only what is implemented. [protocol-notes §12]
-pub const PROTO: &str = "Cons=1-2 Desc=1-2 Link=4-5 LinkAuth=3 Microdesc=1-2 Relay=2,4";
+///
+/// `HSIntro=4-5` (v3 introduction point with the DoS extension) and
+/// `HSRend=1-2` (rendezvous point): C Tor clients pick rendezvous points,
+/// and services introduction points, among all relays without looking at
+/// these (every relay has had them for years); on one that lacks them the
+/// circuit silently goes nowhere. [C circuitbuild.c choose_good_exit_server,
+/// hs_client.c client_rendezvous_circ_has_opened, hs_service.c
+/// pick_intro_point]
+pub const PROTO: &str =
+    "Cons=1-2 Desc=1-2 HSIntro=4-5 HSRend=1-2 Link=4-5 LinkAuth=3 Microdesc=1-2 Relay=2,4";
 
 /// Results of background directory work, handled on the controller.
 #[derive(Debug)]

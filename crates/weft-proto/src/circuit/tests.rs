@@ -1,0 +1,307 @@
+//! Tests of the keyed half's answers to the relay commands addressed to it,
+//! with a real client circuit ([`OriginCircuit`]) at the other end.
+
+use std::net::SocketAddrV4;
+
+use ed25519_dalek::{Signer, SigningKey};
+
+use super::*;
+use crate::onion::{ack_status, mac_sha3_256, ESTABLISH_INTRO_SIG_PREFIX};
+use crate::origin::{HopTarget, OriginCircuit};
+
+/// A one-hop circuit from a client to a keyed half.
+fn circuit() -> (OriginCircuit, KeyedHalf) {
+    let dir = tempfile::tempdir().unwrap();
+    let (_, keys, _) = crate::fuzzing::test_identity(dir.path());
+    let t = HopTarget {
+        rsa_id: keys.rsa_fp,
+        ed_id: Some(keys.ed_id),
+        ntor_key: keys.ntor[0].public.to_bytes(),
+        addr: SocketAddrV4::new([127, 0, 0, 1].into(), 9001),
+    };
+    let mut client = OriginCircuit::new();
+    let create2 = client.create2(&t).unwrap();
+    let (created2, half, _) = answer_create2(&keys, &create2).unwrap();
+    client.on_created2(&created2).unwrap();
+    (client, half)
+}
+
+/// Send one relay message to the half; returns what it did and, for a
+/// reply, the (command, data) the client reads.
+fn send(
+    client: &mut OriginCircuit,
+    half: &mut KeyedHalf,
+    command: u8,
+    stream: u16,
+    data: &[u8],
+    ctx: &ForwardCtx,
+) -> (ForwardAction, Option<(u8, Vec<u8>)>) {
+    let mut body = [0u8; BODY_LEN];
+    client.send(0, command, stream, data, &mut body);
+    let a = half.on_forward(cmd::RELAY_EARLY, &mut body, ctx);
+    let reply = match a {
+        ForwardAction::Reply | ForwardAction::IntroEstablished { .. } => {
+            let (_, h) = client.on_backward(&mut body).unwrap();
+            Some((h.command, relay::data(&body, &h).to_vec()))
+        }
+        _ => None,
+    };
+    (a, reply)
+}
+
+fn establish_intro(sk: &SigningKey, nonce: &[u8; 20], tamper: bool) -> Vec<u8> {
+    let mut cell = vec![2, 0, 32];
+    cell.extend_from_slice(sk.verifying_key().as_bytes());
+    // A DoS extension: rate 10/s, burst 20.
+    cell.extend_from_slice(&[1, 1, 19, 2, 1]);
+    cell.extend_from_slice(&10u64.to_be_bytes());
+    cell.push(2);
+    cell.extend_from_slice(&20u64.to_be_bytes());
+    let mac = mac_sha3_256(nonce, &cell);
+    cell.extend_from_slice(&mac);
+    let mut signed = ESTABLISH_INTRO_SIG_PREFIX.to_vec();
+    signed.extend_from_slice(&cell);
+    let mut sig = sk.sign(&signed).to_bytes();
+    if tamper {
+        sig[5] ^= 1;
+    }
+    cell.extend_from_slice(&64u16.to_be_bytes());
+    cell.extend_from_slice(&sig);
+    cell
+}
+
+#[test]
+fn a_path_bias_probe_is_answered_with_its_address() {
+    let (mut client, mut half) = circuit();
+    let (a, reply) = send(
+        &mut client,
+        &mut half,
+        relay_cmd::BEGIN,
+        7,
+        b"0.1.2.3:25\0",
+        &ForwardCtx::default(),
+    );
+    assert_eq!(a, ForwardAction::Reply);
+    let (c, d) = reply.unwrap();
+    assert_eq!(c, relay_cmd::END);
+    assert_eq!(d, [end_reason::EXITPOLICY, 0, 1, 2, 3, 0, 0, 0x07, 0x08]);
+    let (_, reply) = send(
+        &mut client,
+        &mut half,
+        relay_cmd::RESOLVE,
+        8,
+        b"example.com\0",
+        &ForwardCtx::default(),
+    );
+    assert_eq!(reply.unwrap().1[0], 0xF1);
+}
+
+#[test]
+fn an_introduction_point_is_established_once() {
+    let (mut client, mut half) = circuit();
+    let nonce = *client.nonce(0).unwrap();
+    let sk = SigningKey::from_bytes(&[3u8; 32]);
+    let ctx = ForwardCtx {
+        intro_dos: (false, 25, 200),
+        now_s: 100,
+        ..Default::default()
+    };
+    let cell = establish_intro(&sk, &nonce, false);
+    let (a, reply) = send(
+        &mut client,
+        &mut half,
+        hs_cmd::ESTABLISH_INTRO,
+        0,
+        &cell,
+        &ctx,
+    );
+    assert_eq!(
+        a,
+        ForwardAction::IntroEstablished {
+            auth_key: sk.verifying_key().to_bytes()
+        }
+    );
+    assert_eq!(reply, Some((hs_cmd::INTRO_ESTABLISHED, vec![0])));
+    let Purpose::IntroPoint { mut bucket, .. } = half.purpose.clone() else {
+        panic!("not an introduction point");
+    };
+    // The service's DoS extension (10/s, burst 20) applies.
+    assert_eq!((0..30).filter(|_| bucket.can_send(100)).count(), 19);
+    // Again on the same circuit: refused (it is no ordinary circuit now).
+    let (a, _) = send(
+        &mut client,
+        &mut half,
+        hs_cmd::ESTABLISH_INTRO,
+        0,
+        &cell,
+        &ctx,
+    );
+    assert!(matches!(
+        a,
+        ForwardAction::Close {
+            reason: destroy_reason::PROTOCOL,
+            ..
+        }
+    ));
+}
+
+#[test]
+fn a_forged_or_replayed_establish_intro_is_refused() {
+    let sk = SigningKey::from_bytes(&[3u8; 32]);
+    let (mut client, mut half) = circuit();
+    let nonce = *client.nonce(0).unwrap();
+    let forged = establish_intro(&sk, &nonce, true);
+    let (a, _) = send(
+        &mut client,
+        &mut half,
+        hs_cmd::ESTABLISH_INTRO,
+        0,
+        &forged,
+        &ForwardCtx::default(),
+    );
+    assert!(matches!(a, ForwardAction::Close { ref why, .. } if why.contains("signature")));
+    // A cell made for another circuit (another nonce): the MAC fails.
+    let (mut client2, mut half2) = circuit();
+    let other = establish_intro(&sk, &nonce, false);
+    let (a, _) = send(
+        &mut client2,
+        &mut half2,
+        hs_cmd::ESTABLISH_INTRO,
+        0,
+        &other,
+        &ForwardCtx::default(),
+    );
+    assert!(matches!(a, ForwardAction::Close { ref why, .. } if why.contains("handshake_auth")));
+}
+
+#[test]
+fn one_introduce1_per_circuit_and_never_from_a_one_hop_client() {
+    let mut intro1 = vec![0u8; 20];
+    intro1.extend_from_slice(&[2, 0, 32]);
+    intro1.extend_from_slice(&[9u8; 32]);
+    intro1.push(0);
+    intro1.extend_from_slice(&[1u8; 100]);
+    let (mut client, mut half) = circuit();
+    let ctx = ForwardCtx::default();
+    let (a, _) = send(&mut client, &mut half, hs_cmd::INTRODUCE1, 0, &intro1, &ctx);
+    assert_eq!(
+        a,
+        ForwardAction::Introduce {
+            auth_key: [9u8; 32]
+        }
+    );
+    let (a, _) = send(&mut client, &mut half, hs_cmd::INTRODUCE1, 0, &intro1, &ctx);
+    assert!(
+        matches!(a, ForwardAction::Close { .. }),
+        "a second INTRODUCE1"
+    );
+    // A malformed one gets a NACK, the circuit stays.
+    let (mut client, mut half) = circuit();
+    let (a, reply) = send(
+        &mut client,
+        &mut half,
+        hs_cmd::INTRODUCE1,
+        0,
+        &intro1[..40],
+        &ctx,
+    );
+    assert_eq!(a, ForwardAction::Reply);
+    assert_eq!(
+        reply,
+        Some((
+            hs_cmd::INTRODUCE_ACK,
+            vec![0, ack_status::BAD_FORMAT as u8, 0]
+        ))
+    );
+    // Shorter than a legacy key ID: closed.
+    let (mut client, mut half) = circuit();
+    let (a, _) = send(
+        &mut client,
+        &mut half,
+        hs_cmd::INTRODUCE1,
+        0,
+        &intro1[..10],
+        &ctx,
+    );
+    assert!(matches!(a, ForwardAction::Close { .. }));
+    // From a client's first hop: closed.
+    let (mut client, mut half) = circuit();
+    let one_hop = ForwardCtx {
+        prev_is_client: true,
+        ..Default::default()
+    };
+    let (a, _) = send(
+        &mut client,
+        &mut half,
+        hs_cmd::INTRODUCE1,
+        0,
+        &intro1,
+        &one_hop,
+    );
+    assert!(matches!(a, ForwardAction::Close { .. }));
+}
+
+#[test]
+fn rendezvous_cells_change_the_purpose() {
+    let ctx = ForwardCtx::default();
+    let (mut client, mut half) = circuit();
+    let (a, _) = send(
+        &mut client,
+        &mut half,
+        hs_cmd::ESTABLISH_RENDEZVOUS,
+        0,
+        &[5u8; 19],
+        &ctx,
+    );
+    assert!(
+        matches!(a, ForwardAction::Close { .. }),
+        "cookie of 19 bytes"
+    );
+    let (mut client, mut half) = circuit();
+    let (a, _) = send(
+        &mut client,
+        &mut half,
+        hs_cmd::ESTABLISH_RENDEZVOUS,
+        0,
+        &[5u8; 20],
+        &ctx,
+    );
+    assert_eq!(a, ForwardAction::EstablishRendezvous { cookie: [5u8; 20] });
+    // While it waits, a cell not for us has nowhere to go: closed.
+    let mut junk = [0x42u8; BODY_LEN];
+    assert!(matches!(
+        half.on_forward(cmd::RELAY, &mut junk, &ctx),
+        ForwardAction::Close { .. }
+    ));
+    // Spliced: such cells pass to the other circuit, as RELAY.
+    half.purpose = Purpose::Spliced;
+    let mut junk = [0x42u8; BODY_LEN];
+    assert_eq!(
+        half.on_forward(cmd::RELAY_EARLY, &mut junk, &ctx),
+        ForwardAction::Pass {
+            command: cmd::RELAY
+        }
+    );
+
+    let (mut client, mut half) = circuit();
+    let (a, _) = send(
+        &mut client,
+        &mut half,
+        hs_cmd::RENDEZVOUS1,
+        0,
+        &[6u8; 10],
+        &ctx,
+    );
+    assert!(matches!(a, ForwardAction::Close { .. }));
+    let (mut client, mut half) = circuit();
+    let (a, _) = send(
+        &mut client,
+        &mut half,
+        hs_cmd::RENDEZVOUS1,
+        0,
+        &[6u8; 84],
+        &ctx,
+    );
+    assert_eq!(a, ForwardAction::Rendezvous1 { cookie: [6u8; 20] });
+    assert_eq!(half.purpose, Purpose::Joining);
+}

@@ -1,0 +1,139 @@
+//! Where work goes: the worker for a new connection (least loaded by
+//! measured busy time), moving a connection when one worker stays busier
+//! than another (or every N seconds under `TestingMigrateEvery`), and the
+//! split of BandwidthRate between workers by recent demand. Controller
+//! state only; workers are told by message.
+
+use tracing::{debug, info};
+
+use super::Controller;
+use crate::messages::ConnId;
+use crate::worker::WorkerMsg;
+
+impl Controller {
+    /// The worker for a new connection: the least loaded by measured load
+    /// (EWMA of busy time), then by connections; ties round robin.
+    /// `TestingPlaceOnWorker` overrides it (tests of the balancer).
+    pub(super) fn pick_worker(&mut self) -> usize {
+        let n = self.workers.len();
+        if let Some(w) = self.cfg.testing_place_on_worker.filter(|w| *w < n) {
+            return w;
+        }
+        let start = self.next_worker;
+        self.next_worker = (self.next_worker + 1) % n;
+        let score = |w: usize| self.load[w] + 0.01 * self.worker_load[w].connections as f64;
+        (0..n)
+            .map(|i| (start + i) % n)
+            .min_by(|&a, &b| score(a).total_cmp(&score(b)))
+            .unwrap_or(0)
+    }
+
+    /// Once a second: update the load EWMAs; when one worker has been
+    /// busier than another by more than 20% of a core for 3 seconds, move
+    /// one of its connections there (the one whose traffic is closest to
+    /// half the difference). With `TestingMigrateEvery`, also move some
+    /// connection every that many seconds, whatever the load.
+    pub(super) fn balance(&mut self, secs: u64) {
+        let n = self.workers.len();
+        if n < 2 {
+            return;
+        }
+        for w in 0..n {
+            let busy = self.worker_load[w].busy_ns as f64 / 1e9;
+            self.load[w] = 0.5 * self.load[w] + 0.5 * busy;
+        }
+        if let Some(every) = self.cfg.testing_migrate_every.filter(|e| *e > 0) {
+            if secs.is_multiple_of(every) && !self.conns.is_empty() {
+                let ids: Vec<ConnId> = self.conns.keys().copied().collect();
+                let id = ids[rand::random_range(0..ids.len())];
+                if let Some(f) = self.conns.get(&id) {
+                    let to = (f.worker + 1) % n;
+                    debug!(
+                        "TestingMigrateEvery: moving connection {id} from worker {} to {to}",
+                        f.worker
+                    );
+                    self.workers[f.worker].send(WorkerMsg::Migrate { conn_id: id, to });
+                }
+            }
+            return;
+        }
+        let (hi, lo) = (0..n).fold((0, 0), |(hi, lo), w| {
+            (
+                if self.load[w] > self.load[hi] { w } else { hi },
+                if self.load[w] < self.load[lo] { w } else { lo },
+            )
+        });
+        let gap = self.load[hi] - self.load[lo];
+        if gap > 0.2 && self.load[hi] > 0.3 {
+            self.imbalance_secs += 1;
+        } else {
+            self.imbalance_secs = 0;
+        }
+        if self.imbalance_secs < 3 {
+            return;
+        }
+        self.imbalance_secs = 0;
+        let r = &self.worker_load[hi];
+        let bytes = (r.read_bytes + r.written_bytes).max(1) as f64;
+        let want = bytes * (gap / 2.0) / self.load[hi].max(1e-9);
+        let pick = r
+            .top_conns
+            .iter()
+            .filter(|(id, b)| *id != 0 && (*b as f64) < 0.9 * bytes && self.conns.contains_key(id))
+            .min_by(|a, b| {
+                (a.1 as f64 - want)
+                    .abs()
+                    .total_cmp(&(b.1 as f64 - want).abs())
+            });
+        if let Some(&(conn_id, b)) = pick {
+            info!(
+                "balancing: worker {hi} at {:.0}% vs worker {lo} at {:.0}%; moving connection {conn_id} ({} KiB/s)",
+                self.load[hi] * 100.0,
+                self.load[lo] * 100.0,
+                b / 1024
+            );
+            self.workers[hi].send(WorkerMsg::Migrate { conn_id, to: lo });
+            // Pretend the move happened so the next decision waits for data.
+            self.load[hi] -= gap / 2.0;
+            self.load[lo] += gap / 2.0;
+        }
+    }
+
+    /// How much busier worker `w` is than the idlest worker (load EWMA,
+    /// fraction of a core).
+    pub(super) fn load_gap(&self, w: usize) -> f64 {
+        let min = self.load.iter().copied().fold(f64::INFINITY, f64::min);
+        self.load.get(w).map_or(f64::INFINITY, |l| l - min)
+    }
+
+    /// Split BandwidthRate/Burst between workers by recent demand: a
+    /// quarter evenly, the rest in proportion to the bytes each moved in
+    /// the last second. Sent only when a share moves by more than 10%.
+    pub(super) fn rebalance_bandwidth(&mut self) {
+        let n = self.workers.len();
+        if n < 2 {
+            return;
+        }
+        let demand: Vec<u64> = self
+            .worker_load
+            .iter()
+            .map(|r| r.read_bytes + r.written_bytes)
+            .collect();
+        let total: u64 = demand.iter().sum();
+        if total == 0 {
+            return;
+        }
+        for (w, d) in demand.iter().enumerate() {
+            let frac = 0.25 / n as f64 + 0.75 * *d as f64 / total as f64;
+            let rate = ((self.cfg.bandwidth_rate as f64 * frac) as u64).max(1);
+            let burst = ((self.cfg.bandwidth_burst as f64 * frac) as u64).max(1);
+            let old = self.shares.get(w).copied().unwrap_or(0);
+            if old == 0 || rate.abs_diff(old) * 10 > old {
+                if let Some(s) = self.shares.get_mut(w) {
+                    *s = rate;
+                }
+                self.workers[w].send(WorkerMsg::BandwidthShare { rate, burst });
+            }
+        }
+    }
+}

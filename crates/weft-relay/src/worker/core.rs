@@ -1,0 +1,403 @@
+//! The circuit core of a worker: every decision about circuits, with no
+//! I/O. It owns the circuit halves ([`super::half`]), the cell pool, each
+//! connection's circuit table and output queues, and the producer ends of
+//! the rings to the other workers (in-memory queues: pushing is not I/O;
+//! publishing and waking the other worker is the driver's). It never
+//! touches a socket, the poll, a clock, a thread or the controller: time
+//! comes in as arguments, and what the driver must do comes out as
+//! [`Effect`]s and lists it drains.
+//!
+//! The API, as in quinn-proto's `Connection`:
+//!
+//! * inputs — [`Circuits::add_conn`] / [`Circuits::remove_conn`] (a
+//!   connection opened or closed), [`Circuits::on_cell`] (one cell read from
+//!   a connection, [`super::dispatch`]), [`Circuits::on_ring_msg`] (a message
+//!   from another worker's ring, [`super::handoff`]), the inbox handlers
+//!   ([`super::extend`], [`super::migrate`], [`super::origin`],
+//!   [`Circuits::destroy_half`]), and [`Circuits::tick`] once a second;
+//! * outputs — [`Circuits::fill`] (cells for one connection's write buffer,
+//!   [`super::sched`]), [`Circuits::poll_effect`] (messages for the
+//!   controller and other workers' inboxes), [`Circuits::take_resumed`]
+//!   (connections whose reading may go on), and the rings, which the driver
+//!   publishes with [`Circuits::publish`].
+//!
+//! After any input, drain `poll_effect` and `take_resumed`; after a round,
+//! `publish`. Every module in this folder but `mod.rs`, `conn.rs`,
+//! `inbox.rs`, `io.rs` and `report.rs` is part of this core and may not
+//! use sockets, mio, clocks or threads.
+
+use std::collections::{HashMap, VecDeque};
+use std::net::SocketAddr;
+use std::sync::Arc;
+
+use tracing::info;
+use weft_proto::cell::{cmd, destroy_reason};
+
+use super::half::{Half, HalfTable};
+use super::inbox::WorkerMsg;
+use super::sched::ConnSched;
+use crate::context::SharedContext;
+use crate::histogram::DelayHistogram;
+use crate::messages::{ConnId, ControllerMsg, HalfRef, RingMsg};
+use crate::pool::CellPool;
+use crate::ring::Producer;
+
+/// What the core knows of one open connection.
+pub(crate) struct ConnCircuits {
+    /// Controller-assigned identifier.
+    pub(crate) id: ConnId,
+    /// TCP peer (for logs).
+    pub(crate) peer_addr: SocketAddr,
+    /// We opened the TCP connection: we set the top bit of circuit IDs we
+    /// allocate. [tor-spec §5.1.1]
+    pub(crate) we_initiated: bool,
+    /// The peer did not authenticate as a relay (a client, or a bridge
+    /// user): it may not open streams or introduce through us.
+    pub(crate) client: bool,
+    /// Circuit ID → slot of the half. A std HashMap (SipHash with a random
+    /// key): the peer chooses these IDs.
+    pub(crate) circuits: HashMap<u32, u32>,
+    /// Output scheduling: active circuits and urgent cells.
+    pub(crate) sched: ConnSched,
+    /// Reading is paused: a cell waits for space in the ring to a worker.
+    pub(crate) stall: Option<(usize, RingMsg)>,
+    /// The last circuit a cell was read for: (circuit ID, slot).
+    pub(crate) last: (u32, u32),
+}
+
+impl ConnCircuits {
+    /// A fresh circuit ID for a circuit we open on this connection: the top
+    /// bit set if we opened the TLS connection, never 0, not in use.
+    /// [tor-spec §5.1.1]
+    pub(crate) fn allocate_circ_id(&self) -> Option<u32> {
+        for _ in 0..64 {
+            let r = u32::from_be_bytes(weft_crypto::random_array());
+            let id = if self.we_initiated {
+                r | 0x8000_0000
+            } else {
+                r & 0x7fff_ffff
+            };
+            if id != 0 && id != 0x8000_0000 && !self.circuits.contains_key(&id) {
+                return Some(id);
+            }
+        }
+        None
+    }
+}
+
+/// An entry of a ring's waiting line ([`Circuits::waiting`]).
+// The message is kept by value like on the ring itself (no allocation); the
+// line is short and rarely used (a full ring).
+#[allow(clippy::large_enum_variant)]
+#[derive(Clone, Copy)]
+pub(crate) enum Waiting {
+    /// This connection's stall slot holds a cell for that ring.
+    Conn(usize),
+    /// An ordered message from no connection.
+    Msg(RingMsg),
+}
+
+/// What the driver must do for the core.
+// Effects carry a controller message by value (its largest variant, the
+// worker's once-a-second report, holds two histograms): no allocation, and
+// effects are rare (control plane only).
+#[allow(clippy::large_enum_variant)]
+#[derive(Debug)]
+pub(crate) enum Effect {
+    /// Send this to the controller.
+    Controller(ControllerMsg),
+    /// Put this in worker `w`'s inbox (and wake it).
+    Worker(usize, WorkerMsg),
+}
+
+/// Counters the core keeps (the driver adds its own for the report).
+#[derive(Default, Clone, Copy)]
+pub(crate) struct CoreCounters {
+    /// Relay cells handed from one half to another.
+    pub(crate) cells: u64,
+    /// Of those, handed to another worker.
+    pub(crate) cross: u64,
+    /// Circuits created (CREATE2/CREATE_FAST answered).
+    pub(crate) created: u64,
+    /// Connections moved away.
+    pub(crate) migrations: u64,
+    /// Node-based delay of the cells written (read → write buffer).
+    pub(crate) delay: DelayHistogram,
+    /// Time cells waited in their circuit queue on the writing worker.
+    pub(crate) queue_wait: DelayHistogram,
+    /// Introduction and rendezvous points.
+    pub(crate) onion: crate::messages::OnionCounters,
+}
+
+/// Limits of the core.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct CoreLimits {
+    /// Close a circuit whose queue reaches this many cells.
+    pub(crate) max_circuit_queue: usize,
+    /// Hard cap on the cells the pool holds.
+    pub(crate) max_pool_cells: usize,
+}
+
+/// The circuit core of one worker (see the module docs).
+pub(crate) struct Circuits {
+    /// This worker's index.
+    pub(crate) me: usize,
+    pub(crate) limits: CoreLimits,
+    /// Keys and parameters (immutable snapshot; replaced on rotation).
+    pub(crate) ctx: Arc<SharedContext>,
+    pub(crate) halves: HalfTable,
+    pub(crate) pool: CellPool,
+    /// Open connections by the driver's slot index.
+    pub(crate) conns: Vec<Option<ConnCircuits>>,
+    /// Connections with output to write.
+    pub(crate) pending: Vec<usize>,
+    /// What waits for room on the ring to each worker, in the order it was
+    /// refused: connections paused with a cell in their stall slot, and
+    /// ordered messages that came from no connection (links, migration
+    /// markers). It goes out in that order before anything else for that
+    /// worker ([`Circuits::retry_waiting`]); nothing in it is ever dropped.
+    /// Its messages are bounded by what may be queued per half (a few
+    /// markers and answers), never by cells: a cell waits in its
+    /// connection's stall slot, and the connection stops reading.
+    pub(crate) waiting: Vec<VecDeque<Waiting>>,
+    /// Connections whose reading may go on (a stall ended).
+    pub(crate) resumed: Vec<usize>,
+    /// Producer ends of the rings, by destination worker.
+    pub(crate) outs: Vec<Option<Producer<RingMsg>>>,
+    /// Halves to tear down after the current step (peer, reason).
+    pub(crate) destroy_later: Vec<(HalfRef, u8)>,
+    /// Old half slots forwarding for halves that moved away.
+    pub(crate) forwarders: Vec<u32>,
+    /// Our bandwidth self-test circuits.
+    pub(crate) selftests: Vec<HalfRef>,
+    pub(crate) effects: VecDeque<Effect>,
+    pub(crate) counters: CoreCounters,
+    /// The driver's clock at the start of this round (ns on the workers'
+    /// shared epoch): read once per round, passed in.
+    pub(crate) now_ns: u64,
+}
+
+impl Circuits {
+    /// A core for worker `me` of `workers`, with the ring producers `outs`.
+    pub(crate) fn new(
+        me: usize,
+        limits: CoreLimits,
+        ctx: Arc<SharedContext>,
+        outs: Vec<Option<Producer<RingMsg>>>,
+    ) -> Circuits {
+        let n = outs.len();
+        Circuits {
+            me,
+            limits,
+            ctx,
+            halves: HalfTable::new(me as u16),
+            pool: CellPool::new(1024, limits.max_pool_cells),
+            conns: Vec::new(),
+            pending: Vec::new(),
+            waiting: (0..n).map(|_| VecDeque::new()).collect(),
+            resumed: Vec::new(),
+            outs,
+            destroy_later: Vec::new(),
+            forwarders: Vec::new(),
+            selftests: Vec::new(),
+            effects: VecDeque::new(),
+            counters: CoreCounters::default(),
+            now_ns: 0,
+        }
+    }
+
+    // ----- connections ------------------------------------------------------
+
+    /// Connection `idx` (the driver's slot) is open.
+    pub(crate) fn add_conn(
+        &mut self,
+        idx: usize,
+        id: ConnId,
+        peer_addr: SocketAddr,
+        we_initiated: bool,
+        client: bool,
+    ) {
+        if self.conns.len() <= idx {
+            self.conns.resize_with(idx + 1, || None);
+        }
+        self.conns[idx] = Some(ConnCircuits {
+            id,
+            peer_addr,
+            we_initiated,
+            client,
+            circuits: HashMap::new(),
+            sched: ConnSched::new(self.ctx.halflife_s),
+            stall: None,
+            last: (0, 0),
+        });
+    }
+
+    /// Connection `idx` closed: every circuit on it goes, its peers get
+    /// DESTROY (CHANNEL_CLOSED). [protocol-notes §6.4]
+    pub(crate) fn remove_conn(&mut self, idx: usize) {
+        let Some(mut c) = self.conns.get_mut(idx).and_then(Option::take) else {
+            return;
+        };
+        for (_, slot) in c.circuits.drain() {
+            if let Some(h) = self.drop_half(slot) {
+                if let Some(p) = h.peer {
+                    self.destroy_later.push((p, destroy_reason::CHANNEL_CLOSED));
+                }
+            }
+        }
+        c.sched.urgent.clear(&mut self.pool);
+        self.pending.retain(|&p| p != idx);
+        self.resumed.retain(|&p| p != idx);
+        self.unwait(idx);
+        self.flush_destroys();
+    }
+
+    /// The connection at `idx`, if open.
+    pub(crate) fn conn(&self, idx: usize) -> Option<&ConnCircuits> {
+        self.conns.get(idx).and_then(Option::as_ref)
+    }
+
+    pub(crate) fn conn_mut(&mut self, idx: usize) -> Option<&mut ConnCircuits> {
+        self.conns.get_mut(idx).and_then(Option::as_mut)
+    }
+
+    /// Number of circuits on connection `idx` (idle timeouts).
+    pub(crate) fn circuit_count(&self, idx: usize) -> usize {
+        self.conn(idx).map_or(0, |c| c.circuits.len())
+    }
+
+    /// True if connection `idx` waits for ring space.
+    pub(crate) fn is_stalled(&self, idx: usize) -> bool {
+        self.conn(idx).is_some_and(|c| c.stall.is_some())
+    }
+
+    /// A new immutable context (keys rotated, parameters changed).
+    pub(crate) fn set_context(&mut self, ctx: Arc<SharedContext>) {
+        if ctx.halflife_s != self.ctx.halflife_s {
+            for c in self.conns.iter_mut().flatten() {
+                c.sched.mux.set_halflife(ctx.halflife_s);
+            }
+        }
+        self.ctx = ctx;
+    }
+
+    // ----- outputs ------------------------------------------------------------
+
+    /// The next thing the driver must do for the core.
+    pub(crate) fn poll_effect(&mut self) -> Option<Effect> {
+        self.effects.pop_front()
+    }
+
+    /// Connections whose reading may go on (their stall ended); the driver
+    /// marks them readable and reads them this round.
+    pub(crate) fn take_resumed(&mut self, into: &mut Vec<usize>) {
+        into.append(&mut self.resumed);
+    }
+
+    /// Publish every ring with new messages; `wake(w)` is called for each
+    /// worker that must be woken (its notifier decides).
+    pub(crate) fn publish(&mut self, mut wake: impl FnMut(usize)) {
+        for (w, p) in self.outs.iter_mut().enumerate() {
+            if let Some(p) = p {
+                if p.publish() {
+                    wake(w);
+                }
+            }
+        }
+    }
+
+    /// Cells queued on circuits (the report's gauge).
+    pub(crate) fn queued_cells(&self) -> usize {
+        self.conns.iter().flatten().map(|c| c.sched.queued).sum()
+    }
+
+    // ----- tearing down ---------------------------------------------------------
+
+    /// Remove the half at `slot`: release its queued and held cells, take
+    /// it off its connection's list of active circuits (a later half in
+    /// the same slot must not inherit the entry). Returns it for its peer
+    /// and circuit ID. Does not touch its connection's circuit table.
+    pub(crate) fn drop_half(&mut self, slot: u32) -> Option<Half> {
+        let r = self.halves.reference(slot)?;
+        let mut h = self.halves.remove(slot)?;
+        self.forget_onion_role(r, &h);
+        if let Some(Some(c)) = self.conns.get_mut(h.conn) {
+            c.sched.queued = c.sched.queued.saturating_sub(h.queue.len());
+            c.sched.mux.remove(slot, &mut h.ewma);
+        }
+        h.queue.clear(&mut self.pool);
+        // Cells held for a migration's ordering marker go back too.
+        h.held.clear(&mut self.pool);
+        Some(h)
+    }
+
+    /// The peer of `half` is gone: drop `half` and send DESTROY with
+    /// `reason` on its connection.
+    pub(crate) fn destroy_half(&mut self, half: HalfRef, reason: u8) {
+        if self.is_forwarder(half) {
+            return self.forward_destroy(half, reason);
+        }
+        let Some(h) = self.halves.get(half) else {
+            return;
+        };
+        let (conn, circ_id) = (h.conn, h.circ_id);
+        self.drop_half(half.slot);
+        if let Some(c) = self.conn_mut(conn) {
+            c.circuits.remove(&circ_id);
+        }
+        self.queue_urgent(conn, circ_id, cmd::DESTROY, &[reason]);
+    }
+
+    /// Tear down the halves queued in `destroy_later`: here, or through the
+    /// inbox of their worker.
+    pub(crate) fn flush_destroys(&mut self) {
+        while let Some((r, reason)) = self.destroy_later.pop() {
+            let w = usize::from(r.worker);
+            if w == self.me {
+                self.destroy_half(r, reason);
+            } else {
+                self.effects
+                    .push_back(Effect::Worker(w, WorkerMsg::Destroy { half: r, reason }));
+            }
+        }
+    }
+
+    /// Close one circuit ourselves: DESTROY here with `reason`, and the
+    /// peer half told to send DESTROY with the same reason.
+    pub(crate) fn close_circuit(&mut self, conn: usize, slot: u32, reason: u8, why: &str) {
+        let Some(h) = self.drop_half(slot) else {
+            return;
+        };
+        if let Some(c) = self.conn_mut(conn) {
+            info!(
+                "connection {} ({}): closing circuit {:#x}: {why}",
+                c.id, c.peer_addr, h.circ_id
+            );
+            c.circuits.remove(&h.circ_id);
+            c.last = (0, 0);
+        }
+        if let Some(p) = h.peer {
+            self.destroy_later.push((p, reason));
+        }
+        self.queue_urgent(conn, h.circ_id, cmd::DESTROY, &[reason]);
+    }
+
+    /// The pool is at its hard cap and a cell of this circuit has nowhere
+    /// to go: dropping it would corrupt the circuit, so close it.
+    pub(crate) fn close_pool_exhausted(&mut self, conn: usize, slot: u32) {
+        self.close_circuit(
+            conn,
+            slot,
+            destroy_reason::RESOURCELIMIT,
+            "worker cell pool exhausted",
+        );
+    }
+
+    /// Once a second: forwarders that outlived their migration go, expired
+    /// self-test circuits close.
+    pub(crate) fn tick(&mut self) {
+        self.tend_forwarders();
+        self.expire_selftests();
+        self.flush_destroys();
+    }
+}

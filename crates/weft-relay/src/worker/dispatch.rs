@@ -1,0 +1,385 @@
+//! Cell dispatch in the circuit core: what one cell read from a connection
+//! does, by command and by the role of the circuit half it is for.
+//! [tor-spec §3–§6; protocol-notes §3]
+//!
+//! | command | handled by |
+//! |---|---|
+//! | RELAY, RELAY_EARLY | the half's role: a *keyed* half (toward the client) removes our layer in weft-proto's `KeyedHalf::on_forward`, which answers the relay commands addressed to us (see its table) and passes the rest to [`Circuits::forward`]; a *relabel* half (toward the next relay) forwards as is; an *origin* half is one of our self-test circuits ([`super::origin`]) |
+//! | CREATE2, CREATE_FAST | [`Circuits::create`]: handshake, new keyed half, CREATED* |
+//! | CREATED2 | [`super::extend`] (answer to our CREATE2) or [`super::origin`] |
+//! | DESTROY | drop the half, DESTROY(DESTROYED) to its peer |
+//! | PADDING, PADDING_NEGOTIATE, VPADDING, NETINFO, unknown | dropped |
+//! | VERSIONS (fixed-size) | the connection closes |
+//!
+//! A relay command that a keyed half recognizes comes back here as a
+//! [`ForwardAction`]; the arms of [`Circuits::keyed_action`] are where a new
+//! relay command's room is wired in (EXTEND2 → [`super::extend`], the
+//! onion-service roles → [`super::onion`]; exit streams and conflux go
+//! beside them).
+
+use tracing::{debug, info};
+use weft_proto::cell::{self, cmd, destroy_reason, BODY_LEN};
+use weft_proto::circuit::{self, ForwardAction, ForwardCtx};
+
+use super::core::{Circuits, Effect};
+use super::half::{Half, HalfRole};
+use super::handoff::Handed;
+use crate::link_io::{CellFlow, CellIn};
+use crate::messages::ControllerMsg;
+
+/// What the connection does after a cell.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum CellVerdict {
+    /// Read on.
+    Continue,
+    /// Stop reading (the cell waits for ring space; see
+    /// [`Circuits::take_resumed`]).
+    Pause,
+    /// Close the connection.
+    Close(String),
+}
+
+impl CellVerdict {
+    /// The link reader's answer.
+    pub(crate) fn flow(&self) -> CellFlow {
+        match self {
+            CellVerdict::Continue => CellFlow::Continue,
+            _ => CellFlow::Pause,
+        }
+    }
+}
+
+impl Circuits {
+    /// One cell read from connection `conn`, stamped `stamp_ns` (the
+    /// round's clock).
+    pub(crate) fn on_cell(&mut self, conn: usize, cell: CellIn<'_>, stamp_ns: u64) -> CellVerdict {
+        let (circ_id, command, body) = match cell {
+            CellIn::Var { command, .. } => {
+                // After the handshake: VPADDING is dropped silently; a late
+                // handshake cell or an unknown variable cell is dropped (C
+                // Tor ignores a second VERSIONS too).
+                if command != cmd::VPADDING {
+                    debug!(
+                        "worker {}: ignoring {} cell (command {command}) after handshake",
+                        self.me,
+                        cell::cmd_name(command)
+                    );
+                }
+                return CellVerdict::Continue;
+            }
+            CellIn::Fixed {
+                circ_id,
+                command,
+                body,
+            } => (circ_id, command, body),
+        };
+        match command {
+            cmd::RELAY | cmd::RELAY_EARLY => {
+                let Some(slot) = self.lookup(conn, circ_id) else {
+                    debug!(
+                        "worker {}: {} on unknown circuit {circ_id:#x} dropped",
+                        self.me,
+                        cell::cmd_name(command)
+                    );
+                    return CellVerdict::Continue;
+                };
+                self.relay(conn, slot, command, stamp_ns, body)
+            }
+            cmd::PADDING | cmd::PADDING_NEGOTIATE => CellVerdict::Continue,
+            cmd::CREATE | cmd::CREATE_FAST | cmd::CREATE2 => {
+                self.create(conn, circ_id, command, body);
+                CellVerdict::Continue
+            }
+            cmd::CREATED | cmd::CREATED_FAST | cmd::CREATED2 => {
+                self.created(conn, circ_id, command, body)
+            }
+            cmd::DESTROY => {
+                self.destroy_cell(conn, circ_id);
+                CellVerdict::Continue
+            }
+            cmd::NETINFO => {
+                debug!("worker {}: ignoring NETINFO after handshake", self.me);
+                CellVerdict::Continue
+            }
+            cmd::VERSIONS => CellVerdict::Close("fixed-size cell with the VERSIONS command".into()),
+            _ => {
+                debug!(
+                    "worker {}: dropping cell with unknown command {command}",
+                    self.me
+                );
+                CellVerdict::Continue
+            }
+        }
+    }
+
+    /// The half slot for `circ_id` on connection `conn`. Consecutive cells
+    /// mostly belong to the same circuit: a remembered (ID, slot) pair
+    /// skips the hash lookup when the half at that slot still is that
+    /// circuit on that connection.
+    #[inline]
+    fn lookup(&mut self, conn: usize, circ_id: u32) -> Option<u32> {
+        let c = self.conns.get_mut(conn)?.as_mut()?;
+        if circ_id != 0 && c.last.0 == circ_id {
+            let slot = c.last.1;
+            if self
+                .halves
+                .by_slot(slot)
+                .is_some_and(|h| h.conn == conn && h.circ_id == circ_id)
+            {
+                return Some(slot);
+            }
+        }
+        let slot = *c.circuits.get(&circ_id)?;
+        c.last = (circ_id, slot);
+        Some(slot)
+    }
+
+    /// A RELAY / RELAY_EARLY cell for the half at `slot` of connection
+    /// `conn`.
+    fn relay(
+        &mut self,
+        conn: usize,
+        slot: u32,
+        command: u8,
+        stamp_ns: u64,
+        body: &mut [u8; BODY_LEN],
+    ) -> CellVerdict {
+        let fctx = ForwardCtx {
+            allow_nonearly_extend: self.ctx.allow_nonearly_extend,
+            prev_is_client: self.conn(conn).is_some_and(|c| c.client),
+            intro_dos: self.ctx.intro_dos,
+            now_s: self.now_ns / 1_000_000_000,
+        };
+        let Some(h) = self.halves.by_slot(slot) else {
+            return CellVerdict::Continue;
+        };
+        let handed = match &mut h.role {
+            // Not on this connection any more (cannot happen: a moved
+            // half's connection left with it).
+            HalfRole::Moved(_) => Handed::Done,
+            HalfRole::Relabel { created } => {
+                let (created, peer) = (*created, h.peer);
+                if command == cmd::RELAY_EARLY {
+                    self.close_circuit(
+                        conn,
+                        slot,
+                        destroy_reason::PROTOCOL,
+                        "RELAY_EARLY toward the client",
+                    );
+                    return CellVerdict::Continue;
+                }
+                if !created {
+                    self.close_circuit(
+                        conn,
+                        slot,
+                        destroy_reason::PROTOCOL,
+                        "relay cell before CREATED2",
+                    );
+                    return CellVerdict::Continue;
+                }
+                match peer {
+                    Some(p) => self.forward(conn, p, cmd::RELAY, stamp_ns, body),
+                    None => Handed::Done,
+                }
+            }
+            HalfRole::Origin(_) => {
+                if command == cmd::RELAY_EARLY {
+                    self.close_circuit(
+                        conn,
+                        slot,
+                        destroy_reason::PROTOCOL,
+                        "RELAY_EARLY toward the origin",
+                    );
+                    return CellVerdict::Continue;
+                }
+                self.origin_relay(conn, slot, stamp_ns, body);
+                Handed::Done
+            }
+            HalfRole::Keyed(k) => {
+                let action = k.on_forward(command, body, &fctx);
+                let peer = h.peer;
+                self.keyed_action(conn, slot, peer, action, stamp_ns, body)
+            }
+        };
+        match handed {
+            Handed::Done => CellVerdict::Continue,
+            Handed::Stalled => CellVerdict::Pause,
+        }
+    }
+
+    /// Act on what a keyed half decided about a cell from the client side.
+    fn keyed_action(
+        &mut self,
+        conn: usize,
+        slot: u32,
+        peer: Option<crate::messages::HalfRef>,
+        action: ForwardAction,
+        stamp_ns: u64,
+        body: &mut [u8; BODY_LEN],
+    ) -> Handed {
+        match action {
+            ForwardAction::Pass { command } => match peer {
+                Some(p) => self.forward(conn, p, command, stamp_ns, body),
+                None => Handed::Done,
+            },
+            ForwardAction::Extend(req) => {
+                if let (Some(from), Some(c)) = (self.halves.reference(slot), self.conn(conn)) {
+                    let from_conn = c.id;
+                    self.effects
+                        .push_back(Effect::Controller(ControllerMsg::Extend {
+                            from,
+                            from_conn,
+                            req,
+                        }));
+                }
+                Handed::Done
+            }
+            ForwardAction::Truncate { reason } => {
+                if let Some(h) = self.halves.by_slot(slot) {
+                    if let Some(p) = h.peer.take() {
+                        self.destroy_later.push((p, reason));
+                    }
+                }
+                self.reply(conn, slot, stamp_ns, body);
+                Handed::Done
+            }
+            ForwardAction::Reply => {
+                self.reply(conn, slot, stamp_ns, body);
+                Handed::Done
+            }
+            a @ (ForwardAction::IntroEstablished { .. }
+            | ForwardAction::Introduce { .. }
+            | ForwardAction::EstablishRendezvous { .. }
+            | ForwardAction::Rendezvous1 { .. }) => {
+                self.onion_action(conn, slot, a, body, stamp_ns);
+                Handed::Done
+            }
+            ForwardAction::Drop => Handed::Done,
+            ForwardAction::Close { reason, why } => {
+                self.close_circuit(conn, slot, reason, &why);
+                Handed::Done
+            }
+        }
+    }
+
+    /// Queue a reply the keyed half at `slot` built in `body` (already
+    /// encrypted) toward the client.
+    pub(crate) fn reply(&mut self, conn: usize, slot: u32, stamp_ns: u64, body: &[u8; BODY_LEN]) {
+        let now = self.now_ns;
+        self.enqueue(conn, slot, cmd::RELAY, stamp_ns, now, body);
+    }
+
+    /// DESTROY from the peer of connection `conn`: drop the half and tell
+    /// its peer. Never propagate the received reason. [protocol-notes §6.4]
+    fn destroy_cell(&mut self, conn: usize, circ_id: u32) {
+        let Some(slot) = self
+            .conn_mut(conn)
+            .and_then(|c| c.circuits.remove(&circ_id))
+        else {
+            return;
+        };
+        if let Some(h) = self.drop_half(slot) {
+            if let Some(p) = h.peer {
+                self.destroy_later.push((p, destroy_reason::DESTROYED));
+            }
+        }
+    }
+
+    /// CREATE2 / CREATE_FAST (CREATE, TAP, is refused) on connection `conn`.
+    /// [tor-spec §5.1; protocol-notes §4]
+    fn create(&mut self, conn: usize, circ_id: u32, command: u8, body: &[u8; BODY_LEN]) {
+        let Some(c) = self.conn(conn) else { return };
+        let (conn_id, peer, we_initiated) = (c.id, c.peer_addr, c.we_initiated);
+        if circ_id == 0 {
+            debug!(
+                "connection {conn_id}: {} on circuit 0 dropped",
+                cell::cmd_name(command)
+            );
+            return;
+        }
+        // The side that opened the TLS connection sets the top bit of the
+        // IDs it allocates. [tor-spec §5.1.1]
+        let high = circ_id & 0x8000_0000 != 0;
+        if high == we_initiated {
+            info!(
+                "connection {conn_id}: {} with circuit id {circ_id:#x} of the wrong half; refusing",
+                cell::cmd_name(command)
+            );
+            self.queue_urgent(conn, circ_id, cmd::DESTROY, &[destroy_reason::PROTOCOL]);
+            return;
+        }
+        if c.circuits.contains_key(&circ_id) {
+            debug!(
+                "connection {conn_id}: {} on circuit {circ_id:#x} in use dropped",
+                cell::cmd_name(command)
+            );
+            return;
+        }
+        let result = match command {
+            cmd::CREATE2 => circuit::answer_create2(&self.ctx.handshake, body)
+                .map(|(r, h, _)| (cmd::CREATED2, r, h)),
+            cmd::CREATE_FAST => {
+                circuit::answer_create_fast(body).map(|(r, h)| (cmd::CREATED_FAST, r, h))
+            }
+            _ => Err(circuit::CreateError::UnsupportedType(0)),
+        };
+        match result {
+            Ok((reply_cmd, reply, half)) => {
+                self.queue_urgent(conn, circ_id, reply_cmd, &reply);
+                let r = self
+                    .halves
+                    .insert(Half::new(conn, circ_id, HalfRole::Keyed(half), None));
+                if let Some(c) = self.conn_mut(conn) {
+                    c.circuits.insert(circ_id, r.slot);
+                }
+                self.counters.created += 1;
+            }
+            Err(e) => {
+                info!(
+                    "connection {conn_id} ({peer}): refusing {} on circuit {circ_id:#x}: {e}",
+                    cell::cmd_name(command)
+                );
+                self.queue_urgent(conn, circ_id, cmd::DESTROY, &[destroy_reason::PROTOCOL]);
+            }
+        }
+    }
+
+    /// A CREATED* cell on connection `conn`: the answer to a CREATE2 we sent
+    /// for an extend ([`super::extend`]) or for a self-test circuit.
+    fn created(
+        &mut self,
+        conn: usize,
+        circ_id: u32,
+        command: u8,
+        body: &[u8; BODY_LEN],
+    ) -> CellVerdict {
+        let Some(&slot) = self.conn(conn).and_then(|c| c.circuits.get(&circ_id)) else {
+            debug!(
+                "worker {}: {} for unknown circuit {circ_id:#x}",
+                self.me,
+                cell::cmd_name(command)
+            );
+            return CellVerdict::Continue;
+        };
+        let Some(h) = self.halves.by_slot(slot) else {
+            return CellVerdict::Continue;
+        };
+        match (&h.role, command) {
+            (HalfRole::Origin(_), cmd::CREATED2) => {
+                self.origin_created2(conn, slot, body);
+                CellVerdict::Continue
+            }
+            (HalfRole::Relabel { created: false }, cmd::CREATED2) => {
+                match self.extend_created2(conn, slot, body) {
+                    Handed::Done => CellVerdict::Continue,
+                    Handed::Stalled => CellVerdict::Pause,
+                }
+            }
+            _ => {
+                let why = format!("unexpected {}", cell::cmd_name(command));
+                self.close_circuit(conn, slot, destroy_reason::PROTOCOL, &why);
+                CellVerdict::Continue
+            }
+        }
+    }
+}

@@ -1,0 +1,209 @@
+//! The driver's byte paths: reading connections (within the read budget and
+//! the worker's read bucket) and handing each cell to the circuit core in
+//! place; writing — once per KIST run, ask the kernel how much each
+//! connection's socket can take ([`crate::kist`]), let the core fill that
+//! much ([`super::core::Circuits::fill`]), hand it to TLS.
+
+use std::os::fd::AsRawFd;
+use std::time::Instant;
+
+use super::Worker;
+use crate::link_io::IoState;
+
+/// Bytes read from one connection per round before others get a turn.
+const READ_BUDGET: u64 = 128 * 1024;
+/// Bytes of cells staged for one connection per round (no KIST).
+const WRITE_BATCH: usize = 64 * 1024;
+/// Most bytes staged for one connection per KIST run.
+const MAX_KIST_BATCH: usize = 1 << 20;
+
+impl Worker {
+    /// Read every connection on the to-read list.
+    pub(crate) fn read_all(&mut self) {
+        let mut list = std::mem::take(&mut self.scratch);
+        list.clear();
+        std::mem::swap(&mut list, &mut self.to_read);
+        for &idx in &list {
+            self.read_conn(idx);
+        }
+        list.clear();
+        self.scratch = list;
+        self.core.flush_destroys();
+        self.apply_effects();
+    }
+
+    /// Read and handle cells of connection `idx` until EAGAIN, a stall or
+    /// the round's budget; re-lists it if it still has bytes to read.
+    fn read_conn(&mut self, idx: usize) {
+        let mut budget = READ_BUDGET.min(self.read_bucket.available());
+        loop {
+            // Cells already buffered first (also after a stall ends).
+            if let Err(why) = self.process_conn_cells(idx) {
+                return self.close_later(idx, why);
+            }
+            let stalled = self.core.is_stalled(idx);
+            let Some(c) = self.conns.get_mut(idx) else {
+                return;
+            };
+            if stalled || c.closing.is_some() || !c.readable {
+                return;
+            }
+            if budget == 0 {
+                // Out of read tokens: wait for the refill; else the round's
+                // fair share is used up: again next round.
+                if self.read_bucket.available() == 0 {
+                    self.starved.push(idx);
+                } else {
+                    self.to_read.push(idx);
+                }
+                return;
+            }
+            let before = c.link.read_total;
+            match c.link.fill() {
+                Ok(IoState::Progress) => {
+                    let n = c.link.read_total - before;
+                    self.counters.read += n;
+                    c.bytes_recent += n;
+                    self.read_bucket.consume(n);
+                    budget = budget.saturating_sub(n.max(1));
+                    c.last_active = self.round_start;
+                }
+                Ok(IoState::WouldBlock) => {
+                    c.readable = false;
+                    return;
+                }
+                Ok(IoState::Closed) => {
+                    return self.close_later(idx, "peer closed the connection".into())
+                }
+                Err(e) => return self.close_later(idx, format!("read: {e}")),
+            }
+        }
+    }
+
+    /// Hand every complete buffered cell of connection `idx` to the core
+    /// (stamped with the round's clock: one read per round). An error
+    /// closes the connection.
+    fn process_conn_cells(&mut self, idx: usize) -> Result<(), String> {
+        let stamp = self.round_ns;
+        let Worker { conns, core, .. } = self;
+        let Some(conn) = conns.get_mut(idx) else {
+            return Ok(());
+        };
+        let mut fatal = None;
+        conn.link.process_cells(|cell| {
+            let v = core.on_cell(idx, cell, stamp);
+            let flow = v.flow();
+            if let super::dispatch::CellVerdict::Close(why) = v {
+                fatal = Some(why);
+            }
+            flow
+        })?;
+        match fatal {
+            Some(why) => Err(why),
+            None => Ok(()),
+        }
+    }
+
+    /// Write pending connections: every round without KIST, else on the
+    /// fixed KIST cadence.
+    pub(crate) fn write_all(&mut self) {
+        if self.core.pending.is_empty() {
+            return;
+        }
+        // One clock read per scheduling run (delays, EWMA weight, KIST).
+        let now = Instant::now();
+        // KIST: the scheduler runs every KISTSchedRunInterval, so that the
+        // cells of a run compete by priority; without KIST, every round.
+        if !self.ctx.kist_interval.is_zero() {
+            if now < self.next_sched_run {
+                return;
+            }
+            // A fixed cadence: a run that starts late (the poll timeout is
+            // rounded up to whole milliseconds) does not push the next one.
+            let next = self.next_sched_run + self.ctx.kist_interval;
+            self.next_sched_run = if next > now {
+                next
+            } else {
+                now + self.ctx.kist_interval
+            };
+        }
+        let now_ns = now.saturating_duration_since(self.epoch).as_nanos() as u64;
+        let mut i = 0;
+        while i < self.core.pending.len() {
+            let idx = self.core.pending[i];
+            if self.write_conn(idx, now, now_ns) {
+                self.core.pending.swap_remove(i);
+            } else {
+                i += 1;
+            }
+        }
+    }
+
+    /// Stage up to one batch of cells for connection `idx` and flush.
+    /// Returns true when it has nothing left to write (it leaves the
+    /// pending list).
+    fn write_conn(&mut self, idx: usize, now: Instant, now_ns: u64) -> bool {
+        let Worker {
+            conns,
+            core,
+            counters,
+            to_close,
+            ctx,
+            write_bucket,
+            ..
+        } = self;
+        let Some(c) = conns.get_mut(idx) else {
+            return core.settle_pending(idx) || core.conn(idx).is_none();
+        };
+        if !c.is_open() || !c.writable || c.closing.is_some() {
+            return false;
+        }
+        // BandwidthRate: at most the write tokens (circuit cells; the few
+        // control cells always go).
+        let allowed = write_bucket.available() as usize;
+        // KIST: write only what the kernel can send now. [crate::kist]
+        let fd = c.link.tls().tcp().as_raw_fd();
+        let budget = if ctx.kist_interval.is_zero() {
+            // Without KIST, still sample the kernel queue now and then (for
+            // the comparison on the MetricsPort).
+            counters.outq_tick = counters.outq_tick.wrapping_add(1);
+            if counters.outq_tick % 64 == 0 {
+                if let Some(st) = crate::kist::socket_state(fd) {
+                    counters.outq.record_units(u64::from(st.outq));
+                }
+            }
+            WRITE_BATCH
+        } else {
+            match crate::kist::socket_state(fd) {
+                Some(st) => {
+                    counters.outq.record_units(u64::from(st.outq));
+                    (crate::kist::limit(&st, ctx.kist_factor) as usize).min(MAX_KIST_BATCH)
+                }
+                None => WRITE_BATCH,
+            }
+        };
+        let staged = core.fill(idx, &mut c.link, budget, allowed, now_ns);
+        write_bucket.consume(staged as u64);
+        let before = c.link.written_total;
+        let flushed = match c.link.flush() {
+            Ok(all) => all,
+            Err(e) => {
+                c.closing = Some(format!("write: {e}"));
+                to_close.push(idx);
+                return true;
+            }
+        };
+        let n = c.link.written_total - before;
+        if n > 0 {
+            counters.written += n;
+            c.bytes_recent += n;
+            c.last_write = now;
+            c.last_active = now;
+        }
+        if !flushed {
+            c.writable = false;
+            return false;
+        }
+        core.settle_pending(idx)
+    }
+}

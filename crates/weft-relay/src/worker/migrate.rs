@@ -1,0 +1,523 @@
+//! Moving a connection from one worker to another under traffic, without
+//! losing, duplicating or reordering a cell: the circuit core's side of it
+//! (the driver moves the socket and its buffers, [`super::inbox`]).
+//!
+//! The connection X leaves worker A for worker B with everything it owns:
+//! its link (socket, TLS, buffers), its circuit halves with their queued
+//! cells. The halves' peers — on any worker C — still address the old
+//! references, and cells are in flight on the rings. Order is kept by
+//! markers that travel *in* the rings, which are FIFO per pair of workers:
+//!
+//! 1. **A detaches X.** Each old half slot becomes a [`Forwarder`]. For
+//!    every peer p not on A, A puts `SourceDone{to: p}` on the ring A→C(p):
+//!    after it, A sends nothing more to p.
+//! 2. **B adopts X** (a [`MovedConn`] in its inbox), gives each half a new
+//!    reference, tells A `Installed{old, new}` (ring B→A) and each peer's
+//!    worker `PeerMoved{to: p, peer: new, old: A}` (ring B→C, before any of
+//!    B's cells for p). If p is not on A, B holds cells for the new half
+//!    that do not come through A until A's marker (step 4).
+//! 3. **C (p's worker)** sets p's peer to the new reference; unless A's
+//!    `SourceDone{to: p}` already came, p holds cells that do not come from
+//!    A (they are B's, newer) until it does. C puts `Switched{old}` on the
+//!    ring C→A: after it, C sends nothing more to the old reference.
+//! 4. **A** forwards everything that arrives for an old reference to B (in
+//!    arrival order, buffering until `Installed`), and after `Switched`
+//!    sends `SourceDone{to: new}` to B, which releases the held cells.
+//!
+//! Held cells are kept without the keyed half's onion layer and encrypted
+//! when released, so the AES-CTR keystream follows the final order. A
+//! forwarder stays for [`FORWARDER_LIFETIME`] after its marker passed, for
+//! late control messages (DESTROY, a pending extend's answer).
+//!
+//! The cells a migration holds count against the circuit's queue limit, and
+//! a pool that cannot hold them closes that circuit, never drops a cell.
+
+use std::collections::VecDeque;
+
+use tracing::info;
+use weft_proto::cell::{cmd, BODY_LEN};
+
+use super::conn::Conn;
+use super::core::{Circuits, ConnCircuits};
+use super::half::{Half, HalfRole};
+use crate::ewma::CircuitEwma;
+use crate::messages::{ConnId, HalfRef, RingMsg};
+use crate::pool::{CellPool, CellQueue};
+
+/// How long an old half slot keeps forwarding after its migration
+/// finished, in nanoseconds.
+pub(crate) const FORWARDER_LIFETIME_NS: u64 = 300_000_000_000;
+
+/// What an old half slot does after its half moved.
+pub(crate) struct Forwarder {
+    /// The half's new reference, once B installed it.
+    pub(crate) new: Option<HalfRef>,
+    /// Messages for the old reference not yet passed on (before `Installed`,
+    /// or while the ring to B is full), in arrival order.
+    pub(crate) buf: VecDeque<RingMsg>,
+    /// The peer's worker said it switched to the new reference.
+    pub(crate) switched: bool,
+    /// `SourceDone` went to B.
+    pub(crate) done_sent: bool,
+    /// A DESTROY (reason) for the old reference, to pass on once installed.
+    pub(crate) destroy: Option<u8>,
+    /// When the migration started (core clock, ns).
+    pub(crate) since_ns: u64,
+}
+
+impl Forwarder {
+    /// A forwarder for a half that is leaving at `now_ns`.
+    pub(crate) fn new(now_ns: u64) -> Self {
+        Forwarder {
+            new: None,
+            buf: VecDeque::new(),
+            switched: false,
+            done_sent: false,
+            destroy: None,
+            since_ns: now_ns,
+        }
+    }
+}
+
+/// A queued cell travelling with its half.
+#[derive(Clone, Copy)]
+pub(crate) struct MovedCell {
+    /// RELAY or RELAY_EARLY (or a connection-level command for urgent
+    /// cells).
+    pub(crate) command: u8,
+    /// Circuit ID (urgent cells).
+    pub(crate) circ_id: u32,
+    /// Read stamp.
+    pub(crate) stamp_ns: u64,
+    /// Body.
+    pub(crate) body: [u8; BODY_LEN],
+}
+
+/// One circuit half on its way to another worker.
+pub(crate) struct MovedHalf {
+    /// Its reference on the old worker.
+    pub(crate) old: HalfRef,
+    /// Circuit ID on the connection.
+    pub(crate) circ_id: u32,
+    /// Keys and state.
+    pub(crate) role: HalfRole,
+    /// Its peer.
+    pub(crate) peer: Option<HalfRef>,
+    /// EWMA state.
+    pub(crate) ewma: CircuitEwma,
+    /// Queued cells, oldest first.
+    pub(crate) cells: Vec<MovedCell>,
+    /// Held cells.
+    pub(crate) held: Vec<MovedCell>,
+}
+
+/// The circuit core's part of a connection on its way to another worker.
+pub(crate) struct MovedCircuits {
+    /// Its identifier.
+    pub(crate) id: ConnId,
+    /// TCP peer.
+    pub(crate) peer_addr: std::net::SocketAddr,
+    /// We opened it.
+    pub(crate) we_initiated: bool,
+    /// The peer is a client.
+    pub(crate) client: bool,
+    /// Its halves.
+    pub(crate) halves: Vec<MovedHalf>,
+    /// Its connection-level cells.
+    pub(crate) urgent: Vec<MovedCell>,
+}
+
+/// A connection on its way to another worker.
+pub(crate) struct MovedConn {
+    /// The connection (socket, TLS, buffers).
+    pub(crate) conn: Conn,
+    /// Its circuits.
+    pub(crate) circuits: MovedCircuits,
+    /// The worker it comes from.
+    pub(crate) from: u16,
+}
+
+impl std::fmt::Debug for MovedConn {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("MovedConn")
+            .field("conn", &self.circuits.id)
+            .field("halves", &self.circuits.halves.len())
+            .field("from", &self.from)
+            .finish()
+    }
+}
+
+/// Empty a queue into moved cells (the slots go back to the pool).
+fn take(q: &mut CellQueue, pool: &mut CellPool) -> Vec<MovedCell> {
+    let mut v = Vec::with_capacity(q.len());
+    while let Some(s) = q.pop(pool) {
+        let c = pool.slot(s);
+        v.push(MovedCell {
+            command: c.command,
+            circ_id: c.circ_id,
+            stamp_ns: c.stamp_ns,
+            body: c.body,
+        });
+        pool.release(s);
+    }
+    v
+}
+
+impl Circuits {
+    /// True if connection `idx` may move now: open here, not waiting for
+    /// ring space, no circuit in the middle of a rendezvous
+    /// ([`super::onion`]).
+    pub(crate) fn can_detach(&mut self, idx: usize) -> bool {
+        self.conn(idx).is_some_and(|c| c.stall.is_none()) && !self.in_rendezvous(idx)
+    }
+
+    /// Step 1: take connection `idx`'s circuits out of the core. Each half
+    /// slot becomes a forwarder; each peer gets `SourceDone`.
+    pub(crate) fn detach(&mut self, idx: usize) -> Option<MovedCircuits> {
+        if !self.can_detach(idx) {
+            return None;
+        }
+        let mut c: ConnCircuits = self.conns.get_mut(idx)?.take()?;
+        self.pending.retain(|&p| p != idx);
+        self.resumed.retain(|&p| p != idx);
+        self.unwait(idx);
+        let now = self.now_ns;
+        let mut moved = Vec::new();
+        let mut markers = Vec::new();
+        for (circ_id, slot) in c.circuits.drain() {
+            let Some(old) = self.halves.reference(slot) else {
+                continue;
+            };
+            let Some(h) = self.halves.by_slot(slot) else {
+                continue;
+            };
+            let role =
+                std::mem::replace(&mut h.role, HalfRole::Moved(Box::new(Forwarder::new(now))));
+            let mut ewma = h.ewma;
+            ewma.active = false;
+            h.ewma = CircuitEwma::default();
+            let cells = take(&mut h.queue, &mut self.pool);
+            let held = take(&mut h.held, &mut self.pool);
+            if let Some(p) = h.peer {
+                markers.push(p);
+            }
+            h.hold_from = None;
+            h.done_from = None;
+            moved.push(MovedHalf {
+                old,
+                circ_id,
+                role,
+                peer: h.peer.take(),
+                ewma,
+                cells,
+                held,
+            });
+            self.forwarders.push(slot);
+        }
+        let urgent = take(&mut c.sched.urgent, &mut self.pool);
+        // After these markers we send nothing more to the peers.
+        for p in markers {
+            self.send_ordered(p, RingMsg::SourceDone { to: p });
+        }
+        self.counters.migrations += 1;
+        Some(MovedCircuits {
+            id: c.id,
+            peer_addr: c.peer_addr,
+            we_initiated: c.we_initiated,
+            client: c.client,
+            halves: moved,
+            urgent,
+        })
+    }
+
+    /// Step 2: install a connection's circuits that worker `from` moved
+    /// here, on the driver's slot `idx`.
+    pub(crate) fn attach(&mut self, idx: usize, m: MovedCircuits, from: u16) {
+        let now = self.now_ns;
+        self.add_conn(idx, m.id, m.peer_addr, m.we_initiated, m.client);
+        for mh in m.halves {
+            let mut h = Half::new(idx, mh.circ_id, mh.role, mh.peer);
+            h.ewma = mh.ewma;
+            // Cells that do not come through the old worker wait for its
+            // marker (always sent, see the module docs).
+            h.hold_from = Some(from);
+            h.done_from = None;
+            let r = self.halves.insert(h);
+            if let Some(c) = self.conn_mut(idx) {
+                c.circuits.insert(mh.circ_id, r.slot);
+            }
+            for cell in mh.cells {
+                self.enqueue(idx, r.slot, cell.command, cell.stamp_ns, now, &cell.body);
+            }
+            for cell in mh.held {
+                if self.halves.get(r).is_none() {
+                    break; // closed while its queue was rebuilt
+                }
+                let Some(s) = self.pool.alloc() else {
+                    self.close_pool_exhausted(idx, r.slot);
+                    break;
+                };
+                let c = self.pool.slot_mut(s);
+                c.command = cell.command;
+                c.stamp_ns = cell.stamp_ns;
+                c.body = cell.body;
+                if let Some(h) = self.halves.get(r) {
+                    h.held.push(&mut self.pool, s);
+                }
+            }
+            self.note_moved(mh.old, r);
+            self.send_ordered(
+                mh.old,
+                RingMsg::Installed {
+                    old: mh.old,
+                    new: r,
+                },
+            );
+            if let Some(p) = mh.peer {
+                self.send_ordered(
+                    p,
+                    RingMsg::PeerMoved {
+                        to: p,
+                        peer: r,
+                        old: from,
+                    },
+                );
+            }
+        }
+        for cell in m.urgent {
+            self.queue_urgent(idx, cell.circ_id, cell.command, &cell.body);
+        }
+        if self.has_output(idx) {
+            if let Some(c) = self.conn_mut(idx) {
+                if !c.sched.pending {
+                    c.sched.pending = true;
+                    self.pending.push(idx);
+                }
+            }
+        }
+        self.flush_destroys();
+    }
+
+    /// A moved connection that could not be installed: its circuits end
+    /// (their peers get DESTROY).
+    pub(crate) fn abandon(&mut self, m: MovedCircuits) {
+        for h in m.halves {
+            if let Some(p) = h.peer {
+                self.destroy_later
+                    .push((p, weft_proto::cell::destroy_reason::CHANNEL_CLOSED));
+            }
+        }
+        self.flush_destroys();
+    }
+
+    pub(crate) fn forwarder(&mut self, slot: u32) -> Option<&mut Forwarder> {
+        match self.halves.by_slot(slot).map(|h| &mut h.role) {
+            Some(HalfRole::Moved(f)) => Some(f),
+            _ => None,
+        }
+    }
+
+    pub(crate) fn forwarder_push(&mut self, slot: u32, m: RingMsg) {
+        if let Some(f) = self.forwarder(slot) {
+            f.buf.push_back(m);
+        }
+        self.forwarder_flush(slot);
+    }
+
+    pub(crate) fn forwarder_installed(&mut self, old: HalfRef, new: HalfRef) {
+        if !self.is_forwarder(old) {
+            return;
+        }
+        if let Some(f) = self.forwarder(old.slot) {
+            f.new = Some(new);
+        }
+        self.forwarder_flush(old.slot);
+    }
+
+    pub(crate) fn forwarder_switched(&mut self, old: HalfRef) {
+        if !self.is_forwarder(old) {
+            return;
+        }
+        if let Some(f) = self.forwarder(old.slot) {
+            f.switched = true;
+        }
+        self.forwarder_flush(old.slot);
+    }
+
+    pub(crate) fn forward_destroy(&mut self, old: HalfRef, reason: u8) {
+        if let Some(f) = self.forwarder(old.slot) {
+            f.destroy = Some(reason);
+        }
+        self.forwarder_flush(old.slot);
+    }
+
+    /// Pass on what a forwarder holds, in order, as far as the ring takes;
+    /// then, once the peer switched, the "source done" marker.
+    pub(crate) fn forwarder_flush(&mut self, slot: u32) {
+        let me = self.me;
+        let Some(new) = self.forwarder(slot).and_then(|f| f.new) else {
+            return;
+        };
+        let w = usize::from(new.worker);
+        let mut local = Vec::new();
+        while let Some(m) = self.forwarder(slot).and_then(|f| f.buf.front().copied()) {
+            let m = m.retarget(new);
+            if w == me {
+                local.push(m);
+            } else if self.try_push(w, m).is_err() {
+                break;
+            }
+            if let Some(f) = self.forwarder(slot) {
+                f.buf.pop_front();
+            }
+        }
+        let mut destroy = None;
+        let mut marker = false;
+        if let Some(f) = self.forwarder(slot) {
+            if f.buf.is_empty() {
+                destroy = f.destroy.take();
+                marker = f.switched && !f.done_sent;
+            }
+        }
+        if marker {
+            let m = RingMsg::SourceDone { to: new };
+            let sent = if w == me {
+                local.push(m);
+                true
+            } else {
+                self.try_push(w, m).is_ok()
+            };
+            if let Some(f) = self.forwarder(slot) {
+                f.done_sent = sent;
+            }
+        }
+        for m in local {
+            self.on_ring_msg(m, me as u16);
+        }
+        if let Some(reason) = destroy {
+            self.destroy_later.push((new, reason));
+            self.flush_destroys();
+        }
+    }
+
+    /// Each round and tick: retry forwarders the ring refused; drop old ones.
+    pub(crate) fn tend_forwarders(&mut self) {
+        if self.forwarders.is_empty() {
+            return;
+        }
+        let now = self.now_ns;
+        let list = std::mem::take(&mut self.forwarders);
+        let mut keep = Vec::with_capacity(list.len());
+        for slot in list {
+            let Some((empty, done, since)) = self
+                .forwarder(slot)
+                .map(|f| (f.buf.is_empty(), f.done_sent, f.since_ns))
+            else {
+                continue;
+            };
+            if !empty || !done {
+                self.forwarder_flush(slot);
+            }
+            if done && empty && now.saturating_sub(since) >= FORWARDER_LIFETIME_NS {
+                self.halves.remove(slot);
+            } else {
+                keep.push(slot);
+            }
+        }
+        self.forwarders = keep;
+    }
+
+    /// A "source done" marker from worker `source` for half `to`.
+    pub(crate) fn source_done(&mut self, to: HalfRef, source: u16) {
+        let Some(h) = self.halves.get(to) else { return };
+        if h.hold_from != Some(source) {
+            h.done_from = Some(source);
+            return;
+        }
+        h.hold_from = None;
+        // Release the held cells in arrival order (the keyed half adds its
+        // layer now, in the order they will be written).
+        let now = self.now_ns;
+        loop {
+            let Some(h) = self.halves.get(to) else { return };
+            let Some(s) = h.held.pop(&self.pool) else {
+                return;
+            };
+            let slot = self.pool.slot(s).clone();
+            self.pool.release(s);
+            let mut body = slot.body;
+            let conn = h.conn;
+            let command = match &mut h.role {
+                HalfRole::Keyed(k) => {
+                    k.on_backward(&mut body);
+                    cmd::RELAY
+                }
+                _ => slot.command,
+            };
+            self.enqueue(conn, to.slot, command, slot.stamp_ns, now, &body);
+        }
+    }
+
+    /// Our half `to`'s peer moved from worker `old` to `peer`.
+    pub(crate) fn peer_moved(&mut self, to: HalfRef, peer: HalfRef, old: u16) {
+        let Some(h) = self.halves.get(to) else {
+            self.destroy_later
+                .push((peer, weft_proto::cell::destroy_reason::DESTROYED));
+            return self.flush_destroys();
+        };
+        let Some(old_ref) = h.peer.replace(peer) else {
+            return;
+        };
+        if h.done_from == Some(old) {
+            h.done_from = None;
+        } else {
+            h.hold_from = Some(old);
+        }
+        let conn = h.conn;
+        // A cell for the old reference may still wait in our connection's
+        // stall slot (its ring was full). It is older than anything the
+        // half sends from now on, and `Switched` below promises the old
+        // worker nothing more: readdress it to the new reference first.
+        self.readdress_stalled(conn, old_ref, peer);
+        // After this, nothing more from us to the old reference.
+        self.send_ordered(old_ref, RingMsg::Switched { old: old_ref });
+    }
+
+    /// If connection `conn` is stalled on a cell for `old`, send that cell
+    /// to `new` instead (delivered now if `new` is on this worker, else
+    /// stalled on the ring to `new`'s worker).
+    fn readdress_stalled(&mut self, conn: usize, old: HalfRef, new: HalfRef) {
+        let me = self.me;
+        let Some(c) = self.conn_mut(conn) else {
+            return;
+        };
+        let Some((dw, msg)) = c.stall.take() else {
+            return;
+        };
+        if msg.target() != old {
+            c.stall = Some((dw, msg));
+            return;
+        }
+        let msg = msg.retarget(new);
+        let w = usize::from(new.worker);
+        if w == me {
+            // Unstalled: read again; the cell goes in ahead of anything
+            // the connection reads next.
+            self.unwait(conn);
+            self.resumed.push(conn);
+            self.on_ring_msg(msg, me as u16);
+        } else if w == dw {
+            c.stall = Some((w, msg));
+        } else {
+            // It waits behind what already waits for the new worker.
+            self.unwait(conn);
+            self.stall(conn, w, msg);
+        }
+    }
+}
+
+/// Log a connection's departure (the driver calls it once the inbox
+/// message is on its way).
+pub(crate) fn log_departure(conn_id: ConnId, from: usize, to: usize, halves: usize) {
+    info!("connection {conn_id} moves from worker {from} to worker {to} with {halves} circuits");
+}

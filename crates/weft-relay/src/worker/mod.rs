@@ -1,0 +1,517 @@
+//! A worker: one thread with its own event loop, owning the connections the
+//! controller hands it. It is two parts (the thesis's worker, split the way
+//! quinn splits quinn-proto from quinn):
+//!
+//! * the **driver** — this module, [`conn`] (sockets, TLS, the link
+//!   handshake), [`io`] (reading and writing bytes), [`inbox`] (messages
+//!   from the controller and other workers) and [`report`] (counters,
+//!   housekeeping): a mio loop that owns everything that does I/O or reads
+//!   a clock;
+//! * the **circuit core** — [`core`] and the modules it is split into:
+//!   [`dispatch`] (what a cell does), [`handoff`] (between the halves of a
+//!   circuit, locally or over a ring), [`extend`], [`onion`] (introduction
+//!   and rendezvous points), [`migrate`], [`sched`]
+//!   (EWMA mux, what goes out next), [`origin`] (our own self-test
+//!   circuits) and [`half`] (the half table): sans-IO state machines,
+//!   unit-tested in [`tests`] without threads or sockets.
+//!
+//! The hot path of a relayed cell never leaves the workers: read on
+//! connection X (TLS plaintext into X's buffer), handed in place to the core,
+//! which removes the onion layer and passes it to the peer half — into its
+//! queue if that half is on this worker, else as a [`RingMsg`] on the ring to
+//! its worker, published once per round with at most one wake-up. The
+//! receiving worker queues it on the half, and its writer fills the
+//! connection's write buffer from the active circuits and hands it to TLS in
+//! large writes. No lock, no controller step, and no allocation per cell in
+//! steady state (pool slots, rings and buffers are reused).
+//!
+//! A round ([`Worker::turn`]): readiness events, the inbox (control before
+//! cells: a DESTROY overtakes queued cells), the inbound rings, stalled
+//! cells and ordered messages waiting for ring room, reading, writing, publishing the outbound
+//! rings, and once a second the housekeeping (counters to the controller,
+//! handshake deadlines, idle connections, keepalives).
+
+pub(crate) mod conn;
+pub(crate) mod core;
+pub(crate) mod dispatch;
+pub(crate) mod extend;
+pub(crate) mod half;
+pub(crate) mod handoff;
+pub(crate) mod inbox;
+pub(crate) mod io;
+pub(crate) mod migrate;
+pub(crate) mod onion;
+pub(crate) mod origin;
+pub(crate) mod report;
+pub(crate) mod sched;
+#[cfg(test)]
+mod tests;
+
+use std::collections::HashMap;
+use std::sync::mpsc::{Receiver, Sender};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use mio::{Events, Poll, Token};
+use slab::Slab;
+use tokio::sync::mpsc::UnboundedSender;
+use tracing::{debug, info};
+
+use self::conn::Conn;
+use self::core::{Circuits, CoreLimits, Effect};
+use self::report::Counters;
+use crate::bucket::TokenBucket;
+use crate::context::SharedContext;
+use crate::messages::{ConnId, ControllerMsg, RingMsg};
+use crate::ring::{Consumer, Notifier, Producer};
+
+pub(crate) use self::inbox::WorkerMsg;
+
+/// Token of the cross-thread waker.
+const WAKER: Token = Token(usize::MAX);
+/// C Tor's default `circ_max_cell_queue_size`: a circuit with this many
+/// cells waiting is closed (RESOURCELIMIT). [C relay.c]
+pub const DEFAULT_MAX_CIRCUIT_QUEUE: usize = 2500;
+/// Cells per cross-worker ring.
+pub const RING_CAPACITY: usize = 1024;
+
+/// How the controller (and other workers) reach a worker.
+#[derive(Clone, Debug)]
+pub struct WorkerHandle {
+    /// Worker index.
+    pub id: usize,
+    tx: Sender<WorkerMsg>,
+    notifier: Arc<Notifier>,
+}
+
+impl WorkerHandle {
+    /// Send a control message and wake the worker.
+    pub(crate) fn send(&self, m: WorkerMsg) {
+        if self.tx.send(m).is_ok() {
+            self.notifier.wake();
+        }
+    }
+}
+
+/// Limits and settings of a worker.
+#[derive(Debug, Clone, Copy)]
+pub struct WorkerConfig {
+    /// Close a circuit whose queue reaches this many cells.
+    pub max_circuit_queue: usize,
+    /// Hard cap on the cells a worker keeps queued (its pool).
+    pub max_pool_cells: usize,
+    /// Heap allocations made on the calling thread so far, if the binary
+    /// counts them.
+    pub alloc_probe: Option<fn() -> u64>,
+    /// This worker's share of BandwidthRate, bytes/s (each direction).
+    pub rate_share: u64,
+    /// Its share of BandwidthBurst.
+    pub burst_share: u64,
+    /// TokenBucketRefillInterval.
+    pub refill: Duration,
+}
+
+impl Default for WorkerConfig {
+    fn default() -> Self {
+        WorkerConfig {
+            max_circuit_queue: DEFAULT_MAX_CIRCUIT_QUEUE,
+            // 512 Ki cells ≈ 270 MB per worker.
+            max_pool_cells: 512 * 1024,
+            alloc_probe: None,
+            rate_share: 1 << 30,
+            burst_share: 1 << 30,
+            refill: Duration::from_millis(100),
+        }
+    }
+}
+
+/// Everything needed to run one worker; made by [`build`].
+pub struct WorkerParts {
+    id: usize,
+    /// The clock origin shared by all workers (cell stamps cross workers).
+    epoch: Instant,
+    poll: Poll,
+    notifier: Arc<Notifier>,
+    inbox: Receiver<WorkerMsg>,
+    outs: Vec<Option<Producer<RingMsg>>>,
+    ins: Vec<Option<Consumer<RingMsg>>>,
+}
+
+/// Make `n` workers' parts and handles, with a ring for every ordered pair.
+pub fn build(n: usize) -> std::io::Result<(Vec<WorkerParts>, Vec<WorkerHandle>)> {
+    let mut parts = Vec::new();
+    let mut handles = Vec::new();
+    let epoch = Instant::now();
+    for id in 0..n {
+        let poll = Poll::new()?;
+        let waker = mio::Waker::new(poll.registry(), WAKER)?;
+        let notifier = Arc::new(Notifier::new(waker));
+        let (tx, rx) = std::sync::mpsc::channel();
+        handles.push(WorkerHandle {
+            id,
+            tx,
+            notifier: notifier.clone(),
+        });
+        parts.push(WorkerParts {
+            id,
+            epoch,
+            poll,
+            notifier,
+            inbox: rx,
+            outs: (0..n).map(|_| None).collect(),
+            ins: (0..n).map(|_| None).collect(),
+        });
+    }
+    for a in 0..n {
+        for b in 0..n {
+            if a != b {
+                let (p, c) = crate::ring::ring(RING_CAPACITY);
+                parts[a].outs[b] = Some(p);
+                parts[b].ins[a] = Some(c);
+            }
+        }
+    }
+    Ok((parts, handles))
+}
+
+/// One worker: the driver of its circuit core (see the module docs).
+pub struct Worker {
+    id: usize,
+    poll: Poll,
+    events: Events,
+    notifier: Arc<Notifier>,
+    inbox: Receiver<WorkerMsg>,
+    peers: Vec<WorkerHandle>,
+    ins: Vec<Option<Consumer<RingMsg>>>,
+    controller: UnboundedSender<ControllerMsg>,
+    ctx: Arc<SharedContext>,
+    cfg: WorkerConfig,
+    conns: Slab<Conn>,
+    by_id: HashMap<ConnId, usize>,
+    /// The sans-IO circuit core.
+    core: Circuits,
+    /// Open connections with bytes to read (readable, not stalled).
+    to_read: Vec<usize>,
+    /// Connections in their handshake that had an event.
+    to_handshake: Vec<usize>,
+    /// Connections marked closing.
+    to_close: Vec<usize>,
+    /// Reused list (no allocation per round).
+    scratch: Vec<usize>,
+    /// BandwidthRate share: reading.
+    read_bucket: TokenBucket,
+    /// BandwidthRate share: writing.
+    write_bucket: TokenBucket,
+    /// Readable connections waiting for read tokens.
+    starved: Vec<usize>,
+    epoch: Instant,
+    /// The clock at the start of this round (ns since `epoch`).
+    round_ns: u64,
+    /// The same as an Instant.
+    round_start: Instant,
+    counters: Counters,
+    reported: Counters,
+    next_housekeeping: Instant,
+    /// When the KIST scheduler runs next.
+    next_sched_run: Instant,
+    stopping: bool,
+}
+
+impl Worker {
+    /// A worker from its parts.
+    pub fn new(
+        parts: WorkerParts,
+        peers: Vec<WorkerHandle>,
+        ctx: Arc<SharedContext>,
+        controller: UnboundedSender<ControllerMsg>,
+        cfg: WorkerConfig,
+    ) -> Worker {
+        let now = Instant::now();
+        let limits = CoreLimits {
+            max_circuit_queue: cfg.max_circuit_queue,
+            max_pool_cells: cfg.max_pool_cells,
+        };
+        Worker {
+            id: parts.id,
+            poll: parts.poll,
+            events: Events::with_capacity(1024),
+            notifier: parts.notifier,
+            inbox: parts.inbox,
+            peers,
+            ins: parts.ins,
+            controller,
+            core: Circuits::new(parts.id, limits, ctx.clone(), parts.outs),
+            ctx,
+            cfg,
+            conns: Slab::new(),
+            by_id: HashMap::new(),
+            to_read: Vec::new(),
+            to_handshake: Vec::new(),
+            to_close: Vec::new(),
+            scratch: Vec::new(),
+            read_bucket: TokenBucket::new(cfg.rate_share, cfg.burst_share, cfg.refill, now),
+            write_bucket: TokenBucket::new(cfg.rate_share, cfg.burst_share, cfg.refill, now),
+            starved: Vec::new(),
+            epoch: parts.epoch,
+            round_ns: 0,
+            round_start: now,
+            counters: Counters::default(),
+            reported: Counters::default(),
+            next_housekeeping: now + Duration::from_secs(1),
+            next_sched_run: now,
+            stopping: false,
+        }
+    }
+
+    /// The epoll file descriptor (for driving the worker from another event
+    /// loop: it is readable when the worker has something to do).
+    pub fn poll_fd(&self) -> std::os::fd::RawFd {
+        use std::os::fd::AsRawFd;
+        self.poll.as_raw_fd()
+    }
+
+    /// The worker's notifier (set before blocking, cleared after).
+    pub fn notifier(&self) -> &Arc<Notifier> {
+        &self.notifier
+    }
+
+    /// Run on the current thread until shutdown.
+    pub fn run(mut self) {
+        debug!("worker {} running", self.id);
+        while !self.stopping {
+            let timeout = self.sleep_time();
+            if let Err(e) = self.turn(timeout) {
+                tracing::error!("worker {}: event loop failed: {e}", self.id);
+                break;
+            }
+        }
+        debug!("worker {} stopped", self.id);
+    }
+
+    /// How long the next poll may block: zero if work is waiting, else until
+    /// the next thing that is due (the KIST run or the write bucket's refill
+    /// for connections with cells to write, housekeeping); the notifier is
+    /// set so producers wake us earlier.
+    pub fn sleep_time(&self) -> Option<Duration> {
+        if self.has_work() {
+            return Some(Duration::ZERO);
+        }
+        let mut until = self.next_housekeeping;
+        if let Some(t) = self.next_write() {
+            until = until.min(t);
+        }
+        let now = Instant::now();
+        if until <= now {
+            return Some(Duration::ZERO);
+        }
+        self.notifier.going_to_sleep();
+        if self.ins.iter().flatten().any(|c| c.has_pending()) {
+            self.notifier.awake();
+            return Some(Duration::ZERO);
+        }
+        Some(until - now)
+    }
+
+    /// True if the worker has work that does not wait for an event or a
+    /// timer.
+    pub fn has_work(&self) -> bool {
+        !self.to_read.is_empty() || !self.to_close.is_empty()
+    }
+
+    /// When the writer can next do something for a connection with cells
+    /// waiting: at once without KIST, else at the next KIST run; never before
+    /// the write bucket has tokens. None if nothing waits to be written.
+    fn next_write(&self) -> Option<Instant> {
+        let waiting = self
+            .core
+            .pending
+            .iter()
+            .any(|&c| self.conns.get(c).is_some_and(|c| c.writable));
+        if !waiting {
+            return None;
+        }
+        let mut t = if self.ctx.kist_interval.is_zero() {
+            self.round_start
+        } else {
+            self.next_sched_run
+        };
+        if self.write_bucket.available() == 0 {
+            t = t.max(self.write_bucket.next_refill());
+        }
+        Some(t)
+    }
+
+    /// True once a shutdown was requested and handled.
+    pub fn stopped(&self) -> bool {
+        self.stopping
+    }
+
+    /// One round (see the module docs). `timeout` bounds the wait for
+    /// readiness.
+    pub fn turn(&mut self, timeout: Option<Duration>) -> std::io::Result<()> {
+        self.poll.poll(&mut self.events, timeout)?;
+        self.notifier.awake();
+        let t0 = Instant::now();
+        self.round_ns = t0.saturating_duration_since(self.epoch).as_nanos() as u64;
+        self.round_start = t0;
+        self.core.now_ns = self.round_ns;
+        if self.read_bucket.refill(t0) {
+            self.to_read.append(&mut self.starved);
+        }
+        self.write_bucket.refill(t0);
+        self.counters.rounds += 1;
+        for ev in self.events.iter() {
+            let t = ev.token();
+            if t == WAKER {
+                continue;
+            }
+            if let Some(c) = self.conns.get_mut(t.0) {
+                if ev.is_readable() || ev.is_read_closed() || ev.is_error() {
+                    let stalled = self.core.is_stalled(t.0);
+                    if !c.readable && c.is_open() && !stalled {
+                        self.to_read.push(t.0);
+                    }
+                    c.readable = true;
+                }
+                if ev.is_writable() || ev.is_write_closed() || ev.is_error() {
+                    c.writable = true;
+                }
+                if !c.is_open() {
+                    self.to_handshake.push(t.0);
+                }
+            }
+        }
+        while let Some(c) = self.to_handshake.pop() {
+            self.advance_handshake(c);
+        }
+        self.drain_inbox();
+        self.drain_rings();
+        self.core.tend_forwarders();
+        self.core.retry_waiting();
+        self.apply_effects();
+        self.read_all();
+        self.write_all();
+        self.publish_rings();
+        self.reap();
+        self.apply_effects();
+        if t0 >= self.next_housekeeping {
+            self.housekeeping();
+        }
+        self.counters.busy_ns += t0.elapsed().as_nanos() as u64;
+        Ok(())
+    }
+
+    /// Hand every message waiting on the inbound rings to the core; wake a
+    /// producer that waits for room.
+    fn drain_rings(&mut self) {
+        for w in 0..self.ins.len() {
+            let Some(mut c) = self.ins[w].take() else {
+                continue;
+            };
+            while let Some(m) = c.pop() {
+                self.core.on_ring_msg(m, w as u16);
+            }
+            if c.release() {
+                self.peers[w].notifier.wake();
+            }
+            self.ins[w] = Some(c);
+        }
+        self.core.flush_destroys();
+        self.apply_effects();
+    }
+
+    fn publish_rings(&mut self) {
+        let Worker {
+            core,
+            peers,
+            counters,
+            ..
+        } = self;
+        core.publish(|w| {
+            if peers[w].notifier.notify() {
+                counters.wakeups += 1;
+            }
+        });
+    }
+
+    /// Carry out what the core asked for: messages to the controller and to
+    /// other workers' inboxes, connections that may read again.
+    fn apply_effects(&mut self) {
+        while let Some(e) = self.core.poll_effect() {
+            match e {
+                Effect::Controller(m) => {
+                    let _ = self.controller.send(m);
+                }
+                Effect::Worker(w, m) => {
+                    if let Some(p) = self.peers.get(w) {
+                        p.send(m);
+                    }
+                }
+            }
+        }
+        let before = self.to_read.len();
+        self.core.take_resumed(&mut self.to_read);
+        for i in before..self.to_read.len() {
+            let idx = self.to_read[i];
+            if let Some(c) = self.conns.get_mut(idx) {
+                c.readable = true;
+            }
+        }
+    }
+}
+
+/// CPU time (user + system) of the calling thread, in nanoseconds.
+pub fn thread_cpu_ns() -> u64 {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: clock_gettime writes into the timespec we own; the clock id is
+    // a valid constant. Tested by `thread_cpu_time_advances`.
+    let r = unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts) };
+    if r != 0 {
+        return 0;
+    }
+    (ts.tv_sec as u64) * 1_000_000_000 + ts.tv_nsec as u64
+}
+
+/// Start a worker on its own OS thread.
+///
+/// With `slice` the thread first asks the kernel for that scheduler time
+/// slice (`WorkerSchedSlice`, see [`crate::sched_slice`]); worker 0 logs
+/// the outcome.
+pub fn spawn_thread(
+    worker: Worker,
+    slice: Option<Duration>,
+) -> std::io::Result<std::thread::JoinHandle<()>> {
+    let id = worker.id;
+    std::thread::Builder::new()
+        .name(format!("weft-worker-{id}"))
+        .spawn(move || {
+            if let Some(s) = slice {
+                request_slice(id, s);
+            }
+            worker.run()
+        })
+}
+
+/// Ask for the scheduler slice `s` on the calling worker thread and log
+/// what became of it (once, from worker 0).
+fn request_slice(id: usize, s: Duration) {
+    use crate::sched_slice::{request, SliceOutcome};
+    let outcome = request(s);
+    if id != 0 {
+        debug!("worker {id}: scheduler slice request: {outcome:?}");
+        return;
+    }
+    match outcome {
+        Ok(SliceOutcome::Set) => info!("worker threads run with a {s:?} scheduler slice"),
+        Ok(SliceOutcome::Unsupported) => info!(
+            "WorkerSchedSlice: this kernel has no per-thread time slices (they need Linux 6.12 or later); workers use its default slice"
+        ),
+        Ok(SliceOutcome::NotFairClass) => info!(
+            "WorkerSchedSlice: worker threads run under a real-time or deadline policy; slice left alone"
+        ),
+        Err(e) => info!("WorkerSchedSlice: cannot set the scheduler slice: {e}"),
+    }
+}

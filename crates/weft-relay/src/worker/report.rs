@@ -1,0 +1,135 @@
+//! The driver's counters and its once-a-second housekeeping: the report to
+//! the controller (its counters and the core's, as deltas), handshake
+//! deadlines, idle connections, keepalives, and the core's tick.
+
+use std::time::{Duration, Instant};
+
+use weft_proto::cell::cmd;
+use weft_proto::link::PeerKind;
+
+use super::core::CoreCounters;
+use super::{thread_cpu_ns, Worker};
+use crate::histogram::DelayHistogram;
+use crate::messages::{ConnId, ControllerMsg, WorkerReport};
+
+/// Client and non-canonical channels without circuits are closed after
+/// this long (C Tor: 3–4.5 min). [protocol-notes §2.7]
+const IDLE_CLIENT: Duration = Duration::from_secs(180);
+/// Canonical relay channels without circuits (C Tor: 45–75 min).
+const IDLE_RELAY: Duration = Duration::from_secs(45 * 60);
+/// Send a PADDING cell when nothing was written for this long
+/// (`KeepalivePeriod`).
+const KEEPALIVE: Duration = Duration::from_secs(5 * 60);
+
+/// The driver's counters, touched only by the worker's thread.
+#[derive(Default, Clone, Copy)]
+pub(crate) struct Counters {
+    pub(crate) allocations: u64,
+    pub(crate) outq: DelayHistogram,
+    pub(crate) outq_tick: u32,
+    pub(crate) read: u64,
+    pub(crate) written: u64,
+    pub(crate) wakeups: u64,
+    pub(crate) rounds: u64,
+    pub(crate) busy_ns: u64,
+    /// The core's counters as of this snapshot.
+    pub(crate) core: CoreCounters,
+}
+
+impl Worker {
+    /// Send the controller the counters since the last report.
+    pub(crate) fn report(&mut self) {
+        self.counters.allocations = self.cfg.alloc_probe.map_or(0, |f| f());
+        self.counters.core = self.core.counters;
+        let now = self.counters;
+        let last = self.reported;
+        self.reported = now;
+        let report = WorkerReport {
+            allocations: now.allocations - last.allocations,
+            delay: now.core.delay.since(&last.core.delay),
+            queue_wait: now.core.queue_wait.since(&last.core.queue_wait),
+            outq: now.outq.since(&last.outq),
+            read_bytes: now.read - last.read,
+            written_bytes: now.written - last.written,
+            cells_relayed: now.core.cells - last.core.cells,
+            cells_cross_worker: now.core.cross - last.core.cross,
+            connections: self.conns.len() as u64,
+            circuits: self.core.halves.len() as u64,
+            circuits_created: now.core.created - last.core.created,
+            queued_cells: self.core.queued_cells() as u64,
+            pool_slots: self.core.pool.capacity() as u64,
+            wakeups_sent: now.wakeups - last.wakeups,
+            rounds: now.rounds - last.rounds,
+            busy_ns: now.busy_ns - last.busy_ns,
+            migrations: now.core.migrations - last.core.migrations,
+            top_conns: self.top_conns(),
+            onion: now.core.onion.since(&last.core.onion),
+        };
+        let _ = self.controller.send(ControllerMsg::WorkerStats {
+            worker: self.id,
+            report,
+            cpu_ns: thread_cpu_ns(),
+        });
+    }
+
+    /// The four connections that moved the most bytes since the last call
+    /// (and reset the counts).
+    fn top_conns(&mut self) -> [(ConnId, u64); 4] {
+        let mut top = [(0u64, 0u64); 4];
+        for (_, c) in self.conns.iter_mut() {
+            let b = std::mem::take(&mut c.bytes_recent);
+            if let Some(i) = top.iter().position(|t| b > t.1) {
+                top[i..].rotate_right(1);
+                top[i] = (c.id, b);
+            }
+        }
+        top
+    }
+
+    /// Once a second: report, close connections whose handshake is late or
+    /// that idle without circuits, keepalives, the core's tick.
+    pub(crate) fn housekeeping(&mut self) {
+        let now = Instant::now();
+        self.next_housekeeping = now + Duration::from_secs(1);
+        self.report();
+        let mut keepalive = Vec::new();
+        let mut close = Vec::new();
+        for (idx, c) in self.conns.iter_mut() {
+            if c.closing.is_some() {
+                continue;
+            }
+            if !c.is_open() {
+                if now >= c.handshake_deadline {
+                    close.push((idx, "link handshake timed out".to_string()));
+                }
+                continue;
+            }
+            let idle = now.duration_since(c.last_active);
+            let limit = match c.peer() {
+                Some(PeerKind::Relay { .. }) => IDLE_RELAY,
+                _ => IDLE_CLIENT,
+            };
+            if self.core.circuit_count(idx) == 0 && idle >= limit {
+                close.push((
+                    idx,
+                    format!("idle for {}s without circuits", idle.as_secs()),
+                ));
+            } else if now.duration_since(c.last_write) >= KEEPALIVE {
+                keepalive.push(idx);
+            }
+        }
+        for idx in keepalive {
+            if let Some(c) = self.conns.get_mut(idx) {
+                c.last_write = now;
+            }
+            self.core.queue_urgent(idx, 0, cmd::PADDING, &[]);
+        }
+        for (idx, why) in close {
+            self.close_later(idx, why);
+        }
+        self.core.tick();
+        self.apply_effects();
+        self.reap();
+        self.apply_effects();
+    }
+}

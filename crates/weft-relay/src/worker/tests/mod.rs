@@ -1,0 +1,799 @@
+//! Unit tests of the worker's circuit core, driven directly: no threads, no
+//! sockets, no clock. [`Net`] holds N cores wired by real rings, plays the
+//! drivers (inbox before rings, as the event loop does) and the controller,
+//! and a test client ([`OriginCircuit`]) and a test next relay
+//! ([`NextRelay`]) speak the real handshakes and onion layers at the two
+//! ends, so every test checks cells end to end.
+
+use std::net::{SocketAddr, SocketAddrV4};
+use std::sync::Arc;
+use std::time::{Duration, SystemTime};
+
+use weft_crypto::keys::{LinkKeys, RelayKeys};
+use weft_crypto::relay_crypto::Tor1RelayCrypto;
+use weft_proto::cell::{cmd, destroy_reason, BODY_LEN};
+use weft_proto::origin::{HopTarget, OriginCircuit};
+use weft_proto::relay::{self, relay_cmd};
+
+use super::core::{Circuits, CoreLimits, Effect};
+use super::dispatch::CellVerdict;
+use super::inbox::WorkerMsg;
+use super::sched::CellSink;
+use super::*;
+use crate::context::{SchedParams, SharedContext};
+use crate::link_io::CellIn;
+use crate::messages::{ControllerMsg, HalfRef, RingMsg};
+use crate::ring::{ring, Consumer};
+
+mod onion;
+
+/// Bound on the steps of [`Net::settle`].
+const MAX_STEPS: usize = 200;
+
+fn keys(dir: &std::path::Path, nick: &str) -> RelayKeys {
+    RelayKeys::load_or_create(
+        dir,
+        nick,
+        Duration::from_secs(28 * 86400),
+        SystemTime::now(),
+    )
+    .expect("test keys")
+}
+
+fn target(k: &RelayKeys, port: u16) -> HopTarget {
+    HopTarget {
+        rsa_id: k.fingerprint,
+        ed_id: Some(k.ed_id),
+        ntor_key: k.ntor_keys()[0].public.to_bytes(),
+        addr: SocketAddrV4::new([127, 0, 0, 1].into(), port),
+    }
+}
+
+/// A cell written on a connection.
+#[derive(Clone)]
+struct Out {
+    circ_id: u32,
+    command: u8,
+    body: [u8; BODY_LEN],
+}
+
+#[derive(Default)]
+struct VecSink(Vec<Out>);
+
+impl CellSink for VecSink {
+    fn staged(&self) -> usize {
+        self.0.len() * 514
+    }
+    fn put(&mut self, circ_id: u32, command: u8, body: &[u8; BODY_LEN]) {
+        self.0.push(Out {
+            circ_id,
+            command,
+            body: *body,
+        });
+    }
+}
+
+/// N circuit cores wired by rings, and the parts of the drivers and the
+/// controller the tests need.
+struct Net {
+    _dir: tempfile::TempDir,
+    relay: RelayKeys,
+    cores: Vec<Circuits>,
+    /// `ins[dest][src]`.
+    ins: Vec<Vec<Option<Consumer<RingMsg>>>>,
+    /// Inbox messages in flight, by destination worker.
+    inbox: Vec<Vec<WorkerMsg>>,
+    /// What the cores told the controller.
+    controller: Vec<ControllerMsg>,
+    /// The controller's onion-service tables (see `controller/onion.rs`).
+    intro: std::collections::HashMap<[u8; 32], HalfRef>,
+    rend: std::collections::HashMap<[u8; 20], HalfRef>,
+}
+
+impl Net {
+    fn new(n: usize, ring_capacity: usize) -> Net {
+        let dir = tempfile::tempdir().unwrap();
+        let relay = keys(&dir.path().join("weft"), "weft");
+        let link = LinkKeys::generate(&relay, SystemTime::now()).unwrap();
+        let sched = SchedParams {
+            halflife_s: 30.0,
+            ..SchedParams::default()
+        };
+        let ctx = Arc::new(SharedContext::build(&relay, &link, vec![], &sched).unwrap());
+        let mut outs: Vec<Vec<Option<crate::ring::Producer<RingMsg>>>> =
+            (0..n).map(|_| (0..n).map(|_| None).collect()).collect();
+        let mut ins: Vec<Vec<Option<Consumer<RingMsg>>>> =
+            (0..n).map(|_| (0..n).map(|_| None).collect()).collect();
+        for a in 0..n {
+            for b in 0..n {
+                if a != b {
+                    let (p, c) = ring(ring_capacity);
+                    outs[a][b] = Some(p);
+                    ins[b][a] = Some(c);
+                }
+            }
+        }
+        let limits = CoreLimits {
+            max_circuit_queue: DEFAULT_MAX_CIRCUIT_QUEUE,
+            max_pool_cells: 1 << 16,
+        };
+        let cores = outs
+            .into_iter()
+            .enumerate()
+            .map(|(w, o)| Circuits::new(w, limits, ctx.clone(), o))
+            .collect();
+        Net {
+            _dir: dir,
+            relay,
+            cores,
+            ins,
+            inbox: (0..n).map(|_| Vec::new()).collect(),
+            controller: Vec::new(),
+            intro: Default::default(),
+            rend: Default::default(),
+        }
+    }
+
+    /// Open connection `idx` on worker `w` (we opened it if `outbound`).
+    fn open(&mut self, w: usize, idx: usize, outbound: bool) {
+        let addr: SocketAddr = ([127, 0, 0, 1], 9000 + idx as u16).into();
+        self.cores[w].add_conn(idx, 100 * w as u64 + idx as u64, addr, outbound, false);
+    }
+
+    /// One cell read on connection `conn` of worker `w`.
+    fn cell(
+        &mut self,
+        w: usize,
+        conn: usize,
+        circ_id: u32,
+        command: u8,
+        body: &mut [u8; BODY_LEN],
+    ) -> CellVerdict {
+        let v = self.cores[w].on_cell(
+            conn,
+            CellIn::Fixed {
+                circ_id,
+                command,
+                body,
+            },
+            1,
+        );
+        self.cores[w].flush_destroys();
+        self.collect(w);
+        v
+    }
+
+    fn collect(&mut self, w: usize) {
+        while let Some(e) = self.cores[w].poll_effect() {
+            match e {
+                Effect::Controller(m) => self.controller.push(m),
+                Effect::Worker(d, m) => self.inbox[d].push(m),
+            }
+        }
+    }
+
+    /// One round of every worker: the inbox, then the rings (as the driver
+    /// orders them). True if anything moved.
+    fn step(&mut self) -> bool {
+        let mut moved = self.onion_controller();
+        for w in 0..self.cores.len() {
+            self.cores[w].publish(|_| {});
+        }
+        for w in 0..self.cores.len() {
+            for m in std::mem::take(&mut self.inbox[w]) {
+                moved = true;
+                match m {
+                    WorkerMsg::Destroy { half, reason } => {
+                        self.cores[w].destroy_half(half, reason);
+                        self.cores[w].flush_destroys();
+                    }
+                    WorkerMsg::ExtendFailed { half, reason, why } => {
+                        self.cores[w].extend_failed(half, reason, &why)
+                    }
+                    WorkerMsg::Introduce2 { to, from, payload } => {
+                        self.cores[w].introduce2(to, from, &payload)
+                    }
+                    WorkerMsg::IntroduceAck { to, status } => {
+                        self.cores[w].introduce_ack(to, status)
+                    }
+                    WorkerMsg::RendezvousEstablished { half, ok } => {
+                        self.cores[w].rendezvous_established(half, ok)
+                    }
+                    WorkerMsg::Splice {
+                        half,
+                        peer,
+                        rendezvous2,
+                    } => self.cores[w].splice(half, peer, rendezvous2.as_deref()),
+                    other => panic!("unexpected inbox message {other:?}"),
+                }
+                self.collect(w);
+            }
+            for src in 0..self.cores.len() {
+                let Some(mut c) = self.ins[w][src].take() else {
+                    continue;
+                };
+                while let Some(m) = c.pop() {
+                    moved = true;
+                    self.cores[w].on_ring_msg(m, src as u16);
+                }
+                c.release();
+                self.ins[w][src] = Some(c);
+            }
+            let before: usize = self.cores[w].waiting.iter().map(|l| l.len()).sum();
+            self.cores[w].retry_waiting();
+            let after: usize = self.cores[w].waiting.iter().map(|l| l.len()).sum();
+            moved |= after < before;
+            self.cores[w].tend_forwarders();
+            self.cores[w].flush_destroys();
+            self.collect(w);
+        }
+        moved
+    }
+
+    /// Play the controller's onion-service tables: take the onion messages
+    /// out of `controller` and answer them as `controller/onion.rs` does.
+    /// True if there were any.
+    fn onion_controller(&mut self) -> bool {
+        let msgs = std::mem::take(&mut self.controller);
+        let mut moved = false;
+        for m in msgs {
+            let to = |h: &HalfRef| usize::from(h.worker);
+            match m {
+                ControllerMsg::IntroEstablished { half, auth_key } => {
+                    if let Some(old) = self.intro.insert(auth_key, half) {
+                        self.inbox[to(&old)].push(WorkerMsg::Destroy {
+                            half: old,
+                            reason: destroy_reason::FINISHED,
+                        });
+                    }
+                }
+                ControllerMsg::IntroMoved { auth_key, old, new } => {
+                    if self.intro.get(&auth_key) == Some(&old) {
+                        self.intro.insert(auth_key, new);
+                    }
+                }
+                ControllerMsg::IntroGone { half, auth_key } => {
+                    if self.intro.get(&auth_key) == Some(&half) {
+                        self.intro.remove(&auth_key);
+                    }
+                }
+                ControllerMsg::Introduce1 {
+                    from,
+                    auth_key,
+                    payload,
+                } => match self.intro.get(&auth_key) {
+                    Some(&t) => self.inbox[to(&t)].push(WorkerMsg::Introduce2 {
+                        to: t,
+                        from,
+                        payload,
+                    }),
+                    None => self.inbox[to(&from)].push(WorkerMsg::IntroduceAck {
+                        to: from,
+                        status: weft_proto::onion::ack_status::UNKNOWN_ID,
+                    }),
+                },
+                ControllerMsg::EstablishRendezvous { half, cookie } => {
+                    let ok = !self.rend.contains_key(&cookie);
+                    if ok {
+                        self.rend.insert(cookie, half);
+                    }
+                    self.inbox[to(&half)].push(WorkerMsg::RendezvousEstablished { half, ok });
+                }
+                ControllerMsg::RendezvousGone { half, cookie } => {
+                    if self.rend.get(&cookie) == Some(&half) {
+                        self.rend.remove(&cookie);
+                    }
+                }
+                ControllerMsg::Rendezvous1 {
+                    half,
+                    cookie,
+                    payload,
+                } => match self.rend.remove(&cookie) {
+                    Some(w) => {
+                        self.inbox[to(&half)].push(WorkerMsg::Splice {
+                            half,
+                            peer: w,
+                            rendezvous2: None,
+                        });
+                        self.inbox[to(&w)].push(WorkerMsg::Splice {
+                            half: w,
+                            peer: half,
+                            rendezvous2: Some(payload),
+                        });
+                    }
+                    None => self.inbox[to(&half)].push(WorkerMsg::Destroy {
+                        half,
+                        reason: destroy_reason::PROTOCOL,
+                    }),
+                },
+                other => {
+                    self.controller.push(other);
+                    continue;
+                }
+            }
+            moved = true;
+        }
+        moved
+    }
+
+    /// Step until nothing moves (bounded).
+    fn settle(&mut self) {
+        for _ in 0..MAX_STEPS {
+            if !self.step() {
+                return;
+            }
+        }
+        panic!("the network did not settle in {MAX_STEPS} steps");
+    }
+
+    /// Everything connection `conn` of worker `w` would write now.
+    fn written(&mut self, w: usize, conn: usize) -> Vec<Out> {
+        let mut sink = VecSink::default();
+        self.cores[w].fill(conn, &mut sink, usize::MAX, usize::MAX, 2);
+        self.cores[w].settle_pending(conn);
+        sink.0
+    }
+}
+
+fn pad(data: &[u8]) -> [u8; BODY_LEN] {
+    let mut b = [0u8; BODY_LEN];
+    b[..data.len()].copy_from_slice(data);
+    b
+}
+
+/// The next relay of a test circuit: the real ntor server handshake and
+/// tor1 layer, so it reads what the client sent it and answers.
+struct NextRelay {
+    keys: RelayKeys,
+    crypto: Option<Tor1RelayCrypto>,
+}
+
+impl NextRelay {
+    fn new(dir: &std::path::Path) -> NextRelay {
+        NextRelay {
+            keys: keys(dir, "next"),
+            crypto: None,
+        }
+    }
+
+    /// Answer a CREATE2 body; returns the CREATED2 body.
+    fn answer(&mut self, create2: &[u8; BODY_LEN]) -> [u8; BODY_LEN] {
+        let c = relay::parse_create2(create2).unwrap();
+        let ntor = self.keys.ntor_keys();
+        let (reply, km) = weft_crypto::ntor::server_handshake(
+            &[&ntor[0]],
+            &self.keys.fingerprint,
+            c.hdata,
+            weft_crypto::random_array(),
+        )
+        .unwrap();
+        self.crypto = Some(Tor1RelayCrypto::from_key_material(&km));
+        pad(&relay::created2_body(&reply))
+    }
+
+    /// A cell from the client: the relay command and data, if it is ours.
+    fn read(&mut self, body: &mut [u8; BODY_LEN]) -> Option<(u8, Vec<u8>)> {
+        let c = self.crypto.as_mut()?;
+        if !c.decrypt_forward(body) {
+            return None;
+        }
+        let h = relay::parse_header(body).ok()?;
+        Some((h.command, relay::data(body, &h).to_vec()))
+    }
+
+    /// A DATA cell toward the client.
+    fn data(&mut self, payload: &[u8]) -> [u8; BODY_LEN] {
+        let mut b = [0u8; BODY_LEN];
+        relay::build(&mut b, relay_cmd::DATA, 1, payload);
+        self.crypto.as_mut().unwrap().originate_backward(&mut b);
+        b
+    }
+}
+
+/// A two-hop circuit: client → (conn 1 of worker `a`: keyed half) →
+/// (conn 2 of worker `b`: relabel half) → next relay. Returns the client,
+/// the next relay, the client's circuit ID and the relabel half's.
+fn two_hop(net: &mut Net, a: usize, b: usize) -> (OriginCircuit, NextRelay, u32, u32) {
+    net.open(a, 1, false);
+    net.open(b, 2, true);
+    let mut client = OriginCircuit::new();
+    let create2 = client.create2(&target(&net.relay, 9001)).unwrap();
+    let circ = 0x8000_0001;
+    assert_eq!(
+        net.cell(a, 1, circ, cmd::CREATE2, &mut pad(&create2)),
+        CellVerdict::Continue
+    );
+    let out = net.written(a, 1);
+    assert_eq!(out.len(), 1);
+    assert_eq!(out[0].command, cmd::CREATED2);
+    let hlen = usize::from(u16::from_be_bytes([out[0].body[0], out[0].body[1]]));
+    client.on_created2(&out[0].body[..2 + hlen]).unwrap();
+
+    let mut next = NextRelay::new(&net._dir.path().join("next"));
+    let mut ext = [0u8; BODY_LEN];
+    let create2 = client.extend2(&target(&next.keys, 9002), &mut ext).unwrap();
+    net.cell(a, 1, circ, cmd::RELAY_EARLY, &mut ext);
+    let Some(ControllerMsg::Extend { from, req, .. }) = net.controller.pop() else {
+        panic!("no extend request");
+    };
+    assert_eq!(req.create2, create2);
+    // The controller found the connection on worker b.
+    net.cores[b].create_outbound(Some(2), from, &req.create2);
+    net.collect(b);
+    net.settle();
+    let out = net.written(b, 2);
+    assert_eq!(out.len(), 1);
+    assert_eq!(out[0].command, cmd::CREATE2);
+    let relabel_circ = out[0].circ_id;
+    assert_ne!(
+        relabel_circ & 0x8000_0000,
+        0,
+        "we opened conn 2: top bit set"
+    );
+    let mut created = next.answer(&out[0].body);
+    net.cell(b, 2, relabel_circ, cmd::CREATED2, &mut created);
+    net.settle();
+    let out = net.written(a, 1);
+    assert_eq!(out.len(), 1, "EXTENDED2");
+    let mut body = out[0].body;
+    let (hop, h) = client.on_backward(&mut body).unwrap();
+    assert_eq!((hop, h.command), (0, relay_cmd::EXTENDED2));
+    client.on_extended2(relay::data(&body, &h)).unwrap();
+    (client, next, circ, relabel_circ)
+}
+
+/// Client DATA cells to the next relay.
+fn client_data(client: &mut OriginCircuit, seq: u32) -> [u8; BODY_LEN] {
+    let mut b = [0u8; BODY_LEN];
+    client.send(1, relay_cmd::DATA, 1, &seq.to_be_bytes(), &mut b);
+    b
+}
+
+fn pool_empty(net: &Net) -> bool {
+    net.cores.iter().all(|c| c.pool.in_use() == 0)
+}
+
+#[test]
+fn thread_cpu_time_advances() {
+    let a = thread_cpu_ns();
+    let mut x = 0u64;
+    for i in 0..5_000_000u64 {
+        x = x.wrapping_add(i * i);
+    }
+    std::hint::black_box(x);
+    assert!(thread_cpu_ns() > a);
+}
+
+#[test]
+fn a_circuit_across_two_workers_carries_cells_both_ways() {
+    let mut net = Net::new(2, 64);
+    let (mut client, mut next, circ, relabel) = two_hop(&mut net, 0, 1);
+    for i in 0..20u32 {
+        let mut b = client_data(&mut client, i);
+        assert_eq!(
+            net.cell(0, 1, circ, cmd::RELAY, &mut b),
+            CellVerdict::Continue
+        );
+        let mut d = next.data(&i.to_be_bytes());
+        net.cell(1, 2, relabel, cmd::RELAY, &mut d);
+    }
+    net.settle();
+    let fwd = net.written(1, 2);
+    assert_eq!(fwd.len(), 20);
+    for (i, o) in fwd.into_iter().enumerate() {
+        assert_eq!((o.circ_id, o.command), (relabel, cmd::RELAY));
+        let mut b = o.body;
+        assert_eq!(
+            next.read(&mut b),
+            Some((relay_cmd::DATA, (i as u32).to_be_bytes().to_vec()))
+        );
+    }
+    let back = net.written(0, 1);
+    assert_eq!(back.len(), 20);
+    for (i, o) in back.into_iter().enumerate() {
+        let mut b = o.body;
+        let (hop, h) = client.on_backward(&mut b).unwrap();
+        assert_eq!((hop, h.command), (1, relay_cmd::DATA));
+        assert_eq!(relay::data(&b, &h), (i as u32).to_be_bytes());
+    }
+    assert_eq!(net.cores[0].counters.cross, 20);
+    assert!(pool_empty(&net));
+}
+
+#[test]
+fn destroy_from_the_client_races_cells_in_both_directions() {
+    let mut net = Net::new(2, 64);
+    let (mut client, mut next, circ, relabel) = two_hop(&mut net, 0, 1);
+    // Cells in flight both ways: on the rings, not yet delivered.
+    for i in 0..5u32 {
+        let mut b = client_data(&mut client, i);
+        net.cell(0, 1, circ, cmd::RELAY, &mut b);
+        let mut d = next.data(&i.to_be_bytes());
+        net.cell(1, 2, relabel, cmd::RELAY, &mut d);
+    }
+    for c in &mut net.cores {
+        c.publish(|_| {});
+    }
+    // DESTROY from the client overtakes them.
+    net.cell(
+        0,
+        1,
+        circ,
+        cmd::DESTROY,
+        &mut pad(&[destroy_reason::REQUESTED]),
+    );
+    assert_eq!(net.cores[0].circuit_count(1), 0);
+    net.settle();
+    // Toward the client: nothing (the circuit is gone there).
+    assert!(net.written(0, 1).is_empty());
+    // Toward the next relay: the DESTROY, with DESTROYED (never the
+    // client's reason), and none of the cells queued behind it.
+    let out = net.written(1, 2);
+    assert_eq!(out.len(), 1, "only the DESTROY");
+    assert_eq!(
+        (out[0].circ_id, out[0].command, out[0].body[0]),
+        (relabel, cmd::DESTROY, destroy_reason::DESTROYED)
+    );
+    assert_eq!(net.cores[1].circuit_count(2), 0);
+    assert!(pool_empty(&net), "no cell slot leaked");
+}
+
+#[test]
+fn destroy_from_the_next_relay_races_cells_in_both_directions() {
+    let mut net = Net::new(2, 64);
+    let (mut client, mut next, circ, relabel) = two_hop(&mut net, 0, 1);
+    for i in 0..5u32 {
+        let mut b = client_data(&mut client, i);
+        net.cell(0, 1, circ, cmd::RELAY, &mut b);
+        let mut d = next.data(&i.to_be_bytes());
+        net.cell(1, 2, relabel, cmd::RELAY, &mut d);
+    }
+    for c in &mut net.cores {
+        c.publish(|_| {});
+    }
+    net.cell(
+        1,
+        2,
+        relabel,
+        cmd::DESTROY,
+        &mut pad(&[destroy_reason::FINISHED]),
+    );
+    net.settle();
+    assert!(
+        net.written(1, 2).is_empty(),
+        "nothing more toward the next relay"
+    );
+    let out = net.written(0, 1);
+    let destroys: Vec<&Out> = out.iter().filter(|o| o.command == cmd::DESTROY).collect();
+    assert_eq!(destroys.len(), 1);
+    assert_eq!(
+        (destroys[0].circ_id, destroys[0].body[0]),
+        (circ, destroy_reason::DESTROYED)
+    );
+    assert_eq!(
+        out[0].command,
+        cmd::DESTROY,
+        "DESTROY goes ahead of queued cells"
+    );
+    assert_eq!(net.cores[0].circuit_count(1), 0);
+    assert!(pool_empty(&net));
+}
+
+#[test]
+fn an_extend2_that_fails_closes_only_its_circuit() {
+    let mut net = Net::new(2, 64);
+    net.open(0, 1, false);
+    let mut clients = Vec::new();
+    for circ in [0x8000_0001u32, 0x8000_0002] {
+        let mut c = OriginCircuit::new();
+        let create2 = c.create2(&target(&net.relay, 9001)).unwrap();
+        net.cell(0, 1, circ, cmd::CREATE2, &mut pad(&create2));
+        let out = net.written(0, 1);
+        let hlen = usize::from(u16::from_be_bytes([out[0].body[0], out[0].body[1]]));
+        c.on_created2(&out[0].body[..2 + hlen]).unwrap();
+        clients.push((circ, c));
+    }
+    let next = NextRelay::new(&net._dir.path().join("next"));
+    let mut ext = [0u8; BODY_LEN];
+    clients[0]
+        .1
+        .extend2(&target(&next.keys, 9002), &mut ext)
+        .unwrap();
+    net.cell(0, 1, clients[0].0, cmd::RELAY_EARLY, &mut ext);
+    let Some(ControllerMsg::Extend { from, .. }) = net.controller.pop() else {
+        panic!("no extend request");
+    };
+    // The controller could not connect.
+    net.inbox[0].push(WorkerMsg::ExtendFailed {
+        half: from,
+        reason: destroy_reason::CONNECTFAILED,
+        why: "connection refused".into(),
+    });
+    net.settle();
+    let out = net.written(0, 1);
+    assert_eq!(out.len(), 1);
+    assert_eq!(
+        (out[0].circ_id, out[0].command, out[0].body[0]),
+        (clients[0].0, cmd::DESTROY, destroy_reason::CONNECTFAILED)
+    );
+    assert_eq!(net.cores[0].circuit_count(1), 1, "the other circuit lives");
+    // An extend whose connection closed meanwhile: CHANNEL_CLOSED.
+    let mut ext = [0u8; BODY_LEN];
+    clients[1]
+        .1
+        .extend2(&target(&next.keys, 9002), &mut ext)
+        .unwrap();
+    net.cell(0, 1, clients[1].0, cmd::RELAY_EARLY, &mut ext);
+    let Some(ControllerMsg::Extend { from, .. }) = net.controller.pop() else {
+        panic!("no extend request");
+    };
+    net.cores[1].create_outbound(None, from, &[0u8; 4]);
+    net.collect(1);
+    net.settle();
+    let out = net.written(0, 1);
+    assert_eq!(
+        (out[0].command, out[0].body[0]),
+        (cmd::DESTROY, destroy_reason::CHANNEL_CLOSED)
+    );
+    assert_eq!(net.cores[0].circuit_count(1), 0);
+    assert!(pool_empty(&net));
+}
+
+#[test]
+fn migration_markers_keep_every_cell_once_and_in_order() {
+    let mut net = Net::new(3, 16);
+    let (mut client, mut next, circ, relabel) = two_hop(&mut net, 0, 1);
+    let (mut sent_fwd, mut sent_back) = (0u32, 0u32);
+    let mut push =
+        |net: &mut Net, client: &mut OriginCircuit, next: &mut NextRelay, w_next: usize| {
+            for _ in 0..6 {
+                let mut b = client_data(client, sent_fwd);
+                sent_fwd += 1;
+                net.cell(0, 1, circ, cmd::RELAY, &mut b);
+                let mut d = next.data(&sent_back.to_be_bytes());
+                sent_back += 1;
+                net.cell(w_next, 2, relabel, cmd::RELAY, &mut d);
+            }
+        };
+    let mut fwd = Vec::new();
+    let mut back = Vec::new();
+    push(&mut net, &mut client, &mut next, 1);
+    for c in &mut net.cores {
+        c.publish(|_| {});
+    }
+    // Move the next relay's connection from worker 1 to worker 2 with cells
+    // in flight both ways (step 1 and 2 of the protocol).
+    assert!(net.cores[1].can_detach(2));
+    let moved = net.cores[1].detach(2).expect("detached");
+    net.collect(1);
+    net.cores[2].attach(2, moved, 1);
+    net.collect(2);
+    // More cells while the markers travel.
+    let mut keep_going = |net: &mut Net, client: &mut OriginCircuit, next: &mut NextRelay| {
+        push(net, client, next, 2);
+        net.step();
+    };
+    for _ in 0..4 {
+        keep_going(&mut net, &mut client, &mut next);
+        fwd.extend(net.written(2, 2));
+        back.extend(net.written(0, 1));
+    }
+    net.settle();
+    fwd.extend(net.written(2, 2));
+    back.extend(net.written(0, 1));
+    assert!(net.written(1, 2).is_empty() || net.cores[1].conn(2).is_none());
+    let got: Vec<u32> = fwd
+        .into_iter()
+        .map(|o| {
+            assert_eq!(o.circ_id, relabel);
+            let mut b = o.body;
+            let (c, d) = next.read(&mut b).expect("recognized by the next relay");
+            assert_eq!(c, relay_cmd::DATA);
+            u32::from_be_bytes(d[..4].try_into().unwrap())
+        })
+        .collect();
+    assert_eq!(
+        got,
+        (0..sent_fwd).collect::<Vec<_>>(),
+        "forward: once each, in order"
+    );
+    let got: Vec<u32> = back
+        .into_iter()
+        .map(|o| {
+            let mut b = o.body;
+            let (_, h) = client
+                .on_backward(&mut b)
+                .expect("client decrypts in order");
+            u32::from_be_bytes(relay::data(&b, &h)[..4].try_into().unwrap())
+        })
+        .collect();
+    assert_eq!(
+        got,
+        (0..sent_back).collect::<Vec<_>>(),
+        "backward: once each, in order"
+    );
+    assert_eq!(net.cores[1].counters.migrations, 1);
+    assert!(pool_empty(&net));
+}
+
+#[test]
+fn ewma_serves_a_bursty_circuit_before_a_bulk_one() {
+    let mut net = Net::new(1, 16);
+    net.open(0, 1, false);
+    let mut halves = Vec::new();
+    for circ in [0x8000_0001u32, 0x8000_0002] {
+        let mut c = OriginCircuit::new();
+        let create2 = c.create2(&target(&net.relay, 9001)).unwrap();
+        net.cell(0, 1, circ, cmd::CREATE2, &mut pad(&create2));
+        net.written(0, 1);
+        let slot = net.cores[0].conn(1).unwrap().circuits[&circ];
+        halves.push(net.cores[0].halves.reference(slot).unwrap());
+    }
+    let (bulk, bursty) = (halves[0], halves[1]);
+    let queue = |net: &mut Net, h: HalfRef, n: usize| {
+        for _ in 0..n {
+            let mut b = [7u8; BODY_LEN];
+            net.cores[0].deliver(h, cmd::RELAY, 1, &mut b, 0);
+        }
+    };
+    // The bulk circuit has been sending for a while (its decayed count is
+    // high); at the same instant both have cells waiting.
+    queue(&mut net, bulk, 500);
+    assert_eq!(net.written(0, 1).len(), 500);
+    queue(&mut net, bulk, 10);
+    queue(&mut net, bursty, 10);
+    let mut sink = VecSink::default();
+    net.cores[0].fill(1, &mut sink, 10 * 514, usize::MAX, 2);
+    assert_eq!(sink.0.len(), 10);
+    assert!(
+        sink.0.iter().all(|o| o.circ_id == 0x8000_0002),
+        "the bursty circuit goes first"
+    );
+    let rest = net.written(0, 1);
+    assert!(rest.iter().all(|o| o.circ_id == 0x8000_0001));
+    assert_eq!(rest.len(), 10);
+}
+
+#[test]
+fn an_ordered_message_behind_a_full_ring_waits_and_keeps_its_order() {
+    // A ring of 4 slots, full of cells the other worker has not read yet.
+    let mut net = Net::new(2, 4);
+    let (mut client, mut next, circ, relabel) = two_hop(&mut net, 0, 1);
+    let mut stalled_at = None;
+    for i in 0..8u32 {
+        let mut b = client_data(&mut client, i);
+        if net.cell(0, 1, circ, cmd::RELAY, &mut b) == CellVerdict::Pause {
+            stalled_at = Some(i);
+            break;
+        }
+    }
+    let stalled_at = stalled_at.expect("the ring filled and the connection stalled");
+    // An ordered control message for worker 1 now: it may not be dropped
+    // nor overtake the stalled cell.
+    let target = net.cores[1]
+        .halves
+        .reference(net.cores[1].conn(2).unwrap().circuits[&relabel])
+        .unwrap();
+    net.cores[0].send_ordered(target, RingMsg::SourceDone { to: target });
+    assert_eq!(
+        net.cores[0].waiting[1].len(),
+        2,
+        "behind the stalled connection"
+    );
+    net.settle();
+    assert!(net.cores[0].waiting[1].is_empty());
+    let fwd = net.written(1, 2);
+    assert_eq!(
+        fwd.len() as u32,
+        stalled_at + 1,
+        "every cell, the stalled one too"
+    );
+    for (i, o) in fwd.into_iter().enumerate() {
+        let mut b = o.body;
+        assert_eq!(
+            next.read(&mut b).map(|x| x.1),
+            Some((i as u32).to_be_bytes().to_vec())
+        );
+    }
+    assert!(pool_empty(&net));
+}

@@ -1,0 +1,316 @@
+//! Onion services through a network where weft is a frequent middle hop
+//! (issue "stock clients fail to reach onion services"), against stock C
+//! tor on loopback:
+//!
+//! * 3 authorities, 4 relays and 2 exits (all stock, all voted HSDir), weft,
+//!   one stock tor running 8 v3 onion services (`HiddenServicePort 80` to a
+//!   local sink) and 2 stock clients that pick their own circuits;
+//! * 40 connections to the onion addresses (a different SOCKS username each,
+//!   so every one gets circuits of its own), 256 KiB each way, every byte
+//!   checked by SHA-256; every connection must succeed;
+//! * rounds with weft on `ConnectionThreads 1`, then `2`, then `2` with
+//!   `TestingCrossWorkerExtends 1` (weft restarted between rounds, same
+//!   identity);
+//! * the clients' and the service's control ports must show onion-service
+//!   circuits through weft (descriptor fetch/upload, intro, rendezvous), or
+//!   the test proves nothing; weft's MetricsPort must show it served as
+//!   rendezvous point in every round and as introduction point.
+//!
+//! The cause this test keeps away (the issue): C Tor clients pick
+//! rendezvous points, and services introduction points, among all relays
+//! without checking `HSRend`/`HSIntro`; weft lacked both roles, so those
+//! circuits went nowhere (connections timed out, descriptors waited for
+//! introduction points that never came up), and it answered clients'
+//! path-bias probes with an END that lacked the address.
+//!
+//! `WEFT_ONION_BASELINE=1` runs the same load with a stock relay in weft's
+//! place (for comparison by hand; not part of the suite).
+
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+mod common;
+
+use anyhow::{ensure, Context, Result};
+use weft_testnet::{
+    pick_base_port, traffic, ConsensusEntry, HsCircuitCount, Role, Sink, Testnet, TestnetConfig,
+    WeftNode,
+};
+
+/// Onion services on the service node.
+const SERVICES: usize = 8;
+/// Connections per round.
+const CONNECTIONS: usize = 40;
+/// Bytes each way per connection.
+const BYTES: u64 = 256 << 10;
+/// Connections in flight at once.
+const PARALLEL: usize = 10;
+/// Bound on one connection (SOCKS connect and transfer).
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(120);
+/// Bound on every wait for the consensus and for descriptors.
+const BOUND: Duration = Duration::from_secs(300);
+
+fn start(baseline: bool) -> Result<(Testnet, PathBuf)> {
+    let base_dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR"))
+        .join(format!("weft-net-onion-{}", std::process::id()));
+    let mut cfg = TestnetConfig::new(&base_dir, 0);
+    cfg.relays = if baseline { 5 } else { 4 };
+    cfg.exits = 2;
+    cfg.clients = 2;
+    cfg.onion_services = SERVICES;
+    cfg.clients_choose_circuits = true;
+    if !baseline {
+        let mut w = WeftNode::new(env!("CARGO_BIN_EXE_weft"));
+        w.connection_threads = Some(1);
+        w.extra_torrc = metrics_lines();
+        cfg.weft = Some(w);
+    }
+    cfg.base_port = pick_base_port(cfg.ports_needed())?;
+    eprintln!(
+        "[onion] network in {} from port {}",
+        base_dir.display(),
+        cfg.base_port
+    );
+    Ok((Testnet::start(cfg)?, base_dir))
+}
+
+/// The MetricsPort of the weft node (fixed for the test's life).
+fn metrics_port() -> u16 {
+    static PORT: std::sync::OnceLock<u16> = std::sync::OnceLock::new();
+    *PORT.get_or_init(common::free_port)
+}
+
+fn metrics_lines() -> Vec<String> {
+    vec![format!("MetricsPort 127.0.0.1:{}", metrics_port())]
+}
+
+/// weft's onion-service counters since its start: (introduction points
+/// established, INTRODUCE2 sent, rendezvous joined).
+fn weft_onion_counters(net: &Testnet) -> Result<(f64, f64, f64)> {
+    let dir = &net.weft().context("no weft")?.dir;
+    let token = std::fs::read_to_string(dir.join("metrics_auth_cookie"))?;
+    let (status, body) = common::scrape_metrics(metrics_port(), Some(token.trim()))?;
+    ensure!(status == 200, "MetricsPort answered {status}");
+    let value = |name: &str| -> f64 {
+        body.lines()
+            .find(|l| l.starts_with(name))
+            .and_then(|l| l.rsplit(' ').next())
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(0.0)
+    };
+    Ok((
+        value("weft_relay_est_intro_actions_total{action=\"success\"}"),
+        value("weft_relay_intro1_actions_total{action=\"success\"}"),
+        value("weft_relay_rend1_actions_total{action=\"success\"}"),
+    ))
+}
+
+/// The relay whose share of onion-service circuits is counted: weft, or in
+/// the baseline the extra stock relay.
+fn watched_fp(net: &Testnet) -> Result<String> {
+    match net.weft() {
+        Some(w) => Ok(w.fingerprint()?.to_string()),
+        None => net.fingerprint("relay4"),
+    }
+}
+
+/// Wait until every client's consensus lists the watched relay with a
+/// nonzero weight (else clients never pick it).
+fn wait_for_weight(net: &Testnet, fp: &str) -> Result<()> {
+    let deadline = Instant::now() + BOUND;
+    for c in ["client0", "client1", "hs0"] {
+        loop {
+            if let ConsensusEntry::Listed {
+                bandwidth: Some(w), ..
+            } = net.control(c)?.consensus_entry(fp)?
+            {
+                if w > 0 {
+                    eprintln!("[onion] {c} lists the watched relay with weight {w}");
+                    break;
+                }
+            }
+            ensure!(
+                Instant::now() < deadline,
+                "{c}: watched relay without weight"
+            );
+            std::thread::sleep(Duration::from_secs(2));
+        }
+    }
+    Ok(())
+}
+
+/// One round: `CONNECTIONS` verified connections; returns the failures.
+fn round(net: &Testnet, onions: &[String], label: &str) -> Result<Vec<String>> {
+    let socks = [
+        net.node("client0")?.socks_addr().context("client0 socks")?,
+        net.node("client1")?.socks_addr().context("client1 socks")?,
+    ];
+    let next = Arc::new(Mutex::new(0usize));
+    let failures = Arc::new(Mutex::new(Vec::new()));
+    let t0 = Instant::now();
+    std::thread::scope(|s| {
+        for _ in 0..PARALLEL {
+            let (next, failures) = (next.clone(), failures.clone());
+            s.spawn(move || loop {
+                let i = {
+                    let mut n = next.lock().unwrap_or_else(|e| e.into_inner());
+                    if *n >= CONNECTIONS {
+                        return;
+                    }
+                    *n += 1;
+                    *n - 1
+                };
+                let onion = &onions[i % onions.len()];
+                let user = format!("{label}-{i}");
+                let r =
+                    traffic::socks5_connect_host(socks[i % 2], onion, 80, &user, CONNECT_TIMEOUT)
+                        .and_then(|st| traffic::transfer_sized(st, BYTES, BYTES, CONNECT_TIMEOUT));
+                match r {
+                    Ok(rep) if rep.up_bytes == BYTES && rep.down_bytes == BYTES => {}
+                    Ok(rep) => failures
+                        .lock()
+                        .unwrap_or_else(|e| e.into_inner())
+                        .push(format!("connection {i} to {onion}: short transfer {rep}")),
+                    Err(e) => failures
+                        .lock()
+                        .unwrap_or_else(|e| e.into_inner())
+                        .push(format!("connection {i} to {onion}: {e:#}")),
+                }
+            });
+        }
+    });
+    let failures = std::mem::take(&mut *failures.lock().unwrap_or_else(|e| e.into_inner()));
+    eprintln!(
+        "[{label}] {} of {CONNECTIONS} onion connections intact in {:.1?}",
+        CONNECTIONS - failures.len(),
+        t0.elapsed()
+    );
+    Ok(failures)
+}
+
+/// Subscribe the clients and the service to CIRC events.
+fn watch_circuits(net: &Testnet) -> Result<Vec<weft_testnet::ControlClient>> {
+    ["client0", "client1", "hs0"]
+        .iter()
+        .map(|n| {
+            let mut c = net.control(n)?;
+            c.set_events(&["CIRC"])?;
+            Ok(c)
+        })
+        .collect()
+}
+
+fn count_circuits(ctls: &mut [weft_testnet::ControlClient], fp: &str) -> HsCircuitCount {
+    let mut count = HsCircuitCount::default();
+    for c in ctls.iter_mut() {
+        let mut lines = c.take_events();
+        while let Ok(Some(l)) = c.next_event(Duration::from_millis(50)) {
+            lines.push(l);
+        }
+        count.add_events(&lines, fp);
+    }
+    count
+}
+
+fn run(baseline: bool) -> Result<()> {
+    let (mut net, base_dir) = start(baseline)?;
+    let mut uploads = net.watch_onion_uploads()?;
+    let sink = Sink::start_on(
+        net.by_role(Role::OnionService)[0]
+            .service_port
+            .context("service port")?,
+    )?;
+    let stock: Vec<String> = net
+        .nodes()
+        .iter()
+        .filter(|n| matches!(n.role, Role::Authority | Role::Relay | Role::Exit))
+        .filter_map(|n| n.fingerprint.clone())
+        .collect();
+    net.wait_until_listed(&stock, &["Running", "Valid"], BOUND)?;
+    let fp = watched_fp(&net)?;
+    net.wait_until_listed(&[&fp], &["Running", "Valid", "Fast"], BOUND)?;
+    net.wait_for_bootstrap(BOUND)?;
+    wait_for_weight(&net, &fp)?;
+    let onions = net.onion_addresses()?;
+    let t = uploads.wait_uploaded(&onions, 1, BOUND)?;
+    eprintln!("[onion] every descriptor uploaded after {t:.1?} more");
+
+    let rounds: &[(u32, &[&str])] = if baseline {
+        &[(0, &[])]
+    } else {
+        &[(1, &[]), (2, &[]), (2, &["TestingCrossWorkerExtends 1"])]
+    };
+    let mut report = Vec::new();
+    for (i, (threads, extra)) in rounds.iter().enumerate() {
+        let label = if baseline {
+            "stock".to_string()
+        } else {
+            format!(
+                "threads{threads}{}",
+                if extra.is_empty() { "" } else { "-cross" }
+            )
+        };
+        if !baseline && i > 0 {
+            let mut torrc: Vec<String> = extra.iter().map(|s| s.to_string()).collect();
+            torrc.extend(metrics_lines());
+            net.restart_weft(Some(*threads), torrc)?;
+            ensure!(watched_fp(&net)? == fp, "weft's fingerprint changed");
+        }
+        let mut ctls = watch_circuits(&net)?;
+        let failures = round(&net, &onions, &label)?;
+        let count = count_circuits(&mut ctls, &fp);
+        eprintln!(
+            "[{label}] onion-service circuits built {:?}; through the watched relay {:?}",
+            count.built, count.through
+        );
+        let roles = if baseline {
+            None
+        } else {
+            let r = weft_onion_counters(&net)?;
+            eprintln!(
+                "[{label}] weft as introduction point {} times ({} INTRODUCE2), as rendezvous point {} times",
+                r.0, r.1, r.2
+            );
+            Some(r)
+        };
+        report.push((label, failures, count, roles));
+    }
+    let mut bad = Vec::new();
+    let intro_total: f64 = report.iter().filter_map(|r| r.3).map(|r| r.0).sum();
+    if !baseline && intro_total == 0.0 {
+        bad.push("weft never became an introduction point".to_string());
+    }
+    for (label, failures, count, roles) in &report {
+        if roles.is_some_and(|r| r.2 == 0.0) {
+            bad.push(format!("[{label}] weft was never a rendezvous point"));
+        }
+        if !failures.is_empty() {
+            bad.push(format!(
+                "[{label}] {} of {CONNECTIONS} failed:\n  {}",
+                failures.len(),
+                failures.join("\n  ")
+            ));
+        }
+        if count.through_total() == 0 {
+            bad.push(format!(
+                "[{label}] no onion-service circuit went through the watched relay"
+            ));
+        }
+    }
+    ensure!(
+        bad.is_empty(),
+        "{}\nupload failures: {:?}",
+        bad.join("\n"),
+        uploads.failures()
+    );
+    drop(sink);
+    net.stop()?;
+    drop(net);
+    std::fs::remove_dir_all(&base_dir).with_context(|| format!("removing {}", base_dir.display()))
+}
+
+#[test]
+fn onion_services_through_weft() -> Result<()> {
+    run(std::env::var_os("WEFT_ONION_BASELINE").is_some())
+}
