@@ -111,9 +111,9 @@ pub fn circuit_half(keys: &HandshakeKeys, data: &[u8]) {
         };
         let mut body = [0u8; BODY_LEN];
         body[..chunk.len() - 1].copy_from_slice(&chunk[1..]);
+        half.prev_is_client = chunk[0] & 8 != 0;
         let ctx = circuit::ForwardCtx {
             allow_nonearly_extend: chunk[0] & 2 != 0,
-            prev_is_client: chunk[0] & 8 != 0,
             ..Default::default()
         };
         match half.on_forward(command, &mut body, &ctx) {
@@ -183,9 +183,9 @@ pub fn recognized_cells(data: &[u8]) {
         let mut body = [0u8; BODY_LEN];
         crate::relay::build(&mut body, *command, u16::from(flags & 3), payload);
         client.originate_forward(&mut body);
+        half.prev_is_client = flags & 8 != 0;
         let ctx = circuit::ForwardCtx {
             allow_nonearly_extend: flags & 4 != 0,
-            prev_is_client: flags & 8 != 0,
             intro_dos: (flags & 16 != 0, 1, 2),
             now_s: u64::from(*flags),
         };

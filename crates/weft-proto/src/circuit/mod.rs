@@ -56,13 +56,9 @@ pub enum Purpose {
     /// An ordinary circuit.
     Plain,
     /// A service's introduction circuit: INTRODUCE1s for its auth key come
-    /// out here as INTRODUCE2, within this limit.
-    IntroPoint {
-        /// The service's auth key.
-        auth_key: [u8; 32],
-        /// The INTRODUCE2 rate limit.
-        bucket: Intro2Bucket,
-    },
+    /// out here as INTRODUCE2, within its limit. (Boxed: most circuits are
+    /// not introduction points, and a keyed half should stay small.)
+    IntroPoint(Box<IntroPoint>),
     /// ESTABLISH_RENDEZVOUS is being registered (weft's controller checks
     /// the cookie is new).
     RendPending {
@@ -81,14 +77,22 @@ pub enum Purpose {
     Spliced,
 }
 
-/// What a keyed half needs to know about its circuit's surroundings.
+/// An introduction point's state.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct IntroPoint {
+    /// The service's auth key.
+    pub auth_key: [u8; 32],
+    /// The INTRODUCE2 rate limit.
+    pub bucket: Intro2Bucket,
+}
+
+/// What a keyed half needs to know about its circuit's surroundings (the
+/// same for every circuit of a worker until the consensus or the second
+/// changes).
 #[derive(Debug, Clone, Copy, Default)]
 pub struct ForwardCtx {
     /// The consensus parameter AllowNonearlyExtend.
     pub allow_nonearly_extend: bool,
-    /// The previous hop did not authenticate as a relay (a client using us
-    /// as its first hop).
-    pub prev_is_client: bool,
     /// INTRODUCE2 limits for new introduction points (consensus
     /// `HiddenServiceEnableIntroDoS*`): (enabled, rate/s, burst).
     pub intro_dos: (bool, u32, u32),
@@ -177,6 +181,9 @@ pub struct KeyedHalf {
     /// An INTRODUCE1 came on this circuit: no other may (C Tor's
     /// `already_received_introduce1`).
     pub introduced: bool,
+    /// The previous hop did not authenticate as a relay (a client using us
+    /// as its first hop): it may not open streams or introduce.
+    pub prev_is_client: bool,
 }
 
 impl KeyedHalf {
@@ -190,6 +197,7 @@ impl KeyedHalf {
             next: NextHop::None,
             purpose: Purpose::Plain,
             introduced: false,
+            prev_is_client: false,
         }
     }
 
@@ -241,7 +249,7 @@ impl KeyedHalf {
             }
             relay_cmd::DROP => ForwardAction::Drop,
             relay_cmd::BEGIN => {
-                let end = edge::end_for_begin(relay::data(body, &h), ctx.prev_is_client);
+                let end = edge::end_for_begin(relay::data(body, &h), self.prev_is_client);
                 self.originate(body, relay_cmd::END, h.stream_id, &end);
                 ForwardAction::Reply
             }
@@ -264,7 +272,7 @@ impl KeyedHalf {
                 ForwardAction::Reply
             }
             hs_cmd::ESTABLISH_INTRO => self.establish_intro(body, &h, ctx),
-            hs_cmd::INTRODUCE1 => self.introduce1(body, &h, ctx),
+            hs_cmd::INTRODUCE1 => self.introduce1(body, &h),
             hs_cmd::ESTABLISH_RENDEZVOUS => self.establish_rendezvous(body, &h),
             hs_cmd::RENDEZVOUS1 => self.rendezvous1(body, &h),
             // Anything else addressed to us is dropped, as C Tor does
@@ -330,10 +338,10 @@ impl KeyedHalf {
         if let Some(d) = c.dos {
             bucket.apply(d, ctx.now_s);
         }
-        self.purpose = Purpose::IntroPoint {
+        self.purpose = Purpose::IntroPoint(Box::new(IntroPoint {
             auth_key: c.auth_key,
             bucket,
-        };
+        }));
         self.originate(
             body,
             hs_cmd::INTRO_ESTABLISHED,
@@ -347,16 +355,11 @@ impl KeyedHalf {
 
     /// INTRODUCE1 from a client: one per circuit, never from a one-hop
     /// client. [C hs_intropoint.c hs_intro_received_introduce1()]
-    fn introduce1(
-        &mut self,
-        body: &mut [u8; BODY_LEN],
-        h: &relay::RelayHeader,
-        ctx: &ForwardCtx,
-    ) -> ForwardAction {
+    fn introduce1(&mut self, body: &mut [u8; BODY_LEN], h: &relay::RelayHeader) -> ForwardAction {
         if h.length < 20 {
             return ForwardAction::close("invalid INTRODUCE1 length");
         }
-        if !self.is_plain_edge() || self.introduced || ctx.prev_is_client {
+        if !self.is_plain_edge() || self.introduced || self.prev_is_client {
             return ForwardAction::close("INTRODUCE1 on a circuit that may not introduce");
         }
         self.introduced = true;

@@ -122,9 +122,10 @@ fn an_introduction_point_is_established_once() {
         }
     );
     assert_eq!(reply, Some((hs_cmd::INTRO_ESTABLISHED, vec![0])));
-    let Purpose::IntroPoint { mut bucket, .. } = half.purpose.clone() else {
+    let Purpose::IntroPoint(ip) = half.purpose.clone() else {
         panic!("not an introduction point");
     };
+    let mut bucket = ip.bucket;
     // The service's DoS extension (10/s, burst 20) applies.
     assert_eq!((0..30).filter(|_| bucket.can_send(100)).count(), 19);
     // Again on the same circuit: refused (it is no ordinary circuit now).
@@ -226,10 +227,8 @@ fn one_introduce1_per_circuit_and_never_from_a_one_hop_client() {
     assert!(matches!(a, ForwardAction::Close { .. }));
     // From a client's first hop: closed.
     let (mut client, mut half) = circuit();
-    let one_hop = ForwardCtx {
-        prev_is_client: true,
-        ..Default::default()
-    };
+    half.prev_is_client = true;
+    let one_hop = ForwardCtx::default();
     let (a, _) = send(
         &mut client,
         &mut half,

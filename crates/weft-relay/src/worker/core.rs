@@ -32,6 +32,7 @@ use std::sync::Arc;
 
 use tracing::info;
 use weft_proto::cell::{cmd, destroy_reason};
+use weft_proto::circuit::ForwardCtx;
 
 use super::half::{Half, HalfTable};
 use super::inbox::WorkerMsg;
@@ -173,8 +174,12 @@ pub(crate) struct Circuits {
     pub(crate) effects: VecDeque<Effect>,
     pub(crate) counters: CoreCounters,
     /// The driver's clock at the start of this round (ns on the workers'
-    /// shared epoch): read once per round, passed in.
+    /// shared epoch): read once per round, passed in ([`Circuits::set_now`]).
     pub(crate) now_ns: u64,
+    /// What every keyed half needs to know of its surroundings (consensus
+    /// parameters, the second), kept current by `set_now` and
+    /// `set_context` so the per-cell path builds nothing.
+    pub(crate) fctx: ForwardCtx,
 }
 
 impl Circuits {
@@ -189,7 +194,6 @@ impl Circuits {
         Circuits {
             me,
             limits,
-            ctx,
             halves: HalfTable::new(me as u16),
             pool: CellPool::new(1024, limits.max_pool_cells),
             conns: Vec::new(),
@@ -203,7 +207,19 @@ impl Circuits {
             effects: VecDeque::new(),
             counters: CoreCounters::default(),
             now_ns: 0,
+            fctx: ForwardCtx {
+                allow_nonearly_extend: ctx.allow_nonearly_extend,
+                intro_dos: ctx.intro_dos,
+                now_s: 0,
+            },
+            ctx,
         }
+    }
+
+    /// The clock of this round (ns on the workers' shared epoch).
+    pub(crate) fn set_now(&mut self, now_ns: u64) {
+        self.now_ns = now_ns;
+        self.fctx.now_s = now_ns / 1_000_000_000;
     }
 
     // ----- connections ------------------------------------------------------
@@ -278,6 +294,8 @@ impl Circuits {
                 c.sched.mux.set_halflife(ctx.halflife_s);
             }
         }
+        self.fctx.allow_nonearly_extend = ctx.allow_nonearly_extend;
+        self.fctx.intro_dos = ctx.intro_dos;
         self.ctx = ctx;
     }
 

@@ -19,7 +19,7 @@
 
 use tracing::{debug, info};
 use weft_proto::cell::{self, cmd, destroy_reason, BODY_LEN};
-use weft_proto::circuit::{self, ForwardAction, ForwardCtx};
+use weft_proto::circuit::{self, ForwardAction};
 
 use super::core::{Circuits, Effect};
 use super::half::{Half, HalfRole};
@@ -144,12 +144,6 @@ impl Circuits {
         stamp_ns: u64,
         body: &mut [u8; BODY_LEN],
     ) -> CellVerdict {
-        let fctx = ForwardCtx {
-            allow_nonearly_extend: self.ctx.allow_nonearly_extend,
-            prev_is_client: self.conn(conn).is_some_and(|c| c.client),
-            intro_dos: self.ctx.intro_dos,
-            now_s: self.now_ns / 1_000_000_000,
-        };
         let Some(h) = self.halves.by_slot(slot) else {
             return CellVerdict::Continue;
         };
@@ -196,7 +190,7 @@ impl Circuits {
                 Handed::Done
             }
             HalfRole::Keyed(k) => {
-                let action = k.on_forward(command, body, &fctx);
+                let action = k.on_forward(command, body, &self.fctx);
                 let peer = h.peer;
                 self.keyed_action(conn, slot, peer, action, stamp_ns, body)
             }
@@ -289,7 +283,7 @@ impl Circuits {
     /// [tor-spec §5.1; protocol-notes §4]
     fn create(&mut self, conn: usize, circ_id: u32, command: u8, body: &[u8; BODY_LEN]) {
         let Some(c) = self.conn(conn) else { return };
-        let (conn_id, peer, we_initiated) = (c.id, c.peer_addr, c.we_initiated);
+        let (conn_id, peer, we_initiated, client) = (c.id, c.peer_addr, c.we_initiated, c.client);
         if circ_id == 0 {
             debug!(
                 "connection {conn_id}: {} on circuit 0 dropped",
@@ -324,7 +318,8 @@ impl Circuits {
             _ => Err(circuit::CreateError::UnsupportedType(0)),
         };
         match result {
-            Ok((reply_cmd, reply, half)) => {
+            Ok((reply_cmd, reply, mut half)) => {
+                half.prev_is_client = client;
                 self.queue_urgent(conn, circ_id, reply_cmd, &reply);
                 let r = self
                     .halves

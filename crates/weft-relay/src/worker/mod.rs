@@ -354,7 +354,7 @@ impl Worker {
         let t0 = Instant::now();
         self.round_ns = t0.saturating_duration_since(self.epoch).as_nanos() as u64;
         self.round_start = t0;
-        self.core.now_ns = self.round_ns;
+        self.core.set_now(self.round_ns);
         if self.read_bucket.refill(t0) {
             self.to_read.append(&mut self.starved);
         }

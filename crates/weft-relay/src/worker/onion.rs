@@ -103,8 +103,8 @@ impl Circuits {
         let mut sent = None;
         if let Some(h) = self.halves.get(to) {
             if let HalfRole::Keyed(k) = &mut h.role {
-                if let Purpose::IntroPoint { bucket, .. } = &mut k.purpose {
-                    if bucket.can_send(now_s) {
+                if let Purpose::IntroPoint(ip) = &mut k.purpose {
+                    if ip.bucket.can_send(now_s) {
                         let mut cell = [0u8; BODY_LEN];
                         k.originate(&mut cell, hs_cmd::INTRODUCE2, 0, data);
                         sent = Some((h.conn, cell));
@@ -236,7 +236,10 @@ impl Circuits {
     pub(crate) fn forget_onion_role(&mut self, r: HalfRef, h: &Half) {
         let HalfRole::Keyed(k) = &h.role else { return };
         let msg = match k.purpose {
-            Purpose::IntroPoint { auth_key, .. } => ControllerMsg::IntroGone { half: r, auth_key },
+            Purpose::IntroPoint(ref ip) => ControllerMsg::IntroGone {
+                half: r,
+                auth_key: ip.auth_key,
+            },
             Purpose::RendPending { cookie } | Purpose::RendWaiting { cookie } => {
                 ControllerMsg::RendezvousGone { half: r, cookie }
             }
@@ -271,7 +274,8 @@ impl Circuits {
             return;
         };
         if let HalfRole::Keyed(k) = &h.role {
-            if let Purpose::IntroPoint { auth_key, .. } = k.purpose {
+            if let Purpose::IntroPoint(ip) = &k.purpose {
+                let auth_key = ip.auth_key;
                 self.effects
                     .push_back(Effect::Controller(ControllerMsg::IntroMoved {
                         auth_key,
