@@ -178,26 +178,33 @@ fn wait_for_weight(net: &Testnet, label: &str) -> Result<u64> {
 /// earlier", connection_or.c). Wait (bounded) until a probe circuit through
 /// weft builds, so the measured round starts with weft reachable again.
 fn wait_until_reachable_again(net: &Testnet, label: &str) -> Result<()> {
-    let path = [
-        net.fingerprint("relay0")?,
-        weft_fp(net)?,
-        net.fingerprint("exit0")?,
-    ];
+    // Every guard/exit pair the traffic round uses: a stock relay that
+    // tried weft while it was down refuses to reconnect to it for 60 s
+    // (C Tor's OR connect-failure cache), and answers CONNECTFAILED.
+    let weft = weft_fp(net)?;
     let mut ctl = net.control("client0")?;
-    let deadline = Instant::now() + Duration::from_secs(150);
-    loop {
-        match ctl.build_circuit(&path, Duration::from_secs(30)) {
-            Ok(c) => {
-                ctl.close_circuit(c)?;
-                return Ok(());
+    let deadline = Instant::now() + Duration::from_secs(180);
+    for guard in ["relay0", "relay1"] {
+        for exit in ["exit0", "exit1"] {
+            let path = [net.fingerprint(guard)?, weft.clone(), net.fingerprint(exit)?];
+            loop {
+                match ctl.build_circuit(&path, Duration::from_secs(30)) {
+                    Ok(c) => {
+                        ctl.close_circuit(c)?;
+                        break;
+                    }
+                    Err(e) if Instant::now() < deadline => {
+                        eprintln!(
+                            "[{label}] probe circuit {guard} → weft → {exit} after restart: {e:#}; retrying"
+                        );
+                        std::thread::sleep(Duration::from_secs(5));
+                    }
+                    Err(e) => return Err(e.context("weft unreachable after its restart")),
+                }
             }
-            Err(e) if Instant::now() < deadline => {
-                eprintln!("[{label}] probe circuit after restart: {e:#}; retrying");
-                std::thread::sleep(Duration::from_secs(5));
-            }
-            Err(e) => return Err(e.context("weft unreachable after its restart")),
         }
     }
+    Ok(())
 }
 
 /// weft's "stopped after ..." lines (one per run), parsed as
