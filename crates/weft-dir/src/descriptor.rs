@@ -103,6 +103,11 @@ pub struct DescriptorParams {
     /// Exit policy lines, each `accept …` or `reject …`; at least one.
     /// (No `family` support yet.)
     pub exit_policy_lines: Vec<String>,
+    /// `overload-general 1 <time>`: the start of the hour of the last
+    /// general overload (out of memory, CREATE cells dropped), written
+    /// while it is under 72 h old. [C rephist.c
+    /// rep_hist_get_overload_general_line()]
+    pub overload_general: Option<SystemTime>,
 }
 
 impl DescriptorParams {
@@ -124,6 +129,7 @@ impl DescriptorParams {
             published,
             onion_key_lifetime: DEFAULT_ONION_KEY_LIFETIME,
             exit_policy_lines: vec!["reject *:*".to_owned()],
+            overload_general: None,
         }
     }
 }
@@ -352,6 +358,12 @@ pub fn build_server_descriptor(
     );
     for l in &p.exit_policy_lines {
         let _ = writeln!(d, "{l}");
+    }
+    if let Some(t) = p.overload_general {
+        let age = p.published.duration_since(t).unwrap_or_default();
+        if age < Duration::from_secs(72 * 3600) {
+            let _ = writeln!(d, "overload-general 1 {}", format_time(t)?);
+        }
     }
     sign_document(keys, &mut d)?;
     if d.len() > MAX_DESCRIPTOR_SIZE {

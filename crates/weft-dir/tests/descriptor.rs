@@ -452,3 +452,39 @@ fn bad_parameters_are_refused() {
     assert!(d.contains("\nbandwidth 2147483647 10000000 123456\n"));
     assert!(build_extra_info(&k, "bad nick", now).is_err());
 }
+
+/// `overload-general 1 <start of the hour>` after the exit policy, just
+/// before the signature, while under 72 h old (C Tor router.c, rephist.c);
+/// the signed document still verifies in Arti's parser.
+#[test]
+fn overload_general_line_placed_as_c_tor_and_expires() {
+    let (_t, k) = make_keys();
+    let now = now_secs();
+    let hour = UNIX_EPOCH
+        + Duration::from_secs(now.duration_since(UNIX_EPOCH).unwrap().as_secs() / 3600 * 3600);
+    let mut p = params(now);
+    p.overload_general = Some(hour);
+    let (desc, _) = build_descriptor_pair(&k, &p).unwrap();
+    let kws = keywords(&desc);
+    let i = kws
+        .iter()
+        .position(|k| *k == "overload-general")
+        .expect("line");
+    assert_eq!(kws[i - 1], "reject");
+    assert_eq!(kws[i + 1], "router-sig-ed25519");
+    let line = desc
+        .lines()
+        .find(|l| l.starts_with("overload-general"))
+        .unwrap();
+    assert_eq!(
+        line,
+        format!("overload-general 1 {}", format_time(hour).unwrap())
+    );
+    RouterDesc::parse(&desc)
+        .expect("parse")
+        .check_signature()
+        .expect("signatures");
+    p.overload_general = Some(now - Duration::from_secs(73 * 3600));
+    let (desc, _) = build_descriptor_pair(&k, &p).unwrap();
+    assert!(!desc.contains("overload-general"));
+}

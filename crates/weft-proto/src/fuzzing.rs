@@ -187,6 +187,7 @@ pub fn recognized_cells(data: &[u8]) {
         let ctx = circuit::ForwardCtx {
             allow_nonearly_extend: flags & 4 != 0,
             intro_dos: (flags & 16 != 0, 1, 2),
+            refuse_single_hop_rend: flags & 64 != 0,
             now_s: u64::from(*flags),
         };
         let cell = if flags & 32 != 0 {

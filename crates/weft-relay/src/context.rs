@@ -84,6 +84,15 @@ pub struct RelayConfig {
     /// Counts heap allocations on the calling thread (the binary installs
     /// one with its allocator); workers report it on the MetricsPort.
     pub alloc_probe: Option<fn() -> u64>,
+    /// The DoS options of torrc (unset ones: the consensus decides).
+    pub dos: crate::dos::DosOptions,
+    /// MaxMemInQueues (None: C Tor's default for this machine).
+    pub max_mem_in_queues: Option<u64>,
+    /// MaxAdvertisedBandwidth, bytes/s (None: no cap).
+    pub max_advertised_bandwidth: Option<u64>,
+    /// ConnLimit: the file descriptors weft needs at least (C Tor's default
+    /// 1000).
+    pub conn_limit: u64,
 }
 
 /// Scheduling and circuit-handling parameters, from the configuration and
@@ -100,6 +109,8 @@ pub struct SchedParams {
     pub kist_factor: f64,
     /// INTRODUCE2 limits of new introduction points (consensus).
     pub intro_dos: (bool, u32, u32),
+    /// The DoS parameters in force.
+    pub dos: crate::dos::DosParams,
 }
 
 impl Default for SchedParams {
@@ -110,6 +121,7 @@ impl Default for SchedParams {
             kist_interval: std::time::Duration::from_millis(2),
             kist_factor: 1.0,
             intro_dos: (false, 25, 200),
+            dos: crate::dos::DosParams::default(),
         }
     }
 }
@@ -139,6 +151,8 @@ pub struct SharedContext {
     /// INTRODUCE2 limits of new introduction points: (enabled, rate/s,
     /// burst), from the consensus.
     pub intro_dos: (bool, u32, u32),
+    /// The DoS parameters in force.
+    pub dos: crate::dos::DosParams,
     /// When the snapshot was made.
     pub created: SystemTime,
 }
@@ -169,6 +183,7 @@ impl SharedContext {
             kist_interval: sched.kist_interval,
             kist_factor: sched.kist_factor,
             intro_dos: sched.intro_dos,
+            dos: sched.dos,
             created: SystemTime::now(),
         })
     }

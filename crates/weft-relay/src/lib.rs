@@ -6,9 +6,10 @@
 //! [`ring`]s; [`messages`] are how all of them talk.
 //!
 //! Layers (a module uses only modules of lower layers; checked by the test
-//! `module_layers`): leaf modules (`bucket`, `bwhist`, `context`, `ewma`,
-//! `histogram`, `kist`, `link_io`, `pool`, `ring`, `sched_slice`,
-//! `selftest`, `tls`), then `messages`, then `worker`, then `controller`.
+//! `module_layers`): leaf modules (`bucket`, `bwhist`, `context`, `dos`,
+//! `ewma`, `histogram`, `kist`, `link_io`, `oom`, `pool`, `ring`,
+//! `sched_slice`, `selftest`, `tls`), then `messages`, then `worker`, then
+//! `controller`.
 //!
 //! Ownership moves only by message: no object is shared between threads
 //! except immutable snapshots (`Arc`) and the rings' slots, which belong to
@@ -19,11 +20,13 @@ pub mod bucket;
 pub mod bwhist;
 pub mod context;
 pub mod controller;
+pub mod dos;
 pub mod ewma;
 pub mod histogram;
 pub mod kist;
 pub mod link_io;
 pub mod messages;
+pub mod oom;
 pub mod pool;
 pub mod ring;
 pub mod sched_slice;

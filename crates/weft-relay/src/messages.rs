@@ -207,6 +207,41 @@ pub struct WorkerReport {
     pub top_conns: [(ConnId, u64); 4],
     /// Introduction and rendezvous points.
     pub onion: OnionCounters,
+    /// Resource limits: OOM, DoS, the handshake queue.
+    pub limits: LimitReport,
+}
+
+/// A worker's resource-limit counters (deltas in a report) and its queued
+/// bytes (gauge).
+#[derive(Debug, Default, Clone, Copy)]
+pub struct LimitReport {
+    /// Bytes its queues hold now.
+    pub queued_bytes: u64,
+    /// Circuits it closed for the memory limit.
+    pub oom_circuits: u64,
+    /// Bytes those circuits held.
+    pub oom_bytes: u64,
+    /// CREATE cells refused by the DoS mitigation.
+    pub dos_cc_rejected: u64,
+    /// ESTABLISH_RENDEZVOUS from one-hop clients dropped.
+    pub single_hop_refused: u64,
+    /// CREATE2 cells refused by the handshake queue (full or too slow).
+    pub onionskins_dropped: u64,
+    /// CREATE2 handshakes answered.
+    pub onionskins_processed: u64,
+}
+
+impl LimitReport {
+    /// Add the counters of `o` (the gauge is taken from `o`).
+    pub fn add(&mut self, o: &LimitReport) {
+        self.queued_bytes = o.queued_bytes;
+        self.oom_circuits += o.oom_circuits;
+        self.oom_bytes += o.oom_bytes;
+        self.dos_cc_rejected += o.dos_cc_rejected;
+        self.single_hop_refused += o.single_hop_refused;
+        self.onionskins_dropped += o.onionskins_dropped;
+        self.onionskins_processed += o.onionskins_processed;
+    }
 }
 
 /// Messages to the controller.
@@ -313,6 +348,29 @@ pub enum ControllerMsg {
         cookie: [u8; 20],
         /// The rest of RENDEZVOUS1 (the handshake for the client).
         payload: Vec<u8>,
+    },
+    /// DoS: a CREATE cell came on a client connection from `ip`.
+    ClientCreate {
+        /// The client's address.
+        ip: std::net::IpAddr,
+    },
+    /// Memory: worker `worker`'s queues hold `bytes` now (sent when they
+    /// grew or shrank by a step since the last report).
+    QueueBytes {
+        /// Which worker.
+        worker: usize,
+        /// Bytes queued.
+        bytes: u64,
+    },
+    /// Memory: worker `worker`'s circuits by (oldest queued cell's age in
+    /// ns, bytes queued), for OOM round `round`.
+    OomCandidates {
+        /// Which worker.
+        worker: usize,
+        /// The round it answers.
+        round: u64,
+        /// (age, bytes) per circuit half with queued cells.
+        circuits: Vec<(u64, u64)>,
     },
     /// A connection moved to another worker.
     ConnMoved {

@@ -268,6 +268,7 @@ pub fn parse(text: &str, file: &Path) -> Result<Config, ConfigError> {
     let mut refill_ms: u64 = 100;
     let mut migrate_every: Option<u64> = None;
     let mut place_on: Option<usize> = None;
+    let mut limits = crate::config_limits::LimitOptions::default();
     for (idx, raw) in text.lines().enumerate() {
         let line = idx + 1;
         let err = |msg: String| ConfigError {
@@ -286,7 +287,12 @@ pub fn parse(text: &str, file: &Path) -> Result<Config, ConfigError> {
         if val.is_empty() {
             return Err(err(format!("option {key} needs a value")));
         }
-        match key.to_ascii_lowercase().as_str() {
+        let lower = key.to_ascii_lowercase();
+        if let Some(r) = limits.take(&lower, val, parse_bytes) {
+            r.map_err(|e| err(format!("{key}: {e}")))?;
+            continue;
+        }
+        match lower.as_str() {
             "orport" => {
                 if or_port.is_some() {
                     return Err(err("more than one ORPort is not supported yet".into()));
@@ -492,6 +498,10 @@ pub fn parse(text: &str, file: &Path) -> Result<Config, ConfigError> {
                 Some(0)
             },
             kist_sock_buf_factor: kist_factor,
+            dos: limits.dos,
+            max_mem_in_queues: limits.max_mem_in_queues,
+            max_advertised_bandwidth: limits.max_advertised_bandwidth,
+            conn_limit: limits.conn_limit,
         },
         logs,
         pid_file,

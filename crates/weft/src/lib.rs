@@ -1,7 +1,8 @@
 //! The `weft` binary's library half: the torrc-style configuration parser
-//! ([`config`]) and the run-time allocator switch ([`alloc`]), kept out of
+//! ([`config`], with the resource-limit options in [`config_limits`]) and the run-time allocator switch ([`alloc`]), kept out of
 //! `main.rs` so that tests and the fuzz target can reach them.
 #![warn(missing_docs)]
 
 pub mod alloc;
 pub mod config;
+pub mod config_limits;

@@ -186,7 +186,11 @@ fn wait_until_reachable_again(net: &Testnet, label: &str) -> Result<()> {
     let deadline = Instant::now() + Duration::from_secs(180);
     for guard in ["relay0", "relay1"] {
         for exit in ["exit0", "exit1"] {
-            let path = [net.fingerprint(guard)?, weft.clone(), net.fingerprint(exit)?];
+            let path = [
+                net.fingerprint(guard)?,
+                weft.clone(),
+                net.fingerprint(exit)?,
+            ];
             loop {
                 match ctl.build_circuit(&path, Duration::from_secs(30)) {
                     Ok(c) => {

@@ -96,6 +96,9 @@ pub struct ForwardCtx {
     /// INTRODUCE2 limits for new introduction points (consensus
     /// `HiddenServiceEnableIntroDoS*`): (enabled, rate/s, burst).
     pub intro_dos: (bool, u32, u32),
+    /// Drop ESTABLISH_RENDEZVOUS from one-hop clients
+    /// (DoSRefuseSingleHopClientRendezvous).
+    pub refuse_single_hop_rend: bool,
     /// Seconds on the caller's clock (the INTRODUCE2 bucket).
     pub now_s: u64,
 }
@@ -146,6 +149,9 @@ pub enum ForwardAction {
         /// The cookie.
         cookie: [u8; COOKIE_LEN],
     },
+    /// An ESTABLISH_RENDEZVOUS from a one-hop client, dropped without an
+    /// answer (DoSRefuseSingleHopClientRendezvous; counted).
+    RefusedSingleHopRendezvous,
     /// Nothing to do.
     Drop,
     /// Close the circuit: DESTROY both ways with `reason`.
@@ -273,6 +279,11 @@ impl KeyedHalf {
             }
             hs_cmd::ESTABLISH_INTRO => self.establish_intro(body, &h, ctx),
             hs_cmd::INTRODUCE1 => self.introduce1(body, &h),
+            hs_cmd::ESTABLISH_RENDEZVOUS if self.prev_is_client && ctx.refuse_single_hop_rend => {
+                // Silently: the client has to time out before moving on.
+                // [C rendmid.c rend_mid_establish_rendezvous()]
+                ForwardAction::RefusedSingleHopRendezvous
+            }
             hs_cmd::ESTABLISH_RENDEZVOUS => self.establish_rendezvous(body, &h),
             hs_cmd::RENDEZVOUS1 => self.rendezvous1(body, &h),
             // Anything else addressed to us is dropped, as C Tor does

@@ -110,12 +110,17 @@ impl DirState {
             platform: format!("weft {} on Linux", env!("CARGO_PKG_VERSION")),
             proto: PROTO.to_string(),
             uptime: 0,
-            bandwidth_avg: cfg.bandwidth_rate,
+            // MaxAdvertisedBandwidth caps what we claim (and so our weight),
+            // as C Tor's relay_get_effective_bwrate().
+            bandwidth_avg: cfg
+                .bandwidth_rate
+                .min(cfg.max_advertised_bandwidth.unwrap_or(u64::MAX)),
             bandwidth_burst: cfg.bandwidth_burst,
             bandwidth_observed: 0,
             published: SystemTime::now(),
             onion_key_lifetime: Duration::from_secs(28 * 86400),
             exit_policy_lines: vec!["reject *:*".to_string()],
+            overload_general: None,
         };
         DirState {
             authorities: cfg.authorities.clone(),
@@ -237,6 +242,12 @@ impl DirState {
     /// Keys changed: republish at the next check.
     pub fn keys_changed(&mut self) {
         self.dirty = true;
+    }
+
+    /// The last general overload (start of its hour), for the next
+    /// descriptor we publish (C Tor does not republish for it).
+    pub fn set_overload(&mut self, at: Option<SystemTime>) {
+        self.desc.overload_general = at;
     }
 
     /// Republish if anything calls for it.

@@ -47,8 +47,27 @@ pub struct MetricsSnapshot {
     /// table sizes (introduction circuits, waiting rendezvous circuits) and
     /// lookups that found nothing (unknown service, unknown cookie).
     pub onion: OnionSnapshot,
+    /// Resource limits: memory, DoS, connections.
+    pub limits: LimitsSnapshot,
     /// Seconds since start.
     pub uptime_s: u64,
+}
+
+/// The resource-limit figures of the metrics page.
+#[derive(Debug, Default, Clone)]
+pub struct LimitsSnapshot {
+    /// The workers' counters, summed (queued bytes: the controller's sum).
+    pub counters: crate::messages::LimitReport,
+    /// The controller's DoS counters.
+    pub dos: crate::dos::DosStats,
+    /// MaxMemInQueues in force.
+    pub max_mem: u64,
+    /// Connections counted against ConnLimit / the descriptors.
+    pub open_conns: u64,
+    /// Most connections allowed.
+    pub max_conns: u64,
+    /// Times the OOM handler closed circuits.
+    pub oom_rounds: u64,
 }
 
 /// The onion-service figures of the metrics page.
@@ -84,6 +103,7 @@ impl WorkerTotals {
         t.queue_wait.add(&r.queue_wait);
         t.outq.add(&r.outq);
         t.onion.add(&r.onion);
+        t.limits.add(&r.limits);
         t.connections = r.connections;
         t.circuits = r.circuits;
         t.queued_cells = r.queued_cells;
@@ -324,6 +344,7 @@ pub fn render(m: &MetricsSnapshot) -> String {
         m.extends.1
     );
     render_onion(&mut o, &m.onion);
+    render_limits(&mut o, &m.limits);
     family(
         &mut o,
         "weft_uptime_seconds",
@@ -487,6 +508,96 @@ fn render_onion(o: &mut String, n: &OnionSnapshot) {
         "weft_onion_circuits{{role=\"rend_waiting\"}} {}",
         n.rend_waiting
     );
+}
+
+/// The resource-limit families, after C Tor's (`tor_relay_load_oom_bytes_total`,
+/// `tor_relay_load_onionskins_total`, `tor_relay_dos_total`) with weft's
+/// prefix.
+fn render_limits(o: &mut String, l: &LimitsSnapshot) {
+    let c = &l.counters;
+    let gauges: [(&str, &str, u64); 4] = [
+        (
+            "weft_relay_queued_bytes",
+            "Bytes held in cell queues (all workers).",
+            c.queued_bytes,
+        ),
+        (
+            "weft_relay_max_mem_in_queues_bytes",
+            "MaxMemInQueues in force.",
+            l.max_mem,
+        ),
+        (
+            "weft_relay_connections_counted",
+            "Connections counted against ConnLimit and the file-descriptor limit.",
+            l.open_conns,
+        ),
+        (
+            "weft_relay_connections_max",
+            "Most connections allowed (file descriptors minus a reserve).",
+            l.max_conns,
+        ),
+    ];
+    for (name, help, v) in gauges {
+        family(o, name, "gauge", help);
+        let _ = writeln!(o, "{name} {v}");
+    }
+    family(
+        o,
+        "weft_relay_load_oom_bytes_total",
+        "counter",
+        "Bytes of queued cells freed by the out-of-memory handler.",
+    );
+    let _ = writeln!(
+        o,
+        "weft_relay_load_oom_bytes_total{{subsys=\"cell\"}} {}",
+        c.oom_bytes
+    );
+    family(
+        o,
+        "weft_relay_load_oom_circuits_total",
+        "counter",
+        "Circuits closed by the out-of-memory handler.",
+    );
+    let _ = writeln!(o, "weft_relay_load_oom_circuits_total {}", c.oom_circuits);
+    family(
+        o,
+        "weft_relay_load_oom_rounds_total",
+        "counter",
+        "Times the out-of-memory handler ran and closed circuits.",
+    );
+    let _ = writeln!(o, "weft_relay_load_oom_rounds_total {}", l.oom_rounds);
+    family(
+        o,
+        "weft_relay_load_onionskins_total",
+        "counter",
+        "CREATE2 handshakes by outcome.",
+    );
+    let _ = writeln!(
+        o,
+        "weft_relay_load_onionskins_total{{action=\"processed\"}} {}",
+        c.onionskins_processed
+    );
+    let _ = writeln!(
+        o,
+        "weft_relay_load_onionskins_total{{action=\"dropped\"}} {}",
+        c.onionskins_dropped
+    );
+    family(
+        o,
+        "weft_relay_dos_total",
+        "counter",
+        "DoS mitigation actions by type.",
+    );
+    let d = &l.dos;
+    for (t, v) in [
+        ("circuit_rejected", c.dos_cc_rejected),
+        ("marked_address", d.cc_marked_addrs),
+        ("conn_rejected", d.conn_connect_rejected),
+        ("concurrent_conn_rejected", d.conn_rejected),
+        ("single_hop_refused", c.single_hop_refused),
+    ] {
+        let _ = writeln!(o, "weft_relay_dos_total{{type=\"{t}\"}} {v}");
+    }
 }
 
 /// Bind the MetricsPort.

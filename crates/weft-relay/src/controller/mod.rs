@@ -7,11 +7,13 @@
 //!
 //! Split by concern: [`registry`] (connections by identity, extend routing,
 //! the self-test's first hops), [`balance`] (worker choice, migration,
-//! bandwidth shares), [`local`] (`ConnectionThreads 0`), [`directory`]
+//! bandwidth shares), [`limits`] (DoS table, ConnLimit, file descriptors,
+//! MaxMemInQueues), [`local`] (`ConnectionThreads 0`), [`directory`]
 //! (descriptor upload, consensus fetch) and [`metrics`] (MetricsPort).
 
 mod balance;
 pub mod directory;
+mod limits;
 mod local;
 pub mod metrics;
 mod onion;
@@ -94,6 +96,8 @@ struct Controller {
     extends_cross_worker: u64,
     /// Introduction circuits by auth key, rendezvous circuits by cookie.
     onion: onion::OnionTables,
+    /// DoS table, connection count, the global memory limit.
+    limits: limits::Limits,
     started: Instant,
 }
 
@@ -121,6 +125,9 @@ fn sched_params(cfg: &RelayConfig, p: &NetParams) -> SchedParams {
         kist_interval: Duration::from_millis(kist_ms),
         kist_factor: cfg.kist_sock_buf_factor,
         intro_dos: p.intro_dos(),
+        dos: crate::dos::DosParams::resolve(&cfg.dos, |name, d, min, max| {
+            p.get_clamped(name, d, min, max)
+        }),
     }
 }
 
@@ -153,16 +160,30 @@ async fn run_controller(cfg: RelayConfig) -> anyhow::Result<()> {
     let listener = tokio::net::TcpListener::from_std(listener)?;
     info!("ORPort listening on {}", cfg.or_listen);
 
+    let fd_limit = limits::raise_fd_limit(cfg.conn_limit)?;
+    let max_mem = limits::max_mem_in_queues(cfg.max_mem_in_queues);
+    info!(
+        "MaxMemInQueues {} MiB; up to {} connections (file descriptors {fd_limit})",
+        max_mem >> 20,
+        fd_limit.saturating_sub(limits::ULIMIT_BUFFER)
+    );
+
     let (tx, mut rx) = unbounded_channel();
     let n = cfg.connection_threads;
     let (parts, workers) = worker::build(n.max(1))?;
     let nw = n.max(1) as u64;
+    let defaults = WorkerConfig::default();
     let wcfg = WorkerConfig {
         alloc_probe: cfg.alloc_probe,
         rate_share: (cfg.bandwidth_rate / nw).max(1),
         burst_share: (cfg.bandwidth_burst / nw).max(1),
         refill: cfg.token_bucket_refill,
-        ..WorkerConfig::default()
+        max_mem_in_queues: max_mem,
+        // A backstop per worker; the OOM handler acts first, on the total.
+        max_pool_cells: defaults
+            .max_pool_cells
+            .min((max_mem / crate::oom::CELL_COST) as usize),
+        ..defaults
     };
     let mut local_worker = None;
     for p in parts {
@@ -195,6 +216,12 @@ async fn run_controller(cfg: RelayConfig) -> anyhow::Result<()> {
     let (dir_tx, mut dir_rx) = unbounded_channel::<DirEvent>();
     let mut dir = DirState::new(&cfg, dir_tx);
     let mut c = Controller {
+        limits: limits::Limits::new(
+            sched_params(&cfg, &NetParams::default()).dos,
+            max_mem,
+            fd_limit.saturating_sub(limits::ULIMIT_BUFFER),
+            workers.len(),
+        ),
         worker_load: vec![WorkerReport::default(); workers.len()],
         worker_cpu_ns: vec![0; workers.len()],
         worker_totals: vec![WorkerTotals::default(); workers.len()],
@@ -228,10 +255,11 @@ async fn run_controller(cfg: RelayConfig) -> anyhow::Result<()> {
     let mut secs: u64 = 0;
     loop {
         tokio::select! {
-            a = listener.accept() => match a {
+            a = listener.accept(), if !c.limits.accept_paused() => match a {
                 Ok((stream, peer)) => c.accept(stream, peer),
-                Err(e) => warn!("accept failed: {e}"),
+                Err(e) => c.limits.accept_failed(&e),
             },
+            _ = tokio::time::sleep(Duration::from_millis(50)), if c.limits.accept_paused_until.is_some() => {}
             Some(m) = rx.recv() => c.on_msg(m),
             a = accept_metrics(&metrics_listener) => {
                 if let (Ok((stream, peer)), Some((_, token))) = (a, &metrics_listener) {
@@ -259,9 +287,11 @@ async fn run_controller(cfg: RelayConfig) -> anyhow::Result<()> {
                 c.rebalance_bandwidth();
                 c.balance(secs);
                 if secs.is_multiple_of(10) {
+                    dir.set_overload(c.limits.overload_line());
                     dir.maybe_republish(&c.keys, c.started, c.bw.observed());
                 }
                 if secs.is_multiple_of(60) {
+                    c.limits.clients.expire(unix_secs());
                     save_bwhist(&state_path, &c.bw);
                     c.log_heartbeat();
                     c.rotate_if_due(&mut dir);
@@ -309,6 +339,9 @@ impl Controller {
     fn accept(&mut self, stream: tokio::net::TcpStream, peer: SocketAddr) {
         let Ok(std) = stream.into_std() else { return };
         let conn_id = self.new_conn_id();
+        if !self.limits.admit(conn_id, peer.ip(), unix_secs()) {
+            return; // dropping the socket closes it
+        }
         let w = self.pick_worker();
         // Count it now so a burst of accepts spreads over the workers.
         self.worker_load[w].connections += 1;
@@ -333,6 +366,15 @@ impl Controller {
             | ControllerMsg::EstablishRendezvous { .. }
             | ControllerMsg::RendezvousGone { .. }
             | ControllerMsg::Rendezvous1 { .. } => {}
+            ControllerMsg::ClientCreate { ip } => {
+                self.limits.client_create(ip, unix_secs(), &self.workers)
+            }
+            ControllerMsg::QueueBytes { worker, bytes } => {
+                self.limits.queue_bytes(worker, bytes, &self.workers)
+            }
+            ControllerMsg::OomCandidates {
+                round, circuits, ..
+            } => self.limits.oom_candidates(round, circuits, &self.workers),
             ControllerMsg::ConnOpened {
                 conn_id,
                 worker,
@@ -375,6 +417,7 @@ impl Controller {
                 reason,
                 why,
             } => {
+                self.limits.closed(conn_id);
                 let key = self
                     .pending
                     .iter()
@@ -396,6 +439,7 @@ impl Controller {
                 }
             }
             ControllerMsg::ConnClosed { conn_id } => {
+                self.limits.closed(conn_id);
                 if let Some(f) = self.conns.remove(&conn_id) {
                     if let PeerKind::Relay { rsa_fp, .. } = f.peer {
                         if let Some(v) = self.by_identity.get_mut(&rsa_fp) {
@@ -437,6 +481,9 @@ impl Controller {
                 if let Some(t) = self.worker_totals.get_mut(worker) {
                     t.add(&report, cpu_ns);
                 }
+                self.limits
+                    .queue_bytes(worker, report.limits.queued_bytes, &self.workers);
+                self.limits.note_onionskins(&report.limits);
             }
         }
     }
@@ -462,6 +509,21 @@ impl Controller {
                     unknown_cookie: self.onion.unknown_cookie,
                 }
             },
+            limits: {
+                let mut counters = crate::messages::LimitReport::default();
+                for w in &self.worker_totals {
+                    counters.add(&w.report.limits);
+                }
+                counters.queued_bytes = self.limits.queued_total();
+                metrics::LimitsSnapshot {
+                    counters,
+                    dos: self.limits.clients.stats,
+                    max_mem: self.limits.max_mem,
+                    open_conns: self.limits.open_conns,
+                    max_conns: self.limits.max_conns,
+                    oom_rounds: self.limits.oom_rounds,
+                }
+            },
             uptime_s: self.started.elapsed().as_secs(),
         }
     }
@@ -482,6 +544,29 @@ impl Controller {
             self.extends_cross_worker,
             main_cpu as f64 / 1e9,
             worker_cpu as f64 / 1e9,
+        );
+        let mut l = crate::messages::LimitReport::default();
+        for w in &self.worker_totals {
+            l.add(&w.report.limits);
+        }
+        let d = &self.limits.clients.stats;
+        info!(
+            "DoS mitigation since startup: {} circuits rejected, {} marked addresses, {} same address concurrent connections rejected, {} connections rejected, {} single hop clients refused; {} addresses tracked",
+            l.dos_cc_rejected,
+            d.cc_marked_addrs,
+            d.conn_rejected,
+            d.conn_connect_rejected,
+            l.single_hop_refused,
+            self.limits.clients.len()
+        );
+        info!(
+            "memory: cell queues hold {} KiB of MaxMemInQueues {} MiB; out-of-memory handler closed {} circuits ({} KiB); CREATE2 handshakes {} processed, {} dropped",
+            self.limits.queued_total() / 1024,
+            self.limits.max_mem >> 20,
+            l.oom_circuits,
+            l.oom_bytes / 1024,
+            l.onionskins_processed,
+            l.onionskins_dropped
         );
     }
 
@@ -552,8 +637,17 @@ impl Controller {
             "network parameters: {:?}",
             dir.params.iter().collect::<Vec<_>>()
         );
+        self.limits.dos = sched_params(&self.cfg, &dir.params).dos;
         self.rebuild_context(dir);
     }
+}
+
+/// Seconds since the epoch (the DoS table's clock).
+fn unix_secs() -> u64 {
+    SystemTime::now()
+        .duration_since(SystemTime::UNIX_EPOCH)
+        .map(|d| d.as_secs())
+        .unwrap_or(0)
 }
 
 /// Accept on the MetricsPort, or never when there is none.

@@ -154,6 +154,16 @@ impl Controller {
             p.waiters.push(waiter);
             return;
         }
+        if !self.limits.outbound_opening() {
+            let why = "too many connections open (ConnLimit, file descriptors)".to_string();
+            match waiter {
+                Waiter::Extend(from, _) => {
+                    self.fail_extend(&from, destroy_reason::RESOURCELIMIT, why)
+                }
+                Waiter::SelfTest(..) => info!("bandwidth self-test: {why}"),
+            }
+            return;
+        }
         let conn_id = self.new_conn_id();
         let w = match (avoid_worker, &waiter) {
             (Some(a), _) => (a + 1) % self.workers.len(),

@@ -154,11 +154,17 @@ impl Worker {
                     false,
                     Instant::now() + HANDSHAKE_TIMEOUT,
                 );
-                if let Some(idx) = self.add_conn(c) {
-                    self.advance_handshake(idx);
+                match self.add_conn(c) {
+                    Some(idx) => self.advance_handshake(idx),
+                    None => {
+                        let _ = self.controller.send(ControllerMsg::ConnClosed { conn_id });
+                    }
                 }
             }
-            Err(e) => info!("connection {conn_id} from {peer}: {e}"),
+            Err(e) => {
+                info!("connection {conn_id} from {peer}: {e}");
+                let _ = self.controller.send(ControllerMsg::ConnClosed { conn_id });
+            }
         }
     }
 
@@ -195,7 +201,14 @@ impl Worker {
                 );
                 c.readable = false;
                 c.writable = false;
-                self.add_conn(c);
+                if self.add_conn(c).is_none() {
+                    self.conn_failed(
+                        conn_id,
+                        addr,
+                        destroy_reason::CONNECTFAILED,
+                        "cannot register the socket".into(),
+                    );
+                }
             }
             Err(e) => self.conn_failed(
                 conn_id,
@@ -323,10 +336,10 @@ impl Worker {
                 c.peer()
             );
         }
-        if open {
-            let _ = self
-                .controller
-                .send(ControllerMsg::ConnClosed { conn_id: c.id });
-        }
+        // Also for inbound connections that never opened: the controller
+        // counts every accepted connection (ConnLimit, DoS).
+        let _ = self
+            .controller
+            .send(ControllerMsg::ConnClosed { conn_id: c.id });
     }
 }

@@ -176,6 +176,10 @@ pub(crate) struct Circuits {
     /// The driver's clock at the start of this round (ns on the workers'
     /// shared epoch): read once per round, passed in ([`Circuits::set_now`]).
     pub(crate) now_ns: u64,
+    /// DoS marks, the handshake queue (see [`super::limits`]).
+    pub(crate) guards: super::limits::Guards,
+    /// Counters of the resource limits.
+    pub(crate) limit_counters: super::limits::LimitCounters,
     /// What every keyed half needs to know of its surroundings (consensus
     /// parameters, the second), kept current by `set_now` and
     /// `set_context` so the per-cell path builds nothing.
@@ -207,9 +211,12 @@ impl Circuits {
             effects: VecDeque::new(),
             counters: CoreCounters::default(),
             now_ns: 0,
+            guards: Default::default(),
+            limit_counters: Default::default(),
             fctx: ForwardCtx {
                 allow_nonearly_extend: ctx.allow_nonearly_extend,
                 intro_dos: ctx.intro_dos,
+                refuse_single_hop_rend: ctx.dos.refuse_single_hop_rend,
                 now_s: 0,
             },
             ctx,
@@ -262,6 +269,7 @@ impl Circuits {
             }
         }
         c.sched.urgent.clear(&mut self.pool);
+        self.forget_pending_creates(idx);
         self.pending.retain(|&p| p != idx);
         self.resumed.retain(|&p| p != idx);
         self.unwait(idx);
@@ -296,6 +304,7 @@ impl Circuits {
         }
         self.fctx.allow_nonearly_extend = ctx.allow_nonearly_extend;
         self.fctx.intro_dos = ctx.intro_dos;
+        self.fctx.refuse_single_hop_rend = ctx.dos.refuse_single_hop_rend;
         self.ctx = ctx;
     }
 

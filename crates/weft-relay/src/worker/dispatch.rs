@@ -248,6 +248,10 @@ impl Circuits {
                 self.onion_action(conn, slot, a, body, stamp_ns);
                 Handed::Done
             }
+            ForwardAction::RefusedSingleHopRendezvous => {
+                self.limit_counters.single_hop_refused += 1;
+                Handed::Done
+            }
             ForwardAction::Drop => Handed::Done,
             ForwardAction::Close { reason, why } => {
                 self.close_circuit(conn, slot, reason, &why);
@@ -270,7 +274,7 @@ impl Circuits {
             .conn_mut(conn)
             .and_then(|c| c.circuits.remove(&circ_id))
         else {
-            return;
+            return self.cancel_pending_create(conn, circ_id);
         };
         if let Some(h) = self.drop_half(slot) {
             if let Some(p) = h.peer {
@@ -279,15 +283,37 @@ impl Circuits {
         }
     }
 
-    /// CREATE2 / CREATE_FAST (CREATE, TAP, is refused) on connection `conn`.
-    /// [tor-spec §5.1; protocol-notes §4]
+    /// CREATE2 / CREATE_FAST (CREATE, TAP, is refused) on connection `conn`:
+    /// the checks in C Tor's order (DoS accounting first, then ID 0 and IDs
+    /// in use dropped, a marked address refused, the wrong half of the ID
+    /// space refused), then the handshake — now, or when the round's
+    /// handshake budget allows ([`super::limits`]).
+    /// [tor-spec §5.1; C command.c command_process_create_cell()]
     fn create(&mut self, conn: usize, circ_id: u32, command: u8, body: &[u8; BODY_LEN]) {
+        let refuse = self.dos_refuses_create(conn);
         let Some(c) = self.conn(conn) else { return };
-        let (conn_id, peer, we_initiated, client) = (c.id, c.peer_addr, c.we_initiated, c.client);
+        let (conn_id, we_initiated) = (c.id, c.we_initiated);
         if circ_id == 0 {
             debug!(
                 "connection {conn_id}: {} on circuit 0 dropped",
                 cell::cmd_name(command)
+            );
+            return;
+        }
+        if c.circuits.contains_key(&circ_id) || self.create_pending(conn, circ_id) {
+            debug!(
+                "connection {conn_id}: {} on circuit {circ_id:#x} in use dropped",
+                cell::cmd_name(command)
+            );
+            return;
+        }
+        if refuse {
+            // Its address is marked by the DoS mitigation.
+            self.queue_urgent(
+                conn,
+                circ_id,
+                cmd::DESTROY,
+                &[destroy_reason::RESOURCELIMIT],
             );
             return;
         }
@@ -302,16 +328,29 @@ impl Circuits {
             self.queue_urgent(conn, circ_id, cmd::DESTROY, &[destroy_reason::PROTOCOL]);
             return;
         }
-        if c.circuits.contains_key(&circ_id) {
-            debug!(
-                "connection {conn_id}: {} on circuit {circ_id:#x} in use dropped",
-                cell::cmd_name(command)
-            );
+        if command == cmd::CREATE2 && self.defer_create2(conn, circ_id, body) {
             return;
         }
+        self.answer_create(conn, circ_id, command, body);
+    }
+
+    /// The handshake of a CREATE2 / CREATE_FAST that passed the checks: a
+    /// new keyed half and CREATED*, or DESTROY(PROTOCOL).
+    pub(crate) fn answer_create(
+        &mut self,
+        conn: usize,
+        circ_id: u32,
+        command: u8,
+        body: &[u8; BODY_LEN],
+    ) {
+        let Some(c) = self.conn(conn) else { return };
+        let (conn_id, peer, client) = (c.id, c.peer_addr, c.client);
         let result = match command {
-            cmd::CREATE2 => circuit::answer_create2(&self.ctx.handshake, body)
-                .map(|(r, h, _)| (cmd::CREATED2, r, h)),
+            cmd::CREATE2 => {
+                self.limit_counters.onionskins_processed += 1;
+                circuit::answer_create2(&self.ctx.handshake, body)
+                    .map(|(r, h, _)| (cmd::CREATED2, r, h))
+            }
             cmd::CREATE_FAST => {
                 circuit::answer_create_fast(body).map(|(r, h)| (cmd::CREATED_FAST, r, h))
             }

@@ -110,6 +110,11 @@ impl HalfTable {
         self.live
     }
 
+    /// Number of slots (live or free); slots are `0..slots()`.
+    pub fn slots(&self) -> u32 {
+        self.entries.len() as u32
+    }
+
     /// Store `h`; returns its reference.
     pub fn insert(&mut self, h: Half) -> HalfRef {
         self.live += 1;

@@ -135,6 +135,26 @@ pub(crate) enum WorkerMsg {
         /// RENDEZVOUS2 data, for the client's half.
         rendezvous2: Option<Vec<u8>>,
     },
+    /// DoS: refuse CREATE cells from client address `ip` for `secs`
+    /// seconds.
+    DosMark {
+        /// The address.
+        ip: std::net::IpAddr,
+        /// How long.
+        secs: u64,
+    },
+    /// Memory: report the circuits by the age of their oldest queued cell
+    /// (OOM round `round`).
+    OomQuery {
+        /// The round.
+        round: u64,
+    },
+    /// Memory: close the circuits whose oldest queued cell is at least this
+    /// old (ns).
+    OomKill {
+        /// The cutoff age.
+        min_age_ns: u64,
+    },
     /// Send the last counters and stop.
     Shutdown,
 }
@@ -177,6 +197,19 @@ impl Worker {
                 self.core.flush_destroys();
             }
             WorkerMsg::Migrate { conn_id, to } => self.migrate_out(conn_id, to),
+            WorkerMsg::DosMark { ip, secs } => self.core.dos_mark(ip, secs),
+            WorkerMsg::OomQuery { round } => {
+                let circuits = self.core.oom_candidates();
+                let _ = self.controller.send(ControllerMsg::OomCandidates {
+                    worker: self.id,
+                    round,
+                    circuits,
+                });
+            }
+            WorkerMsg::OomKill { min_age_ns } => {
+                self.core.oom_kill(min_age_ns);
+                self.report_queue_growth();
+            }
             WorkerMsg::Introduce2 { to, from, payload } => self.core.introduce2(to, from, &payload),
             WorkerMsg::IntroduceAck { to, status } => self.core.introduce_ack(to, status),
             WorkerMsg::RendezvousEstablished { half, ok } => {

@@ -181,6 +181,9 @@ impl Circuits {
         self.pending.retain(|&p| p != idx);
         self.resumed.retain(|&p| p != idx);
         self.unwait(idx);
+        // CREATE2 cells still waiting for a handshake: their circuits are not
+        // made yet; the client sees no answer and retries elsewhere.
+        self.forget_pending_creates(idx);
         let now = self.now_ns;
         let mut moved = Vec::new();
         let mut markers = Vec::new();

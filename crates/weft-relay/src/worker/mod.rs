@@ -39,6 +39,7 @@ pub(crate) mod half;
 pub(crate) mod handoff;
 pub(crate) mod inbox;
 pub(crate) mod io;
+pub(crate) mod limits;
 pub(crate) mod migrate;
 pub(crate) mod onion;
 pub(crate) mod origin;
@@ -109,6 +110,8 @@ pub struct WorkerConfig {
     pub burst_share: u64,
     /// TokenBucketRefillInterval.
     pub refill: Duration,
+    /// MaxMemInQueues (the whole relay's), bytes.
+    pub max_mem_in_queues: u64,
 }
 
 impl Default for WorkerConfig {
@@ -121,6 +124,7 @@ impl Default for WorkerConfig {
             rate_share: 1 << 30,
             burst_share: 1 << 30,
             refill: Duration::from_millis(100),
+            max_mem_in_queues: crate::oom::MAX_DEFAULT_LIMIT,
         }
     }
 }
@@ -211,6 +215,10 @@ pub struct Worker {
     round_start: Instant,
     counters: Counters,
     reported: Counters,
+    /// Queued bytes last told the controller.
+    reported_queue_bytes: u64,
+    /// Tell the controller when queued bytes moved this much.
+    queue_report_step: u64,
     next_housekeeping: Instant,
     /// When the KIST scheduler runs next.
     next_sched_run: Instant,
@@ -227,6 +235,7 @@ impl Worker {
         cfg: WorkerConfig,
     ) -> Worker {
         let now = Instant::now();
+        let n_workers = peers.len().max(1);
         let limits = CoreLimits {
             max_circuit_queue: cfg.max_circuit_queue,
             max_pool_cells: cfg.max_pool_cells,
@@ -257,6 +266,8 @@ impl Worker {
             round_start: now,
             counters: Counters::default(),
             reported: Counters::default(),
+            reported_queue_bytes: 0,
+            queue_report_step: (cfg.max_mem_in_queues / (8 * n_workers as u64)).max(1 << 20),
             next_housekeeping: now + Duration::from_secs(1),
             next_sched_run: now,
             stopping: false,
@@ -385,6 +396,7 @@ impl Worker {
             self.advance_handshake(c);
         }
         self.drain_inbox();
+        self.core.run_pending_creates();
         self.drain_rings();
         self.core.tend_forwarders();
         self.core.retry_waiting();
@@ -394,6 +406,7 @@ impl Worker {
         self.publish_rings();
         self.reap();
         self.apply_effects();
+        self.report_queue_growth();
         if t0 >= self.next_housekeeping {
             self.housekeeping();
         }

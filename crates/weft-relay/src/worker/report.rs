@@ -34,6 +34,8 @@ pub(crate) struct Counters {
     pub(crate) busy_ns: u64,
     /// The core's counters as of this snapshot.
     pub(crate) core: CoreCounters,
+    /// The core's resource-limit counters as of this snapshot.
+    pub(crate) limits: super::limits::LimitCounters,
 }
 
 impl Worker {
@@ -41,6 +43,7 @@ impl Worker {
     pub(crate) fn report(&mut self) {
         self.counters.allocations = self.cfg.alloc_probe.map_or(0, |f| f());
         self.counters.core = self.core.counters;
+        self.counters.limits = self.core.limit_counters;
         let now = self.counters;
         let last = self.reported;
         self.reported = now;
@@ -64,7 +67,20 @@ impl Worker {
             migrations: now.core.migrations - last.core.migrations,
             top_conns: self.top_conns(),
             onion: now.core.onion.since(&last.core.onion),
+            limits: {
+                let (n, l) = (&now.limits, &last.limits);
+                crate::messages::LimitReport {
+                    queued_bytes: self.core.queued_bytes(),
+                    oom_circuits: n.oom_circuits - l.oom_circuits,
+                    oom_bytes: n.oom_bytes - l.oom_bytes,
+                    dos_cc_rejected: n.dos_cc_rejected - l.dos_cc_rejected,
+                    single_hop_refused: n.single_hop_refused - l.single_hop_refused,
+                    onionskins_dropped: n.onionskins_dropped - l.onionskins_dropped,
+                    onionskins_processed: n.onionskins_processed - l.onionskins_processed,
+                }
+            },
         };
+        self.reported_queue_bytes = report.limits.queued_bytes;
         let _ = self.controller.send(ControllerMsg::WorkerStats {
             worker: self.id,
             report,
@@ -84,6 +100,22 @@ impl Worker {
             }
         }
         top
+    }
+
+    /// After a round: tell the controller at once when the queues grew or
+    /// shrank by a step (an eighth of this worker's share of
+    /// MaxMemInQueues), so the memory limit acts within a round, not a
+    /// second.
+    pub(crate) fn report_queue_growth(&mut self) {
+        let now = self.core.queued_bytes();
+        let step = self.queue_report_step;
+        if now.abs_diff(self.reported_queue_bytes) >= step {
+            self.reported_queue_bytes = now;
+            let _ = self.controller.send(ControllerMsg::QueueBytes {
+                worker: self.id,
+                bytes: now,
+            });
+        }
     }
 
     /// Once a second: report, close connections whose handshake is late or

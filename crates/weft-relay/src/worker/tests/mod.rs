@@ -25,6 +25,7 @@ use crate::link_io::CellIn;
 use crate::messages::{ControllerMsg, HalfRef, RingMsg};
 use crate::ring::{ring, Consumer};
 
+mod limits;
 mod onion;
 
 /// Bound on the steps of [`Net::settle`].
