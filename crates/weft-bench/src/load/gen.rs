@@ -28,7 +28,9 @@ impl LoadThread<'_> {
         }
         // Read (as fast as allowed).
         let mut budget = READ_BUDGET;
-        if let Some(rate) = self.cfg.read_rate {
+        // The limit applies once data flows: circuits build at full speed.
+        let read_rate = self.cfg.read_rate.filter(|_| phase >= PHASE_RUN);
+        if let Some(rate) = read_rate {
             let gen = &mut self.gens[g];
             let now = Instant::now();
             let dt = now.duration_since(gen.last_refill).as_secs_f64();
@@ -44,7 +46,7 @@ impl LoadThread<'_> {
             }
             if budget == 0 {
                 // Rate-limited or fair share used: come back next round.
-                moved = self.cfg.read_rate.is_none();
+                moved = read_rate.is_none();
                 break;
             }
             let before = self.gens[g].link.read_total;
@@ -53,7 +55,9 @@ impl LoadThread<'_> {
                     moved = true;
                     let n = (self.gens[g].link.read_total - before) as usize;
                     budget = budget.saturating_sub(n);
-                    self.gens[g].tokens -= n as f64;
+                    if read_rate.is_some() {
+                        self.gens[g].tokens -= n as f64;
+                    }
                 }
                 Ok(IoState::WouldBlock) => break,
                 Ok(IoState::Closed) | Err(_) => {

@@ -135,17 +135,48 @@ impl LinkClient {
     /// TLS only, no Tor handshake.
     pub fn connect_tls(addr: SocketAddr) -> LinkClient {
         let tcp = TcpStream::connect(addr).unwrap();
-        tcp.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+        Self::tls_over(tcp).expect("TLS handshake")
+    }
+
+    /// TLS from local address `from` (e.g. 127.0.0.2, another client);
+    /// None if weft refused it (closed before the TLS handshake ended).
+    pub fn try_connect_tls_from(addr: SocketAddr, from: std::net::IpAddr) -> Option<LinkClient> {
+        let s = socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::STREAM, None).ok()?;
+        s.bind(&SocketAddr::new(from, 0).into()).ok()?;
+        s.connect(&addr.into()).ok()?;
+        Self::tls_over(s.into())
+    }
+
+    fn tls_over(tcp: TcpStream) -> Option<LinkClient> {
+        tcp.set_read_timeout(Some(Duration::from_secs(10))).ok()?;
         let mut b = SslConnector::builder(SslMethod::tls_client()).unwrap();
         b.set_verify(SslVerifyMode::NONE);
         let c = b.build();
         let mut cfg = c.configure().unwrap();
         cfg.set_verify_hostname(false);
-        let tls = cfg.connect("www.example.com", tcp).unwrap();
-        LinkClient {
+        let tls = cfg.connect("www.example.com", tcp).ok()?;
+        Some(LinkClient {
             tls,
             buf: Vec::new(),
+        })
+    }
+
+    /// TLS and the v3 handshake from local address `from`; None if refused.
+    pub fn try_connect_from(addr: SocketAddr, from: std::net::IpAddr) -> Option<LinkClient> {
+        let mut c = Self::try_connect_tls_from(addr, from)?;
+        if !c.try_send(&[0, 0, 7, 0, 6, 0, 3, 0, 4, 0, 5]) {
+            return None;
         }
+        c.read_var(2)?;
+        c.read_var(4)?;
+        c.read_var(4)?;
+        c.read_fixed()?;
+        let mut body = vec![0, 0, 0, 0, 4, 4, 127, 0, 0, 1, 0];
+        body.resize(509, 0);
+        let mut cell = vec![0, 0, 0, 0, 8];
+        cell.extend_from_slice(&body);
+        cell.resize(CELL_LEN, 0);
+        c.try_send(&cell).then_some(c)
     }
 
     /// TLS plus the client side of the v3 handshake (VERSIONS, then NETINFO).
