@@ -27,6 +27,26 @@ def main():
         plt.close(fig)
         written.append(p)
 
+    if data.get("kind") == "soak":
+        r = data["result"]
+        t = [x["t_s"] / 60 for x in r["samples"]]
+        fig, ax = plt.subplots(figsize=(9, 4.5))
+        ax.plot(t, [x["rss_bytes"] / 2**20 for x in r["samples"]], color="tab:blue", label="RSS (MiB)")
+        ax.set_xlabel("minutes")
+        ax.set_ylabel("weft RSS, MiB", color="tab:blue")
+        ax.set_ylim(bottom=0)
+        ax2 = ax.twinx()
+        ax2.plot(t, [x["fds"] for x in r["samples"]], color="tab:orange", label="open fds")
+        ax2.set_ylabel("open file descriptors", color="tab:orange")
+        ax2.set_ylim(bottom=0)
+        ax.set_title("soak: %.1f min, %d churn loads, %d migrations, %d cells, %d lost"
+                     % (data["procedure"]["minutes"], r["churn_runs"], r["migrations"], r["cells"], r["lost"]))
+        ax.grid(alpha=0.3)
+        save(fig, "soak.png")
+        for p in written:
+            print(p)
+        return
+
     if data.get("kind") == "e2e":
         fig, axes = plt.subplots(1, 2, figsize=(11, 4.5))
         for ax, key, title in ((axes[0], "cdf_ttfb", "Time to first byte"), (axes[1], "cdf_ttlb", "Time to last byte")):

@@ -1,5 +1,5 @@
 //! weft-bench's library: the load generator and sinks ([`load`]), the relay
-//! under test ([`target`]), one measured run ([`run`]), the end-to-end mode
+//! under test ([`target`]), one measured run ([`run`]), the soak ([`soak`]), the end-to-end mode
 //! on a stock-tor test network ([`e2e`]) and the reports ([`report`]). The `weft-bench` binary is a thin CLI over it; tests drive it
 //! directly.
 #![warn(missing_docs)]
@@ -9,4 +9,5 @@ pub mod load;
 pub mod metrics;
 pub mod report;
 pub mod run;
+pub mod soak;
 pub mod target;

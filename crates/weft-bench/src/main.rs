@@ -100,6 +100,30 @@ enum Cmd {
         #[arg(long)]
         no_perf_md: bool,
     },
+    /// weft under bulk load plus churn (new connections and circuits torn
+    /// down every --churn-s, migrations) for --minutes; every cell checked;
+    /// RSS and descriptors sampled and plotted. Fails on a lost cell, RSS
+    /// at the end over 105% of minute 5, or descriptors that grow.
+    Soak {
+        /// Minutes.
+        #[arg(long, default_value_t = 30.0)]
+        minutes: f64,
+        /// weft's ConnectionThreads.
+        #[arg(long, default_value_t = 2)]
+        threads: usize,
+        /// Seconds each churn load lives.
+        #[arg(long, default_value_t = 10.0)]
+        churn_s: f64,
+        /// weft binary.
+        #[arg(long, default_value = "target/release/weft")]
+        weft: PathBuf,
+        /// Results directory.
+        #[arg(long, default_value = "bench/results")]
+        results: PathBuf,
+        /// Skip the plot.
+        #[arg(long)]
+        no_plots: bool,
+    },
     /// End to end on a weft-testnet network: stock client streams through
     /// relay0 → (stock relay1 | weft) → exit, same figures for both.
     E2e {
@@ -405,6 +429,70 @@ fn main() -> Result<()> {
                 section.push('\n');
                 report::update_perf_md(&repo_root().join("docs/perf.md"), "priority", &section)?;
                 println!("updated docs/perf.md");
+            }
+        }
+        Cmd::Soak {
+            minutes,
+            threads,
+            churn_s,
+            weft,
+            results,
+            no_plots,
+        } => {
+            let p = weft_bench::soak::SoakProcedure {
+                minutes,
+                threads,
+                churn_s,
+                sample_s: 5.0,
+                migrate_every_s: 5,
+                bulk: (2, 4),
+                churn: (2, 4),
+            };
+            let dir = run::default_dir().join("soak");
+            std::fs::create_dir_all(&dir)?;
+            let env = BenchEnv {
+                dir: dir.clone(),
+                weft_bin: std::fs::canonicalize(&weft).unwrap_or(weft),
+                tor_bin: PathBuf::new(),
+            };
+            let r = weft_bench::soak::run(&env, &p)?;
+            let _ = std::fs::remove_dir_all(&dir);
+            let out = results.join(format!("{date}-soak"));
+            std::fs::create_dir_all(&out)?;
+            let path = out.join("soak.json");
+            report::write_json(
+                &path,
+                &serde_json::json!({
+                    "kind": "soak",
+                    "date": stamp,
+                    "command": command_line(),
+                    "machine": report::Machine::read(),
+                    "procedure": p,
+                    "result": r,
+                }),
+            )?;
+            println!(
+                "soak: {minutes} min, {} churn loads, {} migrations, {} cells, {} lost; RSS {} MiB at minute 5, {} MiB at the end; fds {} at minute 5, {} at the end, {} max",
+                r.churn_runs,
+                r.migrations,
+                r.cells,
+                r.lost,
+                r.rss_at_5min >> 20,
+                r.rss_end >> 20,
+                r.fds.0,
+                r.fds.1,
+                r.fds.2
+            );
+            println!("wrote {}", path.display());
+            if !no_plots {
+                match report::plot(&repo_root(), &path, &out) {
+                    Ok(files) => files.iter().for_each(|f| println!("wrote {}", f.display())),
+                    Err(e) => eprintln!("no plot: {e:#}"),
+                }
+            }
+            let failures = r.failures();
+            if !failures.is_empty() {
+                anyhow::bail!("soak failed: {}", failures.join("; "));
             }
         }
         Cmd::E2e {

@@ -306,7 +306,8 @@ pub struct BenchEnv {
     pub tor_bin: PathBuf,
 }
 
-fn free_port() -> Result<u16> {
+/// A free TCP port on 127.0.0.1.
+pub fn free_port() -> Result<u16> {
     Ok(TcpListener::bind((Ipv4Addr::LOCALHOST, 0))?
         .local_addr()?
         .port())

@@ -25,12 +25,15 @@ use crate::worker::{WorkerHandle, WorkerMsg};
 const FD_EXHAUSTED_PAUSE: Duration = Duration::from_millis(250);
 /// File descriptors kept free of connections (C Tor's `ULIMIT_BUFFER`).
 pub(super) const ULIMIT_BUFFER: u64 = 32;
+/// An OOM round not answered by every worker within this is abandoned.
+const OOM_ROUND_TIMEOUT: Duration = Duration::from_secs(5);
 /// How long the descriptor says `overload-general` after an overload.
 const OVERLOAD_LINE_FOR: Duration = Duration::from_secs(72 * 3600);
 
 /// An OOM round in progress.
 struct OomRound {
     round: u64,
+    started: Instant,
     waiting: usize,
     to_recover: u64,
     circuits: Vec<(u64, u64)>,
@@ -213,6 +216,14 @@ impl Limits {
         }
         let total = self.queued_total();
         let to_recover = oom::to_recover(total, self.max_mem);
+        // A round whose answers never all came (a worker stopped) gives way.
+        if self
+            .oom
+            .as_ref()
+            .is_some_and(|r| r.started.elapsed() > OOM_ROUND_TIMEOUT)
+        {
+            self.oom = None;
+        }
         if to_recover == 0 || self.oom.is_some() {
             return;
         }
@@ -226,6 +237,7 @@ impl Limits {
         self.next_round += 1;
         self.oom = Some(OomRound {
             round,
+            started: Instant::now(),
             waiting: workers.len(),
             to_recover,
             circuits: Vec::new(),

@@ -136,6 +136,10 @@ fn our_addrs(cfg: &RelayConfig) -> Vec<IpAddr> {
 }
 
 async fn run_controller(cfg: RelayConfig) -> anyhow::Result<()> {
+    // Before anything answers: a SIGTERM from then on is a clean stop.
+    use tokio::signal::unix::{signal, SignalKind};
+    let mut sigterm = signal(SignalKind::terminate())?;
+    let mut sigint = signal(SignalKind::interrupt())?;
     let now = SystemTime::now();
     let keys =
         RelayKeys::load_or_create(&cfg.data_dir, &cfg.nickname, DEFAULT_ONION_ROTATION, now)?;
@@ -251,7 +255,6 @@ async fn run_controller(cfg: RelayConfig) -> anyhow::Result<()> {
     dir.start(&c.keys, c.started, c.bw.observed());
 
     let mut tick = tokio::time::interval(Duration::from_secs(1));
-    let mut sigterm = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
     let mut secs: u64 = 0;
     loop {
         tokio::select! {
@@ -297,7 +300,7 @@ async fn run_controller(cfg: RelayConfig) -> anyhow::Result<()> {
                     c.rotate_if_due(&mut dir);
                 }
             }
-            _ = tokio::signal::ctrl_c() => { info!("interrupt: shutting down"); break; }
+            _ = sigint.recv() => { info!("interrupt: shutting down"); break; }
             _ = sigterm.recv() => { info!("SIGTERM: shutting down"); break; }
         }
     }

@@ -45,6 +45,10 @@ pub(crate) struct Guards {
     pub(crate) pending_ids: HashSet<(usize, u32)>,
     /// Handshakes answered this round.
     pub(crate) handshakes_this_round: u32,
+    /// The clock when the controller last asked for OOM candidates: the
+    /// ages it chooses a cutoff from are as of then, and so is the kill
+    /// (cells queued since are younger, whatever the delay).
+    pub(crate) oom_query_ns: u64,
 }
 
 /// The core's resource-limit counters (cumulative).
@@ -75,6 +79,7 @@ impl Circuits {
     /// cell, bytes), for the controller's choice of victims.
     pub(crate) fn oom_candidates(&mut self) -> Vec<(u64, u64)> {
         let now = self.now_ns;
+        self.guards.oom_query_ns = now;
         let mut v = Vec::new();
         for slot in 0..self.halves.slots() {
             let Some(h) = self.halves.by_slot(slot) else {
@@ -95,10 +100,14 @@ impl Circuits {
         v
     }
 
-    /// Close every circuit whose oldest queued cell is at least `min_age_ns`
-    /// old (RESOURCELIMIT both ways). Returns (circuits, bytes).
+    /// Close every circuit whose oldest queued cell was at least
+    /// `min_age_ns` old when the candidates were listed (RESOURCELIMIT both
+    /// ways). Returns (circuits, bytes).
     pub(crate) fn oom_kill(&mut self, min_age_ns: u64) -> (u64, u64) {
-        let now = self.now_ns;
+        let now = match self.guards.oom_query_ns {
+            0 => self.now_ns,
+            t => t,
+        };
         let mut victims = Vec::new();
         for slot in 0..self.halves.slots() {
             let Some(h) = self.halves.by_slot(slot) else {
