@@ -142,14 +142,14 @@ fn a_sniper_attack_meets_the_memory_limit() -> Result<()> {
     std::thread::sleep(Duration::from_secs(1));
     let base_rss = rss_bytes(weft.child.id());
 
-    // The attack: 2 connections × 40 circuits; the sinks send 2400 cells
+    // The attack: 3 connections × 40 circuits; the sinks send 2400 cells
     // per circuit (under the 2500-cell circuit cap) and the clients read
-    // 1 byte/s: ~104 MB would pile up at weft.
-    let mut p = Procedure::saturation(2, 40, 2400, 1_000_000, 0.0, 0.0, 1.0);
+    // 1 byte/s: ~157 MB would pile up at weft (socket buffers hold some).
+    let mut p = Procedure::saturation(3, 40, 2400, 1_000_000, 0.0, 0.0, 1.0);
     p.direction = "down".into();
     p.read_rate = Some(1);
     let (_dir, run) = load(&weft, &p)?;
-    wait_ready(&run, 80)?;
+    wait_ready(&run, 120)?;
     let honest_before = moved(&honest_run);
     run.set_phase(PHASE_RUN);
     let t0 = Instant::now();
@@ -178,7 +178,7 @@ fn a_sniper_attack_meets_the_memory_limit() -> Result<()> {
     run.set_phase(PHASE_STOP);
     let _ = run.finish();
     eprintln!(
-        "sniper: OOM closed {oom} circuits ({} bytes); {failed} of 80 attacking circuits closed; queued now {queued} B; RSS {} MiB before the attack, peak {} MiB",
+        "sniper: OOM closed {oom} circuits ({} bytes); {failed} of 120 attacking circuits closed; queued now {queued} B; RSS {} MiB before the attack, peak {} MiB",
         sample(mport, &token, "weft_relay_load_oom_bytes_total", None)?,
         base_rss >> 20,
         peak_rss >> 20

@@ -176,18 +176,17 @@ async fn run_controller(cfg: RelayConfig) -> anyhow::Result<()> {
     let n = cfg.connection_threads;
     let (parts, workers) = worker::build(n.max(1))?;
     let nw = n.max(1) as u64;
-    let defaults = WorkerConfig::default();
     let wcfg = WorkerConfig {
         alloc_probe: cfg.alloc_probe,
         rate_share: (cfg.bandwidth_rate / nw).max(1),
         burst_share: (cfg.bandwidth_burst / nw).max(1),
         refill: cfg.token_bucket_refill,
         max_mem_in_queues: max_mem,
-        // A backstop per worker; the OOM handler acts first, on the total.
-        max_pool_cells: defaults
-            .max_pool_cells
-            .min((max_mem / crate::oom::CELL_COST) as usize),
-        ..defaults
+        // A backstop per worker (a full pool closes the circuit whose cell
+        // does not fit), above the global limit so that the OOM handler,
+        // which closes the circuits with the oldest cells, acts first.
+        max_pool_cells: (2 * max_mem / crate::oom::CELL_COST) as usize,
+        ..WorkerConfig::default()
     };
     let mut local_worker = None;
     for p in parts {
