@@ -8,6 +8,9 @@ use std::path::Path;
 
 use crate::network::Role;
 
+/// Set to give every stock node a debug-level log (`debug.log`).
+pub const DEBUG_LOG_ENV: &str = "WEFT_TESTNET_DEBUG_LOG";
+
 /// `AuthDirFastGuarantee` on the test authorities, in bytes/s.
 ///
 /// tor 0.4.9 (voteflags.c: `dirserv_compute_performance_thresholds`) sets the
@@ -95,6 +98,11 @@ pub(crate) fn stock_torrc(
     line(&format!("PidFile {d}/pid"));
     line(&format!("Log notice file {d}/notice.log"));
     line(&format!("Log info file {d}/info.log"));
+    if std::env::var_os(DEBUG_LOG_ENV).is_some() {
+        // For chasing a cell by hand: every relay cell each stock node
+        // sends and receives (large).
+        line(&format!("Log debug file {d}/debug.log"));
+    }
     line("ProtocolWarnings 1");
     line("SafeLogging 0");
     line("LogTimeGranularity 1");

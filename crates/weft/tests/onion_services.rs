@@ -50,6 +50,19 @@ const PARALLEL: usize = 10;
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(120);
 /// Bound on every wait for the consensus and for descriptors.
 const BOUND: Duration = Duration::from_secs(300);
+/// Quiet time after weft restarts between rounds. A restart tears down
+/// every circuit through weft: for about a second the stock relays pass
+/// DESTROYs along and the services rebuild their introduction circuits
+/// (they retry each second). In 1 of 9 runs, rounds that began within
+/// 100 ms of the restart lost 4–5 of 40 connections: a stock introduction
+/// point ACKed the INTRODUCE1, the service never logged the INTRODUCE2,
+/// and the client waited its full 120 s. weft's log showed no cell for an
+/// unknown circuit; the places where it drops a relay cell for a half
+/// without a peer now log at debug too, and `WEFT_TESTNET_DEBUG_LOG=1`
+/// gives the stock nodes debug logs, for the next time. Whether a stock
+/// relay in weft's place loses cells in that transient is not settled.
+/// The rounds measure weft in a settled network.
+const SETTLE_AFTER_RESTART: Duration = Duration::from_secs(15);
 
 fn start(baseline: bool) -> Result<(Testnet, PathBuf)> {
     let base_dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR"))
@@ -256,6 +269,7 @@ fn run(baseline: bool) -> Result<()> {
             torrc.extend(metrics_lines());
             net.restart_weft(Some(*threads), torrc)?;
             ensure!(watched_fp(&net)? == fp, "weft's fingerprint changed");
+            std::thread::sleep(SETTLE_AFTER_RESTART);
         }
         let mut ctls = watch_circuits(&net)?;
         let failures = round(&net, &onions, &label)?;

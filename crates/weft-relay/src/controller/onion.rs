@@ -76,7 +76,10 @@ impl OnionTables {
                 auth_key,
                 payload,
             }) => match self.intro.get(&auth_key) {
-                Some(&to) => send(&to, WorkerMsg::Introduce2 { to, from, payload }),
+                Some(&to) => {
+                    debug!("INTRODUCE1 for auth key {}…: to {to:?}", hex4(&auth_key));
+                    send(&to, WorkerMsg::Introduce2 { to, from, payload })
+                }
                 None => {
                     self.unknown_service += 1;
                     debug!("INTRODUCE1 for an unknown service; answering UNKNOWN_ID");
@@ -91,6 +94,11 @@ impl OnionTables {
             },
             Some(ControllerMsg::EstablishRendezvous { half, cookie }) => {
                 let ok = !self.rend.contains_key(&cookie);
+                debug!(
+                    "ESTABLISH_RENDEZVOUS cookie {}… on {half:?}: {}",
+                    hex4(&cookie),
+                    if ok { "registered" } else { "in use" }
+                );
                 if ok {
                     self.rend.insert(cookie, half);
                 }
@@ -107,6 +115,10 @@ impl OnionTables {
                 payload,
             }) => match self.rend.remove(&cookie) {
                 Some(waiting) => {
+                    debug!(
+                        "RENDEZVOUS1 cookie {}…: splicing {half:?} with {waiting:?}",
+                        hex4(&cookie)
+                    );
                     // The service's side first: cells from the client side
                     // can only follow the client's splice.
                     send(
@@ -130,7 +142,10 @@ impl OnionTables {
                     // It happens when a client gives up on its rendezvous
                     // circuit before the service answers. [C rendmid.c]
                     self.unknown_cookie += 1;
-                    debug!("RENDEZVOUS1 with an unrecognized cookie; closing its circuit");
+                    debug!(
+                        "RENDEZVOUS1 with an unrecognized cookie {}…; closing its circuit",
+                        hex4(&cookie)
+                    );
                     send(
                         &half,
                         WorkerMsg::Destroy {
@@ -143,4 +158,9 @@ impl OnionTables {
             other => *m = other,
         }
     }
+}
+
+/// The first four bytes of a key or cookie, for a log line.
+fn hex4(b: &[u8]) -> String {
+    b.iter().take(4).map(|x| format!("{x:02X}")).collect()
 }

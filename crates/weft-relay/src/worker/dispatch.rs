@@ -173,7 +173,13 @@ impl Circuits {
                 }
                 match peer {
                     Some(p) => self.forward(conn, p, cmd::RELAY, stamp_ns, body),
-                    None => Handed::Done,
+                    None => {
+                        debug!(
+                            "worker {}: relay cell toward a client half that is gone dropped",
+                            self.me
+                        );
+                        Handed::Done
+                    }
                 }
             }
             HalfRole::Origin(_) => {
@@ -214,7 +220,13 @@ impl Circuits {
         match action {
             ForwardAction::Pass { command } => match peer {
                 Some(p) => self.forward(conn, p, command, stamp_ns, body),
-                None => Handed::Done,
+                None => {
+                    debug!(
+                        "worker {}: relay cell for a circuit with no next hop dropped",
+                        self.me
+                    );
+                    Handed::Done
+                }
             },
             ForwardAction::Extend(req) => {
                 if let (Some(from), Some(c)) = (self.halves.reference(slot), self.conn(conn)) {
