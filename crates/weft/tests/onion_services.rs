@@ -53,7 +53,7 @@ const BOUND: Duration = Duration::from_secs(300);
 /// Quiet time after weft restarts between rounds. A restart tears down
 /// every circuit through weft: for about a second the stock relays pass
 /// DESTROYs along and the services rebuild their introduction circuits
-/// (they retry each second). In 1 of 9 runs, rounds that began within
+/// (they retry each second). In 1 of 12 runs, rounds that began within
 /// 100 ms of the restart lost 4–5 of 40 connections: a stock introduction
 /// point ACKed the INTRODUCE1, the service never logged the INTRODUCE2,
 /// and the client waited its full 120 s. weft's log showed no cell for an
