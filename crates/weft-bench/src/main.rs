@@ -114,6 +114,10 @@ enum Cmd {
         /// Seconds each churn load lives.
         #[arg(long, default_value_t = 10.0)]
         churn_s: f64,
+        /// weft moves a connection between workers this often
+        /// (TestingMigrateEvery; 0: never).
+        #[arg(long, default_value_t = 5)]
+        migrate_every_s: u64,
         /// weft binary.
         #[arg(long, default_value = "target/release/weft")]
         weft: PathBuf,
@@ -435,6 +439,7 @@ fn main() -> Result<()> {
             minutes,
             threads,
             churn_s,
+            migrate_every_s,
             weft,
             results,
             no_plots,
@@ -444,7 +449,7 @@ fn main() -> Result<()> {
                 threads,
                 churn_s,
                 sample_s: 5.0,
-                migrate_every_s: 5,
+                migrate_every_s,
                 bulk: (2, 4),
                 churn: (2, 4),
             };

@@ -54,6 +54,20 @@ pub struct SoakSample {
     pub churn_runs: u64,
 }
 
+/// A load that ended with losses.
+#[derive(Debug, Clone, Serialize)]
+pub struct SoakLoss {
+    /// Seconds since the start when the load was stopped.
+    pub t_s: f64,
+    /// "bulk" or "churn N".
+    pub load: String,
+    /// Stamped cells that arrived out of sequence or garbled (after one
+    /// missing cell, every later stamp of that circuit counts).
+    pub corrupt: u64,
+    /// Circuits that failed.
+    pub circuits_failed: u64,
+}
+
 /// The outcome.
 #[derive(Debug, Clone, Serialize)]
 pub struct SoakResult {
@@ -66,6 +80,8 @@ pub struct SoakResult {
     pub lost: u64,
     /// Load errors (connections or circuits that failed).
     pub errors: Vec<String>,
+    /// The loads that lost something, and when.
+    pub losses: Vec<SoakLoss>,
     /// Churn loads completed (each: new connections, circuits, teardown).
     pub churn_runs: u64,
     /// Connections weft moved between workers (MetricsPort).
@@ -146,15 +162,32 @@ fn start_load(dir: &Path, env: &BenchEnv, p: &Procedure, target: &Target) -> Res
     Ok(run)
 }
 
-/// Stop a load: (cells delivered, lost, errors).
-fn stop_load(run: LoadRun) -> Result<(u64, u64, Vec<String>)> {
+/// Stop a load: (cells delivered, lost, errors); a loss is noted in
+/// `losses` with `t_s` and `load`.
+fn stop_load(
+    run: LoadRun,
+    t_s: f64,
+    load: String,
+    losses: &mut Vec<SoakLoss>,
+) -> Result<(u64, u64, Vec<String>)> {
     let cells =
         run.sum(|c| c.up_cells.load(Ordering::Relaxed) + c.down_cells.load(Ordering::Relaxed));
-    let lost =
-        run.sum(|c| c.corrupt.load(Ordering::Relaxed) + c.circuits_failed.load(Ordering::Relaxed));
+    let corrupt = run.sum(|c| c.corrupt.load(Ordering::Relaxed));
+    let circuits_failed = run.sum(|c| c.circuits_failed.load(Ordering::Relaxed));
     run.set_phase(PHASE_STOP);
     let errors = run.finish()?.into_iter().flat_map(|r| r.errors).collect();
-    Ok((cells, lost, errors))
+    if corrupt + circuits_failed > 0 {
+        eprintln!(
+            "soak: {load} at {t_s:.0} s: {corrupt} stamps wrong, {circuits_failed} circuits failed"
+        );
+        losses.push(SoakLoss {
+            t_s,
+            load,
+            corrupt,
+            circuits_failed,
+        });
+    }
+    Ok((cells, corrupt + circuits_failed, errors))
 }
 
 /// Run the soak against weft at `env.weft_bin`, working in `env.dir`.
@@ -190,6 +223,7 @@ pub fn run(env: &BenchEnv, p: &SoakProcedure) -> Result<SoakResult> {
     let t0 = Instant::now();
     let end = t0 + Duration::from_secs_f64(p.minutes * 60.0);
     let (mut cells, mut lost, mut errors) = (0u64, 0u64, Vec::new());
+    let mut losses = Vec::new();
     let mut samples = Vec::new();
     let mut churn_runs = 0u64;
     let mut next_sample = t0;
@@ -217,13 +251,18 @@ pub fn run(env: &BenchEnv, p: &SoakProcedure) -> Result<SoakResult> {
             }
             std::thread::sleep(Duration::from_millis(100));
         }
-        let (c, l, e) = stop_load(churn)?;
+        let (c, l, e) = stop_load(
+            churn,
+            t0.elapsed().as_secs_f64(),
+            format!("churn {churn_runs}"),
+            &mut losses,
+        )?;
         cells += c;
         lost += l;
         errors.extend(e);
         churn_runs += 1;
     }
-    let (c, l, e) = stop_load(bulk)?;
+    let (c, l, e) = stop_load(bulk, t0.elapsed().as_secs_f64(), "bulk".into(), &mut losses)?;
     cells += c;
     lost += l;
     errors.extend(e);
@@ -259,6 +298,7 @@ pub fn run(env: &BenchEnv, p: &SoakProcedure) -> Result<SoakResult> {
         samples,
         cells,
         lost,
+        losses,
         errors,
         churn_runs,
         migrations,

@@ -30,9 +30,8 @@ fn start(threads: u32, extra: &str) -> (WeftProcess, u16, String) {
         threads,
         &format!("MetricsPort 127.0.0.1:{mport}\nExtendAllowPrivateAddresses 1\n{extra}"),
     );
-    let token = std::fs::read_to_string(weft.data_dir().join("metrics_auth_cookie"))
-        .expect("metrics token");
-    (weft, mport, token.trim().to_string())
+    let token = common::metrics_token(&weft.data_dir()).expect("metrics token");
+    (weft, mport, token)
 }
 
 /// The value of one sample (`name` with label `key`=`value`, or any).

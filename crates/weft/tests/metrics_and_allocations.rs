@@ -44,7 +44,7 @@ fn start_with_metrics(workers: u32) -> Result<(WeftProcess, u16, String)> {
         workers,
         &format!("MetricsPort 127.0.0.1:{mport}\nExtendAllowPrivateAddresses 1\n"),
     );
-    let token = std::fs::read_to_string(weft.dir.path().join("data").join("metrics_auth_cookie"))?;
+    let token = common::metrics_token(&weft.data_dir())?;
     Ok((weft, mport, token))
 }
 

@@ -65,14 +65,7 @@ fn start_relay(extra: &str) -> Result<Relay> {
             "TestingTorNetwork 1\nMetricsPort 127.0.0.1:{metrics_port}\nExtendAllowPrivateAddresses 1\n{extra}"
         ),
     );
-    let data = weft.dir.path().join("data");
-    let t0 = Instant::now();
-    while !data.join("metrics_auth_cookie").exists() && t0.elapsed() < Duration::from_secs(20) {
-        std::thread::sleep(Duration::from_millis(50));
-    }
-    let token = std::fs::read_to_string(data.join("metrics_auth_cookie"))?
-        .trim()
-        .to_string();
+    let token = common::metrics_token(&weft.data_dir())?;
     let hop = weft.hop_target()?;
     Ok(Relay {
         weft,

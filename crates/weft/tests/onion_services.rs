@@ -102,8 +102,8 @@ fn metrics_lines() -> Vec<String> {
 /// established, INTRODUCE2 sent, rendezvous joined).
 fn weft_onion_counters(net: &Testnet) -> Result<(f64, f64, f64)> {
     let dir = &net.weft().context("no weft")?.dir;
-    let token = std::fs::read_to_string(dir.join("metrics_auth_cookie"))?;
-    let (status, body) = common::scrape_metrics(metrics_port(), Some(token.trim()))?;
+    let token = common::metrics_token(dir)?;
+    let (status, body) = common::scrape_metrics(metrics_port(), Some(&token))?;
     ensure!(status == 200, "MetricsPort answered {status}");
     let value = |name: &str| -> f64 {
         body.lines()
