@@ -26,6 +26,7 @@ use crate::messages::{ControllerMsg, HalfRef, RingMsg};
 use crate::ring::{ring, Consumer};
 
 mod limits;
+mod migrate;
 mod onion;
 
 /// Bound on the steps of [`Net::settle`].

@@ -1,0 +1,115 @@
+//! Migration sequences the single move of the main tests does not cover:
+//! a connection moved away and back while its old forwarders still live,
+//! and both connections of one circuit moving at once — with cells in
+//! flight both ways the whole time (what `weft-bench soak` does with
+//! `TestingMigrateEvery`).
+
+use super::*;
+
+/// A two-hop circuit (client on worker 0 connection 1, next relay on worker
+/// 1 connection 2) and `moves`: (connection, from, to) applied one after
+/// the other with cells in flight; every cell must arrive once, in order.
+fn moves_keep_order(moves: &[(usize, usize, usize)], steps_between: usize) {
+    let mut net = Net::new(3, 16);
+    let (mut client, mut next, circ, relabel) = two_hop(&mut net, 0, 1);
+    let (mut sent_fwd, mut sent_back) = (0u32, 0u32);
+    // Where each connection lives now.
+    let mut at = [0usize, 0, 1];
+    let (mut fwd, mut back) = (Vec::new(), Vec::new());
+    let mut push =
+        |net: &mut Net, at: &[usize; 3], client: &mut OriginCircuit, next: &mut NextRelay| {
+            for _ in 0..4 {
+                let mut b = client_data(client, sent_fwd);
+                sent_fwd += 1;
+                net.cell(at[1], 1, circ, cmd::RELAY, &mut b);
+                let mut d = next.data(&sent_back.to_be_bytes());
+                sent_back += 1;
+                net.cell(at[2], 2, relabel, cmd::RELAY, &mut d);
+            }
+        };
+    let drain = |net: &mut Net, at: &[usize; 3], fwd: &mut Vec<Out>, back: &mut Vec<Out>| {
+        for w in 0..3 {
+            if net.cores[w].conn(2).is_some() || w == at[2] {
+                fwd.extend(net.written(w, 2));
+            }
+            if net.cores[w].conn(1).is_some() || w == at[1] {
+                back.extend(net.written(w, 1));
+            }
+        }
+    };
+    for &(conn, from, to) in moves {
+        push(&mut net, &at, &mut client, &mut next);
+        for c in &mut net.cores {
+            c.publish(|_| {});
+        }
+        assert_eq!(
+            at[conn], from,
+            "test plan: connection {conn} is on {}",
+            at[conn]
+        );
+        drain(&mut net, &at, &mut fwd, &mut back);
+        assert!(
+            net.cores[from].can_detach(conn),
+            "can detach {conn} from {from}"
+        );
+        let moved = net.cores[from].detach(conn).expect("detached");
+        net.collect(from);
+        net.cores[to].attach(conn, moved, from as u16);
+        net.collect(to);
+        at[conn] = to;
+        for _ in 0..steps_between {
+            push(&mut net, &at, &mut client, &mut next);
+            net.step();
+            drain(&mut net, &at, &mut fwd, &mut back);
+        }
+    }
+    push(&mut net, &at, &mut client, &mut next);
+    net.settle();
+    drain(&mut net, &at, &mut fwd, &mut back);
+    let got: Vec<u32> = fwd
+        .into_iter()
+        .map(|o| {
+            assert_eq!(o.circ_id, relabel);
+            let mut b = o.body;
+            let (c, d) = next.read(&mut b).expect("recognized by the next relay");
+            assert_eq!(c, relay_cmd::DATA);
+            u32::from_be_bytes(d[..4].try_into().unwrap())
+        })
+        .collect();
+    assert_eq!(
+        got,
+        (0..sent_fwd).collect::<Vec<_>>(),
+        "forward: once each, in order"
+    );
+    let got: Vec<u32> = back
+        .into_iter()
+        .map(|o| {
+            let mut b = o.body;
+            let (_, h) = client
+                .on_backward(&mut b)
+                .expect("client decrypts in order");
+            u32::from_be_bytes(relay::data(&b, &h)[..4].try_into().unwrap())
+        })
+        .collect();
+    assert_eq!(
+        got,
+        (0..sent_back).collect::<Vec<_>>(),
+        "backward: once each, in order"
+    );
+}
+
+#[test]
+fn a_connection_moved_away_and_back_keeps_every_cell_in_order() {
+    moves_keep_order(&[(2, 1, 2), (2, 2, 1)], 4);
+    moves_keep_order(&[(2, 1, 2), (2, 2, 1)], 0);
+}
+
+/// The second move starts after the first one's markers passed (a few
+/// rounds). Moves that overlap — a connection moved again, or its peer's
+/// connection moved, before the markers of the first move passed — lose
+/// or reorder cells today: see the known gap in docs/architecture.md.
+#[test]
+fn both_connections_of_a_circuit_moving_keep_every_cell_in_order() {
+    moves_keep_order(&[(2, 1, 2), (1, 0, 1)], 4);
+    moves_keep_order(&[(1, 0, 2), (2, 1, 0)], 4);
+}
