@@ -166,9 +166,25 @@ fn take(q: &mut CellQueue, pool: &mut CellPool) -> Vec<MovedCell> {
 impl Circuits {
     /// True if connection `idx` may move now: open here, not waiting for
     /// ring space, no circuit in the middle of a rendezvous
-    /// ([`super::onion`]).
+    /// ([`super::onion`]), and no half still inside an earlier move (its
+    /// own or its peer's): a half keeps one marker to wait for, and a
+    /// second move before the first one's marker passed would release its
+    /// held cells on the wrong marker.
     pub(crate) fn can_detach(&mut self, idx: usize) -> bool {
-        self.conn(idx).is_some_and(|c| c.stall.is_none()) && !self.in_rendezvous(idx)
+        let Some(c) = self.conn(idx) else {
+            return false;
+        };
+        if c.stall.is_some() {
+            return false;
+        }
+        // Not on the data path (a move every few seconds at most).
+        let slots: Vec<u32> = c.circuits.values().copied().collect();
+        let moving = slots.into_iter().any(|s| {
+            self.halves
+                .by_slot(s)
+                .is_some_and(|h| h.hold_from.is_some() || !h.held.is_empty())
+        });
+        !moving && !self.in_rendezvous(idx)
     }
 
     /// Step 1: take connection `idx`'s circuits out of the core. Each half
