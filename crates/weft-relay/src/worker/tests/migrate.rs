@@ -1,10 +1,89 @@
-//! Migration sequences the single move of the main tests does not cover:
-//! a connection moved away and back while its old forwarders still live,
-//! and both connections of one circuit moving at once — with cells in
-//! flight both ways the whole time (what `weft-bench soak` does with
+//! Moving connections between workers with cells in flight both ways:
+//! one move, a connection moved away and back, both connections of one
+//! circuit moving, and the refusal to move a connection whose halves still
+//! wait for a marker (what `weft-bench soak` exercises with
 //! `TestingMigrateEvery`).
 
 use super::*;
+
+/// One move with cells in flight both ways (steps 1 and 2 of the
+/// protocol, then the markers).
+#[test]
+fn migration_markers_keep_every_cell_once_and_in_order() {
+    let mut net = Net::new(3, 16);
+    let (mut client, mut next, circ, relabel) = two_hop(&mut net, 0, 1);
+    let (mut sent_fwd, mut sent_back) = (0u32, 0u32);
+    let mut push =
+        |net: &mut Net, client: &mut OriginCircuit, next: &mut NextRelay, w_next: usize| {
+            for _ in 0..6 {
+                let mut b = client_data(client, sent_fwd);
+                sent_fwd += 1;
+                net.cell(0, 1, circ, cmd::RELAY, &mut b);
+                let mut d = next.data(&sent_back.to_be_bytes());
+                sent_back += 1;
+                net.cell(w_next, 2, relabel, cmd::RELAY, &mut d);
+            }
+        };
+    let mut fwd = Vec::new();
+    let mut back = Vec::new();
+    push(&mut net, &mut client, &mut next, 1);
+    for c in &mut net.cores {
+        c.publish(|_| {});
+    }
+    // Move the next relay's connection from worker 1 to worker 2 with cells
+    // in flight both ways (step 1 and 2 of the protocol).
+    assert!(net.cores[1].can_detach(2));
+    let moved = net.cores[1].detach(2).expect("detached");
+    net.collect(1);
+    net.cores[2].attach(2, moved, 1);
+    net.collect(2);
+    // More cells while the markers travel.
+    let mut keep_going = |net: &mut Net, client: &mut OriginCircuit, next: &mut NextRelay| {
+        push(net, client, next, 2);
+        net.step();
+    };
+    for _ in 0..4 {
+        keep_going(&mut net, &mut client, &mut next);
+        fwd.extend(net.written(2, 2));
+        back.extend(net.written(0, 1));
+    }
+    net.settle();
+    fwd.extend(net.written(2, 2));
+    back.extend(net.written(0, 1));
+    assert!(net.written(1, 2).is_empty() || net.cores[1].conn(2).is_none());
+    let got: Vec<u32> = fwd
+        .into_iter()
+        .map(|o| {
+            assert_eq!(o.circ_id, relabel);
+            let mut b = o.body;
+            let (c, d) = next.read(&mut b).expect("recognized by the next relay");
+            assert_eq!(c, relay_cmd::DATA);
+            u32::from_be_bytes(d[..4].try_into().unwrap())
+        })
+        .collect();
+    assert_eq!(
+        got,
+        (0..sent_fwd).collect::<Vec<_>>(),
+        "forward: once each, in order"
+    );
+    let got: Vec<u32> = back
+        .into_iter()
+        .map(|o| {
+            let mut b = o.body;
+            let (_, h) = client
+                .on_backward(&mut b)
+                .expect("client decrypts in order");
+            u32::from_be_bytes(relay::data(&b, &h)[..4].try_into().unwrap())
+        })
+        .collect();
+    assert_eq!(
+        got,
+        (0..sent_back).collect::<Vec<_>>(),
+        "backward: once each, in order"
+    );
+    assert_eq!(net.cores[1].counters.migrations, 1);
+    assert!(pool_empty(&net));
+}
 
 /// A two-hop circuit (client on worker 0 connection 1, next relay on worker
 /// 1 connection 2) and `moves`: (connection, from, to) applied one after
