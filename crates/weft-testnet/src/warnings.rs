@@ -91,6 +91,12 @@ pub const KNOWN_WARNINGS: &[(&str, &str)] = &[
          NStotal != Mtotal\")",
     ),
     (
+        "Failed to choose an exit server",
+        "a stock relay building its own circuits while its consensus lists \
+         no usable exit yet (the first voting rounds; its info log says \
+         \"Found 0 servers that might support 0/0 pending connections\")",
+    ),
+    (
         "Client asked me to extend back to the previous hop.",
         "a stock relay's reachability self-test circuit [authority, itself] in \
          a network this small; the authority refuses to extend back to the \
