@@ -6,6 +6,43 @@
 
 use super::*;
 
+/// Every cell written toward the next relay (`fwd`) and toward the client
+/// (`back`) arrived once and in order: 0..sent_fwd and 0..sent_back.
+fn assert_in_order(
+    fwd: Vec<Out>,
+    back: Vec<Out>,
+    relabel: u32,
+    next: &mut NextRelay,
+    client: &mut OriginCircuit,
+    sent_fwd: u32,
+    sent_back: u32,
+) {
+    let got: Vec<u32> = fwd
+        .into_iter()
+        .map(|o| {
+            assert_eq!(o.circ_id, relabel);
+            let mut b = o.body;
+            let (c, d) = next.read(&mut b).expect("recognized by the next relay");
+            assert_eq!(c, relay_cmd::DATA);
+            u32::from_be_bytes(d[..4].try_into().unwrap())
+        })
+        .collect();
+    let want: Vec<u32> = (0..sent_fwd).collect();
+    assert_eq!(got, want, "forward: once each, in order");
+    let got: Vec<u32> = back
+        .into_iter()
+        .map(|o| {
+            let mut b = o.body;
+            let (_, h) = client
+                .on_backward(&mut b)
+                .expect("client decrypts in order");
+            u32::from_be_bytes(relay::data(&b, &h)[..4].try_into().unwrap())
+        })
+        .collect();
+    let want: Vec<u32> = (0..sent_back).collect();
+    assert_eq!(got, want, "backward: once each, in order");
+}
+
 /// One move with cells in flight both ways (steps 1 and 2 of the
 /// protocol, then the markers).
 #[test]
@@ -51,35 +88,14 @@ fn migration_markers_keep_every_cell_once_and_in_order() {
     fwd.extend(net.written(2, 2));
     back.extend(net.written(0, 1));
     assert!(net.written(1, 2).is_empty() || net.cores[1].conn(2).is_none());
-    let got: Vec<u32> = fwd
-        .into_iter()
-        .map(|o| {
-            assert_eq!(o.circ_id, relabel);
-            let mut b = o.body;
-            let (c, d) = next.read(&mut b).expect("recognized by the next relay");
-            assert_eq!(c, relay_cmd::DATA);
-            u32::from_be_bytes(d[..4].try_into().unwrap())
-        })
-        .collect();
-    assert_eq!(
-        got,
-        (0..sent_fwd).collect::<Vec<_>>(),
-        "forward: once each, in order"
-    );
-    let got: Vec<u32> = back
-        .into_iter()
-        .map(|o| {
-            let mut b = o.body;
-            let (_, h) = client
-                .on_backward(&mut b)
-                .expect("client decrypts in order");
-            u32::from_be_bytes(relay::data(&b, &h)[..4].try_into().unwrap())
-        })
-        .collect();
-    assert_eq!(
-        got,
-        (0..sent_back).collect::<Vec<_>>(),
-        "backward: once each, in order"
+    assert_in_order(
+        fwd,
+        back,
+        relabel,
+        &mut next,
+        &mut client,
+        sent_fwd,
+        sent_back,
     );
     assert_eq!(net.cores[1].counters.migrations, 1);
     assert!(pool_empty(&net));
@@ -145,35 +161,14 @@ fn moves_keep_order(moves: &[(usize, usize, usize)], steps_between: usize) {
     push(&mut net, &at, &mut client, &mut next);
     net.settle();
     drain(&mut net, &at, &mut fwd, &mut back);
-    let got: Vec<u32> = fwd
-        .into_iter()
-        .map(|o| {
-            assert_eq!(o.circ_id, relabel);
-            let mut b = o.body;
-            let (c, d) = next.read(&mut b).expect("recognized by the next relay");
-            assert_eq!(c, relay_cmd::DATA);
-            u32::from_be_bytes(d[..4].try_into().unwrap())
-        })
-        .collect();
-    assert_eq!(
-        got,
-        (0..sent_fwd).collect::<Vec<_>>(),
-        "forward: once each, in order"
-    );
-    let got: Vec<u32> = back
-        .into_iter()
-        .map(|o| {
-            let mut b = o.body;
-            let (_, h) = client
-                .on_backward(&mut b)
-                .expect("client decrypts in order");
-            u32::from_be_bytes(relay::data(&b, &h)[..4].try_into().unwrap())
-        })
-        .collect();
-    assert_eq!(
-        got,
-        (0..sent_back).collect::<Vec<_>>(),
-        "backward: once each, in order"
+    assert_in_order(
+        fwd,
+        back,
+        relabel,
+        &mut next,
+        &mut client,
+        sent_fwd,
+        sent_back,
     );
 }
 
