@@ -97,6 +97,15 @@ pub const KNOWN_WARNINGS: &[(&str, &str)] = &[
          \"Found 0 servers that might support 0/0 pending connections\")",
     ),
     (
+        "Could not find a node that matches the configured _HSLayer",
+        "a stock node's vanguards-lite layer-2 set, in a network of a few \
+         relays, has no usable member for its predicted onion-service \
+         circuits; seen after weft's deliberate restart, when stock relays \
+         refuse for 60 s to reconnect to a relay they failed to reach \
+         (\"Can't connect ... because we failed earlier\", \
+         connection_or_connect) and those circuits fail at weft's hop",
+    ),
+    (
         "Client asked me to extend back to the previous hop.",
         "a stock relay's reachability self-test circuit [authority, itself] in \
          a network this small; the authority refuses to extend back to the \

@@ -62,6 +62,9 @@ pub(crate) struct Half {
     /// A "source done" marker from this worker arrived before we knew to
     /// wait for it.
     pub done_from: Option<u16>,
+    /// The peer moved away from this worker before its `Linked` (still on
+    /// its way from there, naming the old reference) reached us.
+    pub link_from: Option<u16>,
 }
 
 impl Half {
@@ -77,6 +80,7 @@ impl Half {
             hold_from: None,
             held: CellQueue::default(),
             done_from: None,
+            link_from: None,
         }
     }
 }

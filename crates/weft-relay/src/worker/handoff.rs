@@ -270,6 +270,13 @@ impl Circuits {
     /// The keyed half `to` (which asked for an extend) now has `peer`.
     pub(crate) fn linked(&mut self, to: HalfRef, peer: HalfRef) {
         match self.halves.get(to) {
+            Some(h) if h.link_from.is_some_and(|w| w == peer.worker) => {
+                // `peer` moved and its `PeerMoved` came first: we already
+                // address its new reference; the old one hears that we
+                // switched ([`super::migrate`]).
+                h.link_from = None;
+                self.send_ordered(peer, RingMsg::Switched { old: peer });
+            }
             Some(h)
                 if h.peer.is_none()
                     && matches!(&h.role, HalfRole::Keyed(k) if k.next == NextHop::Pending) =>

@@ -24,6 +24,20 @@
 //!    arrival order, buffering until `Installed`), and after `Switched`
 //!    sends `SourceDone{to: new}` to B, which releases the held cells.
 //!
+//! Extends in flight: a keyed half that leaves while its extend is pending
+//! has no peer yet, and the relabel half made for it links to the old
+//! reference. The forwarder passes the `Linked` on and stands in for the
+//! detach's missing marker (`PeerMoved`, then `SourceDone`, to the relabel
+//! half), which then switches like any peer. A relabel half that moves
+//! before its `Linked` reached the keyed half: the keyed half takes the
+//! `PeerMoved` first and answers `Switched` when the `Linked` comes.
+//!
+//! Not handled: two moves that overlap on one circuit (the second
+//! connection leaves before the first move's markers reached it). A half
+//! waits for one marker at a time and a forwarder passes markers on as its
+//! own worker's; [`Circuits::can_detach`] refuses what this worker can
+//! see, and the controller starts at most one move a second.
+//!
 //! Held cells are kept without the keyed half's onion layer and encrypted
 //! when released, so the AES-CTR keystream follows the final order. A
 //! forwarder stays for [`FORWARDER_LIFETIME`] after its marker passed, for
@@ -379,7 +393,11 @@ impl Circuits {
         };
         let w = usize::from(new.worker);
         let mut local = Vec::new();
+        let mut linked = None;
         while let Some(m) = self.forwarder(slot).and_then(|f| f.buf.front().copied()) {
+            if let RingMsg::Linked { peer, .. } = m {
+                linked = Some(peer);
+            }
             let m = m.retarget(new);
             if w == me {
                 local.push(m);
@@ -413,10 +431,36 @@ impl Circuits {
         for m in local {
             self.on_ring_msg(m, me as u16);
         }
+        if let Some(peer) = linked {
+            self.link_moved_half(peer, new);
+        }
         if let Some(reason) = destroy {
             self.destroy_later.push((new, reason));
             self.flush_destroys();
         }
+    }
+
+    /// The half left while its extend was pending, and the relabel half
+    /// `peer` made for it links to the old reference (its `Linked` just
+    /// went on to `new`). This worker sent `peer` nothing, so it does what
+    /// the detach would have done had the link come first: tells `peer`
+    /// that its peer moved and, in order behind that, that nothing more
+    /// comes from here. `peer` then switches to `new` and answers
+    /// `Switched`, after which the forwarder's own marker releases what
+    /// `new` holds. Without this, `peer` would address the old reference
+    /// for the circuit's life, and `new` would wait for a marker that never
+    /// comes.
+    fn link_moved_half(&mut self, peer: HalfRef, new: HalfRef) {
+        let me = self.me as u16;
+        self.send_ordered(
+            peer,
+            RingMsg::PeerMoved {
+                to: peer,
+                peer: new,
+                old: me,
+            },
+        );
+        self.send_ordered(peer, RingMsg::SourceDone { to: peer });
     }
 
     /// Each round and tick: retry forwarders the ring refused; drop old ones.
@@ -484,14 +528,18 @@ impl Circuits {
                 .push((peer, weft_proto::cell::destroy_reason::DESTROYED));
             return self.flush_destroys();
         };
-        let Some(old_ref) = h.peer.replace(peer) else {
-            return;
-        };
         if h.done_from == Some(old) {
             h.done_from = None;
         } else {
             h.hold_from = Some(old);
         }
+        let Some(old_ref) = h.peer.replace(peer) else {
+            // The relabel half moved before its `Linked` reached us: that
+            // comes from `old` with the old reference, which is then told
+            // `Switched` ([`Circuits::linked`]).
+            h.link_from = Some(old);
+            return;
+        };
         let conn = h.conn;
         // A cell for the old reference may still wait in our connection's
         // stall slot (its ring was full). It is older than anything the

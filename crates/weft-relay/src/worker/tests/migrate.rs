@@ -1,8 +1,8 @@
 //! Moving connections between workers with cells in flight both ways:
 //! one move, a connection moved away and back, both connections of one
-//! circuit moving, and the refusal to move a connection whose halves still
-//! wait for a marker (what `weft-bench soak` exercises with
-//! `TestingMigrateEvery`).
+//! circuit moving, connections moved while an extend is pending, and the
+//! refusal to move a connection whose halves still wait for a marker (what
+//! `weft-bench soak` exercises with `TestingMigrateEvery`).
 
 use super::*;
 
@@ -105,11 +105,37 @@ fn migration_markers_keep_every_cell_once_and_in_order() {
 /// 1 connection 2) and `moves`: (connection, from, to) applied one after
 /// the other with cells in flight; every cell must arrive once, in order.
 fn moves_keep_order(moves: &[(usize, usize, usize)], steps_between: usize) {
+    moves_keep_order_from(1, None, moves, steps_between)
+}
+
+/// [`moves_keep_order`] with the next relay's connection on worker `b`,
+/// and `during_extend`: (connection, to) moved while the circuit's extend
+/// was pending (the keyed half had no peer yet; the relabel half's
+/// `Linked` was on its way).
+fn moves_keep_order_from(
+    b: usize,
+    during_extend: Option<(usize, usize)>,
+    moves: &[(usize, usize, usize)],
+    steps_between: usize,
+) {
     let mut net = Net::new(3, 16);
-    let (mut client, mut next, circ, relabel) = two_hop(&mut net, 0, 1);
+    let mut at = [0usize, 0, b];
+    let (mut client, mut next, circ, relabel) = two_hop_with(&mut net, 0, b, |net| {
+        if let Some((conn, to)) = during_extend {
+            let from = at[conn];
+            assert!(
+                net.cores[from].can_detach(conn),
+                "a pending extend may move"
+            );
+            let moved = net.cores[from].detach(conn).expect("detached");
+            net.collect(from);
+            net.cores[to].attach(conn, moved, from as u16);
+            net.collect(to);
+            at[conn] = to;
+        }
+        (at[1], at[2])
+    });
     let (mut sent_fwd, mut sent_back) = (0u32, 0u32);
-    // Where each connection lives now.
-    let mut at = [0usize, 0, 1];
     let (mut fwd, mut back) = (Vec::new(), Vec::new());
     let mut push =
         |net: &mut Net, at: &[usize; 3], client: &mut OriginCircuit, next: &mut NextRelay| {
@@ -226,4 +252,32 @@ fn a_connection_inside_a_move_may_not_move_again() {
 fn both_connections_of_a_circuit_moving_keep_every_cell_in_order() {
     moves_keep_order(&[(2, 1, 2), (1, 0, 1)], 4);
     moves_keep_order(&[(1, 0, 2), (2, 1, 0)], 4);
+}
+
+/// A connection that moves while one of its circuits waits for its extend:
+/// the new relabel half was made for the old reference. It must learn the
+/// new one as after any move, so that later moves of either connection
+/// keep every cell in order (the soak's lost stamps).
+#[test]
+fn a_connection_moved_during_an_extend_keeps_every_cell_in_order() {
+    // The client's connection moves; the relabel half on a third worker,
+    // on the keyed half's new worker, and on its old worker.
+    moves_keep_order_from(1, Some((1, 2)), &[], 4);
+    moves_keep_order_from(1, Some((1, 1)), &[], 4);
+    moves_keep_order_from(0, Some((1, 1)), &[], 4);
+    // Then more moves, as the soak does.
+    moves_keep_order_from(1, Some((1, 1)), &[(2, 1, 0)], 4);
+    moves_keep_order_from(1, Some((1, 2)), &[(2, 1, 0), (1, 2, 1), (2, 0, 2)], 4);
+    moves_keep_order_from(1, Some((1, 1)), &[(2, 1, 2), (1, 1, 0)], 4);
+    moves_keep_order_from(0, Some((1, 1)), &[(2, 0, 1), (1, 1, 2), (2, 1, 0)], 4);
+}
+
+/// The next relay's connection moves before the keyed half read the
+/// relabel half's `Linked`: the move's `PeerMoved` can overtake it (it
+/// comes from another worker, or from the keyed half's own).
+#[test]
+fn a_relabel_half_moved_before_its_link_arrived_keeps_every_cell_in_order() {
+    moves_keep_order_from(1, Some((2, 0)), &[], 4);
+    moves_keep_order_from(1, Some((2, 2)), &[], 4);
+    moves_keep_order_from(1, Some((2, 0)), &[(1, 0, 2), (2, 0, 1)], 4);
 }

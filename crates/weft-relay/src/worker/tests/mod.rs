@@ -396,6 +396,19 @@ impl NextRelay {
 /// (conn 2 of worker `b`: relabel half) → next relay. Returns the client,
 /// the next relay, the client's circuit ID and the relabel half's.
 fn two_hop(net: &mut Net, a: usize, b: usize) -> (OriginCircuit, NextRelay, u32, u32) {
+    two_hop_with(net, a, b, |_| (a, b))
+}
+
+/// [`two_hop`], with `during_extend` run after the relabel half sent its
+/// CREATE2 and its `Linked` to the keyed half, before the workers read
+/// their rings; it returns the workers that own the client's connection
+/// and the next relay's afterwards (it may move them).
+fn two_hop_with(
+    net: &mut Net,
+    a: usize,
+    b: usize,
+    during_extend: impl FnOnce(&mut Net) -> (usize, usize),
+) -> (OriginCircuit, NextRelay, u32, u32) {
     net.open(a, 1, false);
     net.open(b, 2, true);
     let mut client = OriginCircuit::new();
@@ -422,6 +435,7 @@ fn two_hop(net: &mut Net, a: usize, b: usize) -> (OriginCircuit, NextRelay, u32,
     // The controller found the connection on worker b.
     net.cores[b].create_outbound(Some(2), from, &req.create2);
     net.collect(b);
+    let (a, b) = during_extend(net);
     net.settle();
     let out = net.written(b, 2);
     assert_eq!(out.len(), 1);
