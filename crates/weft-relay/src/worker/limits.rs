@@ -266,6 +266,13 @@ impl Circuits {
     }
 
     /// Drop a connection's waiting CREATE2 cells (it closed or moved).
+    /// True if a CREATE2 of connection `conn` waits for its handshake:
+    /// the queue is this worker's, so the connection does not move until
+    /// it is answered or refused (at most `MaxOnionQueueDelay`).
+    pub(crate) fn has_pending_creates(&self, conn: usize) -> bool {
+        !self.guards.pending.is_empty() && self.guards.pending.iter().any(|p| p.conn == conn)
+    }
+
     pub(crate) fn forget_pending_creates(&mut self, conn: usize) {
         if self.guards.pending.is_empty() {
             return;

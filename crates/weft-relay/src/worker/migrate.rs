@@ -66,8 +66,9 @@ pub(crate) const FORWARDER_LIFETIME_NS: u64 = 300_000_000_000;
 pub(crate) struct Forwarder {
     /// The half's new reference, once B installed it.
     pub(crate) new: Option<HalfRef>,
-    /// Messages for the old reference not yet passed on (before `Installed`,
-    /// or while the ring to B is full), in arrival order.
+    /// Messages for the old reference not yet passed on (before
+    /// `Installed`, or from a half of this worker since the last flush), in
+    /// arrival order.
     pub(crate) buf: VecDeque<RingMsg>,
     /// The peer's worker said it switched to the new reference.
     pub(crate) switched: bool,
@@ -179,7 +180,8 @@ fn take(q: &mut CellQueue, pool: &mut CellPool) -> Vec<MovedCell> {
 
 impl Circuits {
     /// True if connection `idx` may move now: open here, not waiting for
-    /// ring space, no circuit in the middle of a rendezvous
+    /// ring space, no CREATE2 in this worker's handshake queue
+    /// ([`super::limits`]), no circuit in the middle of a rendezvous
     /// ([`super::onion`]), and no half still inside an earlier move (its
     /// own or its peer's): a half keeps one marker to wait for, and a
     /// second move before the first one's marker passed would release its
@@ -188,7 +190,7 @@ impl Circuits {
         let Some(c) = self.conn(idx) else {
             return false;
         };
-        if c.stall.is_some() {
+        if c.stall.is_some() || self.has_pending_creates(idx) {
             return false;
         }
         // Not on the data path (a move every few seconds at most).
@@ -211,8 +213,8 @@ impl Circuits {
         self.pending.retain(|&p| p != idx);
         self.resumed.retain(|&p| p != idx);
         self.unwait(idx);
-        // CREATE2 cells still waiting for a handshake: their circuits are not
-        // made yet; the client sees no answer and retries elsewhere.
+        // None wait for a handshake (`can_detach`); this only keeps the
+        // queue free of a connection that is no longer here.
         self.forget_pending_creates(idx);
         let now = self.now_ns;
         let mut moved = Vec::new();
@@ -384,8 +386,13 @@ impl Circuits {
         self.forwarder_flush(old.slot);
     }
 
-    /// Pass on what a forwarder holds, in order, as far as the ring takes;
-    /// then, once the peer switched, the "source done" marker.
+    /// Pass on what a forwarder holds, in order; then, once the peer
+    /// switched, the "source done" marker. What the ring to the new worker
+    /// refuses joins that ring's waiting line
+    /// ([`Circuits::retry_waiting`]): a half of this worker that switched
+    /// to the new reference sends on the same ring, and its cells must not
+    /// overtake the ones it sent through the forwarder (the new half cannot
+    /// tell them apart: both come from this worker).
     pub(crate) fn forwarder_flush(&mut self, slot: u32) {
         let me = self.me;
         let Some(new) = self.forwarder(slot).and_then(|f| f.new) else {
@@ -394,38 +401,30 @@ impl Circuits {
         let w = usize::from(new.worker);
         let mut local = Vec::new();
         let mut linked = None;
-        while let Some(m) = self.forwarder(slot).and_then(|f| f.buf.front().copied()) {
+        while let Some(m) = self.forwarder(slot).and_then(|f| f.buf.pop_front()) {
             if let RingMsg::Linked { peer, .. } = m {
                 linked = Some(peer);
             }
             let m = m.retarget(new);
             if w == me {
                 local.push(m);
-            } else if self.try_push(w, m).is_err() {
-                break;
-            }
-            if let Some(f) = self.forwarder(slot) {
-                f.buf.pop_front();
+            } else {
+                self.send_ordered(new, m);
             }
         }
         let mut destroy = None;
         let mut marker = false;
         if let Some(f) = self.forwarder(slot) {
-            if f.buf.is_empty() {
-                destroy = f.destroy.take();
-                marker = f.switched && !f.done_sent;
-            }
+            destroy = f.destroy.take();
+            marker = f.switched && !f.done_sent;
+            f.done_sent |= marker;
         }
         if marker {
             let m = RingMsg::SourceDone { to: new };
-            let sent = if w == me {
+            if w == me {
                 local.push(m);
-                true
             } else {
-                self.try_push(w, m).is_ok()
-            };
-            if let Some(f) = self.forwarder(slot) {
-                f.done_sent = sent;
+                self.send_ordered(new, m);
             }
         }
         for m in local {

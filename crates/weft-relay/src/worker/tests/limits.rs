@@ -71,6 +71,25 @@ fn create2_beyond_the_round_budget_waits_and_is_refused_when_too_late() {
     );
 }
 
+/// A connection with a CREATE2 in the handshake queue stays until it is
+/// answered: the queue is the worker's, and a move would lose it (the
+/// client would wait for a CREATED2 that never comes).
+#[test]
+fn a_connection_with_a_waiting_create2_does_not_move() {
+    let mut net = Net::new(2, 64);
+    client_conn(&mut net, 0, 1, [10, 0, 0, 1]);
+    for i in 0..=HANDSHAKES_PER_ROUND {
+        create2(&mut net, 1, 0x8000_0100 + i);
+    }
+    let _ = net.written(0, 1);
+    assert!(!net.cores[0].can_detach(1), "a CREATE2 waits");
+    assert!(net.cores[0].detach(1).is_none());
+    net.cores[0].run_pending_creates();
+    let (created, _) = commands(&net.written(0, 1));
+    assert_eq!(created, 1, "the waiting CREATE2 is answered here");
+    assert!(net.cores[0].can_detach(1), "free to move once answered");
+}
+
 #[test]
 fn a_destroy_for_a_waiting_create2_forgets_it() {
     let mut net = Net::new(1, 64);

@@ -118,7 +118,18 @@ fn moves_keep_order_from(
     moves: &[(usize, usize, usize)],
     steps_between: usize,
 ) {
-    let mut net = Net::new(3, 16);
+    moves_keep_order_on(Net::new(3, 16), b, during_extend, moves, steps_between)
+}
+
+/// [`moves_keep_order_from`] on `net` (its number of workers and ring
+/// size). A stalled connection is not read, as in the driver.
+fn moves_keep_order_on(
+    mut net: Net,
+    b: usize,
+    during_extend: Option<(usize, usize)>,
+    moves: &[(usize, usize, usize)],
+    steps_between: usize,
+) {
     let mut at = [0usize, 0, b];
     let (mut client, mut next, circ, relabel) = two_hop_with(&mut net, 0, b, |net| {
         if let Some((conn, to)) = during_extend {
@@ -140,16 +151,20 @@ fn moves_keep_order_from(
     let mut push =
         |net: &mut Net, at: &[usize; 3], client: &mut OriginCircuit, next: &mut NextRelay| {
             for _ in 0..4 {
-                let mut b = client_data(client, sent_fwd);
-                sent_fwd += 1;
-                net.cell(at[1], 1, circ, cmd::RELAY, &mut b);
-                let mut d = next.data(&sent_back.to_be_bytes());
-                sent_back += 1;
-                net.cell(at[2], 2, relabel, cmd::RELAY, &mut d);
+                if !net.cores[at[1]].is_stalled(1) {
+                    let mut b = client_data(client, sent_fwd);
+                    sent_fwd += 1;
+                    net.cell(at[1], 1, circ, cmd::RELAY, &mut b);
+                }
+                if !net.cores[at[2]].is_stalled(2) {
+                    let mut d = next.data(&sent_back.to_be_bytes());
+                    sent_back += 1;
+                    net.cell(at[2], 2, relabel, cmd::RELAY, &mut d);
+                }
             }
         };
     let drain = |net: &mut Net, at: &[usize; 3], fwd: &mut Vec<Out>, back: &mut Vec<Out>| {
-        for w in 0..3 {
+        for w in 0..net.cores.len() {
             if net.cores[w].conn(2).is_some() || w == at[2] {
                 fwd.extend(net.written(w, 2));
             }
@@ -169,6 +184,15 @@ fn moves_keep_order_from(
             at[conn]
         );
         drain(&mut net, &at, &mut fwd, &mut back);
+        // A stalled connection, or one inside a move, waits (as the
+        // controller's next request would).
+        for _ in 0..MAX_STEPS {
+            if net.cores[from].can_detach(conn) {
+                break;
+            }
+            net.step();
+            drain(&mut net, &at, &mut fwd, &mut back);
+        }
         assert!(
             net.cores[from].can_detach(conn),
             "can detach {conn} from {from}"
@@ -280,4 +304,18 @@ fn a_relabel_half_moved_before_its_link_arrived_keeps_every_cell_in_order() {
     moves_keep_order_from(1, Some((2, 0)), &[], 4);
     moves_keep_order_from(1, Some((2, 2)), &[], 4);
     moves_keep_order_from(1, Some((2, 0)), &[(1, 0, 2), (2, 0, 1)], 4);
+}
+
+/// A half on the worker its peer left sends through the forwarder until it
+/// switches, then straight to the new reference on the same ring: what the
+/// forwarder could not pass on (the ring was full) goes first. Tiny rings
+/// keep them full.
+#[test]
+fn a_peer_on_the_old_worker_keeps_order_behind_a_full_ring() {
+    for cap in [1, 2, 3, 5] {
+        moves_keep_order_on(Net::new(2, cap), 0, None, &[(2, 0, 1)], 6);
+        moves_keep_order_on(Net::new(2, cap), 0, None, &[(2, 0, 1), (1, 0, 1)], 6);
+        moves_keep_order_on(Net::new(2, cap), 1, None, &[(2, 1, 0), (2, 0, 1)], 6);
+        moves_keep_order_on(Net::new(3, cap), 1, Some((1, 1)), &[(2, 1, 0)], 6);
+    }
 }
