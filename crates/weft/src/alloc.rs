@@ -12,6 +12,11 @@
 //! environment with `getenv` (which does not allocate); every later call goes
 //! to the same allocator, so memory is always freed by the allocator that
 //! made it.
+//!
+//! With the system allocator on glibc, weft fixes the mmap threshold at
+//! start ([`SwitchableAllocator::return_large_blocks_to_os`]), so link
+//! buffers and cell pools go back to the kernel when they are freed instead
+//! of staying in malloc's arenas at their high-water mark.
 
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::cell::Cell;
@@ -92,6 +97,42 @@ impl SwitchableAllocator {
             _ => "system",
         }
     }
+}
+
+/// Blocks at least this large get their own mapping from the system
+/// allocator and go back to the kernel when freed: a link's read buffer
+/// (132 KiB), grown write buffers, the worker cell pools.
+pub const MMAP_THRESHOLD: usize = 128 * 1024;
+
+impl SwitchableAllocator {
+    /// With the system allocator on glibc, fix its mmap threshold at
+    /// [`MMAP_THRESHOLD`]. glibc's default threshold is dynamic: the first
+    /// large block freed raises it to that block's size (up to 32 MiB), and
+    /// from then on large buffers come from the heap arenas, which keep them
+    /// after they are freed. A relay's link buffers and cell pools would
+    /// then hold their high-water mark for the life of the process, even
+    /// after the connections that needed them closed. Returns whether the
+    /// threshold was set (false with mimalloc or jemalloc, which return
+    /// memory on their own, and off glibc).
+    pub fn return_large_blocks_to_os(&self) -> bool {
+        if self.choice() != SYSTEM {
+            return false;
+        }
+        set_mmap_threshold()
+    }
+}
+
+#[cfg(all(target_os = "linux", target_env = "gnu"))]
+fn set_mmap_threshold() -> bool {
+    // SAFETY: mallopt only changes glibc's malloc parameters (under its own
+    // lock); M_MMAP_THRESHOLD with a value below its 32 MiB maximum is
+    // valid at any time, and blocks already allocated are unaffected.
+    unsafe { libc::mallopt(libc::M_MMAP_THRESHOLD, MMAP_THRESHOLD as libc::c_int) == 1 }
+}
+
+#[cfg(not(all(target_os = "linux", target_env = "gnu")))]
+fn set_mmap_threshold() -> bool {
+    false
 }
 
 impl Default for SwitchableAllocator {
@@ -185,5 +226,43 @@ mod tests {
                 "alloc_zeroed + realloc counted"
             );
         }
+    }
+
+    #[cfg(all(target_os = "linux", target_env = "gnu"))]
+    #[test]
+    fn large_blocks_freed_go_back_to_the_kernel() {
+        let a = SwitchableAllocator {
+            choice: AtomicU8::new(SYSTEM),
+        };
+        assert!(a.return_large_blocks_to_os());
+        let mapped = || {
+            // SAFETY: mallinfo2 only reads glibc's statistics.
+            unsafe { libc::mallinfo2().hblkhd }
+        };
+        let big = Layout::from_size_align(4 << 20, 64).unwrap();
+        let buf = Layout::from_size_align(MMAP_THRESHOLD + 4096, 64).unwrap();
+        // SAFETY: non-zero layouts; each block is freed by the allocator
+        // that made it, with its layout.
+        unsafe {
+            // Freeing a large block is what raises glibc's dynamic threshold.
+            let p = a.alloc(big);
+            assert!(!p.is_null());
+            a.dealloc(p, big);
+            let before = mapped();
+            let q = a.alloc(buf);
+            assert!(!q.is_null());
+            let during = mapped();
+            a.dealloc(q, buf);
+            assert!(
+                during >= before + buf.size(),
+                "a {} byte block is its own mapping ({before} -> {during})",
+                buf.size()
+            );
+            assert!(mapped() < during, "and is unmapped when freed");
+        }
+        let other = SwitchableAllocator {
+            choice: AtomicU8::new(JEMALLOC),
+        };
+        assert!(!other.return_large_blocks_to_os());
     }
 }

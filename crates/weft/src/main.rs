@@ -66,6 +66,7 @@ fn init_logging(logs: &[config::LogSpec]) -> anyhow::Result<()> {
 }
 
 fn main() -> ExitCode {
+    let large_blocks_returned = ALLOCATOR.return_large_blocks_to_os();
     let args = Args::parse();
     let text = match std::fs::read_to_string(&args.config) {
         Ok(t) => t,
@@ -95,7 +96,15 @@ fn main() -> ExitCode {
             return ExitCode::from(1);
         }
     }
-    tracing::info!("memory allocator: {}", ALLOCATOR.name());
+    tracing::info!(
+        "memory allocator: {}{}",
+        ALLOCATOR.name(),
+        if large_blocks_returned {
+            " (blocks of 128 KiB or more are returned to the kernel when freed)"
+        } else {
+            ""
+        }
+    );
     tracing::info!(
         "TLS library: {} ({})",
         openssl::version::version(),
