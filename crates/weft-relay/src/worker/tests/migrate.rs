@@ -319,3 +319,22 @@ fn a_peer_on_the_old_worker_keeps_order_behind_a_full_ring() {
         moves_keep_order_on(Net::new(3, cap), 1, Some((1, 1)), &[(2, 1, 0)], 6);
     }
 }
+
+/// The known gap (docs/architecture.md): the second connection of a
+/// circuit moves while the first move's markers are still on a full ring.
+/// Every sequence of up to three moves on two workers with rings of 1 to
+/// 16 slots was tried: the 29 that failed all moved both connections (28
+/// of them with one-slot rings); no single move failed.
+#[test]
+#[ignore = "known gap: two moves that overlap on one circuit"]
+fn overlapping_moves_of_both_connections_keep_order() {
+    moves_keep_order_on(Net::new(2, 1), 0, None, &[(2, 0, 1), (1, 0, 1)], 1);
+    moves_keep_order_on(Net::new(2, 1), 1, None, &[(2, 1, 0), (1, 0, 1)], 1);
+    moves_keep_order_on(
+        Net::new(2, 16),
+        0,
+        None,
+        &[(1, 0, 1), (2, 0, 1), (1, 1, 0)],
+        1,
+    );
+}
