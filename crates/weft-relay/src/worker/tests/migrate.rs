@@ -121,6 +121,21 @@ fn moves_keep_order_from(
     moves_keep_order_on(Net::new(3, 16), b, during_extend, moves, steps_between)
 }
 
+/// Move connection `conn` from the worker `at` says to `to` at once
+/// (detach, then attach with the old worker's messages collected).
+fn move_conn(net: &mut Net, at: &mut [usize; 3], conn: usize, to: usize) {
+    let from = at[conn];
+    assert!(
+        net.cores[from].can_detach(conn),
+        "can detach {conn} from {from}"
+    );
+    let moved = net.cores[from].detach(conn).expect("detached");
+    net.collect(from);
+    net.cores[to].attach(conn, moved, from as u16);
+    net.collect(to);
+    at[conn] = to;
+}
+
 /// [`moves_keep_order_from`] on `net` (its number of workers and ring
 /// size). A stalled connection is not read, as in the driver.
 fn moves_keep_order_on(
@@ -133,16 +148,7 @@ fn moves_keep_order_on(
     let mut at = [0usize, 0, b];
     let (mut client, mut next, circ, relabel) = two_hop_with(&mut net, 0, b, |net| {
         if let Some((conn, to)) = during_extend {
-            let from = at[conn];
-            assert!(
-                net.cores[from].can_detach(conn),
-                "a pending extend may move"
-            );
-            let moved = net.cores[from].detach(conn).expect("detached");
-            net.collect(from);
-            net.cores[to].attach(conn, moved, from as u16);
-            net.collect(to);
-            at[conn] = to;
+            move_conn(net, &mut at, conn, to);
         }
         (at[1], at[2])
     });
@@ -193,15 +199,7 @@ fn moves_keep_order_on(
             net.step();
             drain(&mut net, &at, &mut fwd, &mut back);
         }
-        assert!(
-            net.cores[from].can_detach(conn),
-            "can detach {conn} from {from}"
-        );
-        let moved = net.cores[from].detach(conn).expect("detached");
-        net.collect(from);
-        net.cores[to].attach(conn, moved, from as u16);
-        net.collect(to);
-        at[conn] = to;
+        move_conn(&mut net, &mut at, conn, to);
         for _ in 0..steps_between {
             push(&mut net, &at, &mut client, &mut next);
             net.step();
