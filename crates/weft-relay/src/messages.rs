@@ -379,6 +379,16 @@ pub enum ControllerMsg {
         /// Its new worker.
         worker: usize,
     },
+    /// The migration of connection `conn_id` is over: it moved and every
+    /// circuit's ends are done with the markers (from the new worker), or
+    /// it did not move (from the old worker, or the new one if adoption
+    /// failed). The controller starts the next move only after this.
+    MigrationDone {
+        /// Its identifier.
+        conn_id: ConnId,
+        /// It moved.
+        moved: bool,
+    },
     /// A worker has sent its last report and stopped.
     WorkerStopped {
         /// Which worker.

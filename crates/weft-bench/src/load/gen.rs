@@ -205,7 +205,15 @@ impl LoadThread<'_> {
                             kb.seek((1 + j) * BODY_LEN as u64);
                             kb.apply_keystream(body);
                         }
-                        record_marked(body, j, now, measure, &mut report.delay_down, corrupt);
+                        record_marked(
+                            body,
+                            j,
+                            now,
+                            measure,
+                            &mut report.delay_down,
+                            corrupt,
+                            ("down", c),
+                        );
                     }
                     if circ.web {
                         if let Some((start, end)) = circ.fetch {

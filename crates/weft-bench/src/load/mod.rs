@@ -548,10 +548,26 @@ fn record_marked(
     measure: bool,
     h: &mut Histogram<u64>,
     corrupt: &mut u64,
+    what: (&str, usize),
 ) {
     let magic_ok = &body[OFF_MAGIC..OFF_MAGIC + 8] == MARK_MAGIC;
     let idx = u64::from_be_bytes(body[OFF_INDEX..OFF_INDEX + 8].try_into().unwrap_or([0; 8]));
     if !magic_ok || idx != j {
+        // Rare (a failure): the first few, then one in a hundred, say
+        // where so that a reader can tell loss from reordering.
+        if *corrupt < 8 || (*corrupt).is_multiple_of(100) {
+            eprintln!(
+                "load: wrong stamp {} on circuit {} ({}): cell {j} carries {}",
+                *corrupt + 1,
+                what.1,
+                what.0,
+                if magic_ok {
+                    idx.to_string()
+                } else {
+                    "no stamp".into()
+                }
+            );
+        }
         *corrupt += 1;
         return;
     }

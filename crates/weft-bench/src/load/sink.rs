@@ -97,7 +97,15 @@ impl LoadThread<'_> {
                         circ.up.recv += 1;
                         *up_total += 1;
                         if j % mark_every == 0 {
-                            record_marked(body, j, now, measure, &mut report.delay_up, corrupt);
+                            record_marked(
+                                body,
+                                j,
+                                now,
+                                measure,
+                                &mut report.delay_up,
+                                corrupt,
+                                ("up", c),
+                            );
                         }
                         transfer_progress(&mut circ.up, j, t, measure, report);
                     }

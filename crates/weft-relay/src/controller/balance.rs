@@ -4,11 +4,17 @@
 //! split of BandwidthRate between workers by recent demand. Controller
 //! state only; workers are told by message.
 
-use tracing::{debug, info};
+use tracing::{debug, info, warn};
 
 use super::Controller;
 use crate::messages::ConnId;
 use crate::worker::WorkerMsg;
+
+/// Seconds a move may take before the controller stops waiting for its
+/// end and allows the next one. A move ends within a few rounds; one that
+/// does not (a circuit's extend still pending, say) ends when that circuit
+/// is linked or closed.
+pub(super) const MIGRATION_TIMEOUT_S: u64 = 10;
 
 impl Controller {
     /// The worker for a new connection: the least loaded by measured load
@@ -42,6 +48,15 @@ impl Controller {
             let busy = self.worker_load[w].busy_ns as f64 / 1e9;
             self.load[w] = 0.5 * self.load[w] + 0.5 * busy;
         }
+        // One move at a time: a half keeps one marker to wait for, so two
+        // moves that overlap on a circuit could reorder its cells.
+        if let Some((id, since)) = self.migrating {
+            if secs.saturating_sub(since) < MIGRATION_TIMEOUT_S {
+                return;
+            }
+            warn!("the move of connection {id} is not over after {MIGRATION_TIMEOUT_S} s; moving others again");
+            self.migrating = None;
+        }
         if let Some(every) = self.cfg.testing_migrate_every.filter(|e| *e > 0) {
             if secs.is_multiple_of(every) && !self.conns.is_empty() {
                 let ids: Vec<ConnId> = self.conns.keys().copied().collect();
@@ -53,6 +68,7 @@ impl Controller {
                         f.worker
                     );
                     self.workers[f.worker].send(WorkerMsg::Migrate { conn_id: id, to });
+                    self.migrating = Some((id, secs));
                 }
             }
             return;
@@ -93,6 +109,7 @@ impl Controller {
                 b / 1024
             );
             self.workers[hi].send(WorkerMsg::Migrate { conn_id, to: lo });
+            self.migrating = Some((conn_id, secs));
             // Pretend the move happened so the next decision waits for data.
             self.load[hi] -= gap / 2.0;
             self.load[lo] += gap / 2.0;

@@ -85,6 +85,11 @@ struct Controller {
     load: Vec<f64>,
     /// Seconds each worker has been the busiest by a margin (balancing).
     imbalance_secs: u32,
+    /// The move in flight (connection, second it was asked for): the next
+    /// starts only when its workers say it is over
+    /// ([`ControllerMsg::MigrationDone`]) or after
+    /// [`balance::MIGRATION_TIMEOUT_S`].
+    migrating: Option<(ConnId, u64)>,
     next_worker: usize,
     next_conn_id: ConnId,
     conns: HashMap<ConnId, ConnFacts>,
@@ -231,6 +236,7 @@ async fn run_controller(cfg: RelayConfig) -> anyhow::Result<()> {
         shares: vec![0; workers.len()],
         migrations: 0,
         imbalance_secs: 0,
+        migrating: None,
         load: vec![0.0; workers.len()],
         cfg,
         keys,
@@ -463,6 +469,12 @@ impl Controller {
                     f.worker = worker;
                 }
                 self.migrations += 1;
+            }
+            ControllerMsg::MigrationDone { conn_id, moved } => {
+                if self.migrating.is_some_and(|(id, _)| id == conn_id) {
+                    debug!("migration of connection {conn_id} over (moved: {moved})");
+                    self.migrating = None;
+                }
             }
             ControllerMsg::WorkerStopped { worker } => {
                 warn!("worker {worker} stopped unexpectedly");

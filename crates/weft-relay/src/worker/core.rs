@@ -169,6 +169,10 @@ pub(crate) struct Circuits {
     pub(crate) destroy_later: Vec<(HalfRef, u8)>,
     /// Old half slots forwarding for halves that moved away.
     pub(crate) forwarders: Vec<u32>,
+    /// Connections adopted from another worker whose halves (new
+    /// references) are not yet done with the move
+    /// ([`Circuits::tend_adopted`]).
+    pub(crate) adopted: Vec<(ConnId, Vec<HalfRef>)>,
     /// Our bandwidth self-test circuits.
     pub(crate) selftests: Vec<HalfRef>,
     pub(crate) effects: VecDeque<Effect>,
@@ -207,6 +211,7 @@ impl Circuits {
             outs,
             destroy_later: Vec::new(),
             forwarders: Vec::new(),
+            adopted: Vec::new(),
             selftests: Vec::new(),
             effects: VecDeque::new(),
             counters: CoreCounters::default(),

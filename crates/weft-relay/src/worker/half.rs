@@ -65,6 +65,12 @@ pub(crate) struct Half {
     /// The peer moved away from this worker before its `Linked` (still on
     /// its way from there, naming the old reference) reached us.
     pub link_from: Option<u16>,
+    /// The peer moved and we address its new reference, but still hold
+    /// cells for the old worker's marker: `Switched` for this old
+    /// reference goes out when the hold ends, so that the new half's
+    /// release (which waits for it) means this half is done with the move
+    /// too ([`super::migrate`]).
+    pub switch_owed: Option<HalfRef>,
 }
 
 impl Half {
@@ -81,7 +87,20 @@ impl Half {
             held: CellQueue::default(),
             done_from: None,
             link_from: None,
+            switch_owed: None,
         }
+    }
+
+    /// True while the half takes part in a move (its own or its peer's):
+    /// it waits for a marker, holds cells, heard a marker before the news
+    /// it belongs to, or still owes its old peer `Switched`. Such a half
+    /// may not move (it keeps one marker to wait for).
+    pub fn in_move(&self) -> bool {
+        self.hold_from.is_some()
+            || !self.held.is_empty()
+            || self.done_from.is_some()
+            || self.link_from.is_some()
+            || self.switch_owed.is_some()
     }
 }
 

@@ -275,7 +275,7 @@ impl Circuits {
                 // address its new reference; the old one hears that we
                 // switched ([`super::migrate`]).
                 h.link_from = None;
-                self.send_ordered(peer, RingMsg::Switched { old: peer });
+                self.owe_switched(to, peer);
             }
             Some(h)
                 if h.peer.is_none()

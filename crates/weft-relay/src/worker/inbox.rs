@@ -253,10 +253,16 @@ impl Worker {
     /// [`super::migrate`]): if it is open, not closing and not waiting for
     /// ring space, its socket and circuits leave together.
     pub(crate) fn migrate_out(&mut self, conn_id: ConnId, to: usize) {
+        let refused = ControllerMsg::MigrationDone {
+            conn_id,
+            moved: false,
+        };
         if to == self.id || to >= self.peers.len() {
+            let _ = self.controller.send(refused);
             return;
         }
         let Some(&idx) = self.by_id.get(&conn_id) else {
+            let _ = self.controller.send(refused);
             return;
         };
         let movable = self
@@ -264,10 +270,9 @@ impl Worker {
             .get(idx)
             .is_some_and(|c| c.is_open() && c.closing.is_none())
             && self.core.can_detach(idx);
-        if !movable {
-            return;
-        }
-        let Some(circuits) = self.core.detach(idx) else {
+        let Some(circuits) = movable.then(|| self.core.detach(idx)).flatten() else {
+            debug!("connection {conn_id} does not move now (inside a move, or busy)");
+            let _ = self.controller.send(refused);
             return;
         };
         let mut c = self.conns.remove(idx);
@@ -296,6 +301,10 @@ impl Worker {
         let Some(idx) = self.add_conn(conn) else {
             debug!("connection {conn_id}: adoption failed; its circuits close");
             self.core.abandon(circuits);
+            let _ = self.controller.send(ControllerMsg::MigrationDone {
+                conn_id,
+                moved: false,
+            });
             return;
         };
         self.core.attach(idx, circuits, from);

@@ -32,11 +32,17 @@
 //! before its `Linked` reached the keyed half: the keyed half takes the
 //! `PeerMoved` first and answers `Switched` when the `Linked` comes.
 //!
-//! Not handled: two moves that overlap on one circuit (the second
-//! connection leaves before the first move's markers reached it). A half
-//! waits for one marker at a time and a forwarder passes markers on as its
-//! own worker's; [`Circuits::can_detach`] refuses what this worker can
-//! see, and the controller starts at most one move a second.
+//! One move at a time. A half waits for one marker at a time and a
+//! forwarder passes markers on as its own worker's, so two moves that
+//! overlap on one circuit (its second connection leaving before the first
+//! move's markers passed) could release held cells on the wrong marker.
+//! They never overlap: a peer that still holds cells owes `Switched` until
+//! its hold ends ([`Circuits::owe_switched`]), so the new half's release
+//! means both ends are done; B then reports the move over
+//! (`MigrationDone`, [`Circuits::tend_adopted`]) and the controller starts
+//! no move before that (or before a timeout, for a circuit whose extend
+//! never completes). [`Circuits::can_detach`] also refuses a connection
+//! with a half inside a move, as far as this worker can see.
 //!
 //! Held cells are kept without the keyed half's onion layer and encrypted
 //! when released, so the AES-CTR keystream follows the final order. A
@@ -52,10 +58,10 @@ use tracing::info;
 use weft_proto::cell::{cmd, BODY_LEN};
 
 use super::conn::Conn;
-use super::core::{Circuits, ConnCircuits};
+use super::core::{Circuits, ConnCircuits, Effect};
 use super::half::{Half, HalfRole};
 use crate::ewma::CircuitEwma;
-use crate::messages::{ConnId, HalfRef, RingMsg};
+use crate::messages::{ConnId, ControllerMsg, HalfRef, RingMsg};
 use crate::pool::{CellPool, CellQueue};
 
 /// How long an old half slot keeps forwarding after its migration
@@ -195,11 +201,9 @@ impl Circuits {
         }
         // Not on the data path (a move every few seconds at most).
         let slots: Vec<u32> = c.circuits.values().copied().collect();
-        let moving = slots.into_iter().any(|s| {
-            self.halves
-                .by_slot(s)
-                .is_some_and(|h| h.hold_from.is_some() || !h.held.is_empty())
-        });
+        let moving = slots
+            .into_iter()
+            .any(|s| self.halves.by_slot(s).is_some_and(|h| h.in_move()));
         !moving && !self.in_rendezvous(idx)
     }
 
@@ -270,6 +274,7 @@ impl Circuits {
     pub(crate) fn attach(&mut self, idx: usize, m: MovedCircuits, from: u16) {
         let now = self.now_ns;
         self.add_conn(idx, m.id, m.peer_addr, m.we_initiated, m.client);
+        let mut refs = Vec::with_capacity(m.halves.len());
         for mh in m.halves {
             let mut h = Half::new(idx, mh.circ_id, mh.role, mh.peer);
             h.ewma = mh.ewma;
@@ -278,6 +283,7 @@ impl Circuits {
             h.hold_from = Some(from);
             h.done_from = None;
             let r = self.halves.insert(h);
+            refs.push(r);
             if let Some(c) = self.conn_mut(idx) {
                 c.circuits.insert(mh.circ_id, r.slot);
             }
@@ -319,6 +325,7 @@ impl Circuits {
                 );
             }
         }
+        self.adopted.push((m.id, refs));
         for cell in m.urgent {
             self.queue_urgent(idx, cell.circ_id, cell.command, &cell.body);
         }
@@ -462,8 +469,10 @@ impl Circuits {
         self.send_ordered(peer, RingMsg::SourceDone { to: peer });
     }
 
-    /// Each round and tick: retry forwarders the ring refused; drop old ones.
+    /// Each round and tick: report adopted connections whose move is
+    /// over; retry forwarders the ring refused; drop old ones.
     pub(crate) fn tend_forwarders(&mut self) {
+        self.tend_adopted();
         if self.forwarders.is_empty() {
             return;
         }
@@ -489,6 +498,33 @@ impl Circuits {
         self.forwarders = keep;
     }
 
+    /// Tell the controller about each adopted connection whose move is
+    /// over: every new half got its old worker's marker (or closed). That
+    /// marker left the old worker after the peer's `Switched`, which the
+    /// peer sends only once its own hold ended ([`Circuits::owe_switched`]),
+    /// so both ends of every circuit are done with the move and the next
+    /// move cannot overlap it (a half keeps one marker to wait for).
+    fn tend_adopted(&mut self) {
+        if self.adopted.is_empty() {
+            return;
+        }
+        let list = std::mem::take(&mut self.adopted);
+        for (conn_id, refs) in list {
+            let busy = refs
+                .iter()
+                .any(|&r| self.halves.get(r).is_some_and(|h| h.in_move()));
+            if busy {
+                self.adopted.push((conn_id, refs));
+            } else {
+                self.effects
+                    .push_back(Effect::Controller(ControllerMsg::MigrationDone {
+                        conn_id,
+                        moved: true,
+                    }));
+            }
+        }
+    }
+
     /// A "source done" marker from worker `source` for half `to`.
     pub(crate) fn source_done(&mut self, to: HalfRef, source: u16) {
         let Some(h) = self.halves.get(to) else { return };
@@ -503,6 +539,10 @@ impl Circuits {
         loop {
             let Some(h) = self.halves.get(to) else { return };
             let Some(s) = h.held.pop(&self.pool) else {
+                // Done with the move: the old reference may hear it.
+                if let Some(old) = h.switch_owed.take() {
+                    self.send_ordered(old, RingMsg::Switched { old });
+                }
                 return;
             };
             let slot = self.pool.slot(s).clone();
@@ -545,8 +585,24 @@ impl Circuits {
         // half sends from now on, and `Switched` below promises the old
         // worker nothing more: readdress it to the new reference first.
         self.readdress_stalled(conn, old_ref, peer);
-        // After this, nothing more from us to the old reference.
-        self.send_ordered(old_ref, RingMsg::Switched { old: old_ref });
+        // We send nothing more to the old reference.
+        self.owe_switched(to, old_ref);
+    }
+
+    /// Our half `to` addresses its peer's new reference and sends nothing
+    /// more to `old`: tell `old`'s worker, whose marker then releases what
+    /// the new half holds. If `to` itself still holds cells for the old
+    /// worker's marker, not before that marker passed: the new half's
+    /// release then means that both halves are done with the move, which
+    /// the new worker reports to the controller
+    /// ([`Circuits::tend_adopted`]); the next move may only start then.
+    pub(crate) fn owe_switched(&mut self, to: HalfRef, old: HalfRef) {
+        let Some(h) = self.halves.get(to) else { return };
+        if h.hold_from.is_some() {
+            h.switch_owed = Some(old);
+        } else {
+            self.send_ordered(old, RingMsg::Switched { old });
+        }
     }
 
     /// If connection `conn` is stalled on a cell for `old`, send that cell

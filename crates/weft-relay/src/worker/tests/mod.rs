@@ -32,9 +32,17 @@ mod onion;
 /// Bound on the steps of [`Net::settle`].
 const MAX_STEPS: usize = 200;
 
-fn keys(dir: &std::path::Path, nick: &str) -> RelayKeys {
+/// Relay keys for `nick`, made once per test process and loaded from disk
+/// after (RSA key generation dominated the move-sequence searches). `_dir`
+/// is the caller's directory, unused: the keys live in one directory for
+/// the whole process.
+fn keys(_dir: &std::path::Path, nick: &str) -> RelayKeys {
+    static DIR: std::sync::OnceLock<tempfile::TempDir> = std::sync::OnceLock::new();
+    static MAKING: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    let dir = DIR.get_or_init(|| tempfile::tempdir().expect("key directory"));
+    let _one_at_a_time = MAKING.lock().unwrap_or_else(|e| e.into_inner());
     RelayKeys::load_or_create(
-        dir,
+        &dir.path().join(nick),
         nick,
         Duration::from_secs(28 * 86400),
         SystemTime::now(),
@@ -96,12 +104,20 @@ impl Net {
     fn new(n: usize, ring_capacity: usize) -> Net {
         let dir = tempfile::tempdir().unwrap();
         let relay = keys(&dir.path().join("weft"), "weft");
-        let link = LinkKeys::generate(&relay, SystemTime::now()).unwrap();
-        let sched = SchedParams {
-            halflife_s: 30.0,
-            ..SchedParams::default()
-        };
-        let ctx = Arc::new(SharedContext::build(&relay, &link, vec![], &sched).unwrap());
+        // One context (link keys, TLS contexts) per test process: RSA key
+        // generation would otherwise dominate the tests that build many
+        // networks.
+        static CTX: std::sync::OnceLock<Arc<SharedContext>> = std::sync::OnceLock::new();
+        let ctx = CTX
+            .get_or_init(|| {
+                let link = LinkKeys::generate(&relay, SystemTime::now()).unwrap();
+                let sched = SchedParams {
+                    halflife_s: 30.0,
+                    ..SchedParams::default()
+                };
+                Arc::new(SharedContext::build(&relay, &link, vec![], &sched).unwrap())
+            })
+            .clone();
         let mut outs: Vec<Vec<Option<crate::ring::Producer<RingMsg>>>> =
             (0..n).map(|_| (0..n).map(|_| None).collect()).collect();
         let mut ins: Vec<Vec<Option<Consumer<RingMsg>>>> =
