@@ -246,6 +246,7 @@ impl Opts {
             web_cells: 0,
             web_think_ms: 0,
             read_rate: None,
+            stall_after_s: None,
         }
     }
 

@@ -70,6 +70,11 @@ pub struct Procedure {
     /// Read rate limit per generator connection, bytes/s.
     #[serde(default)]
     pub read_rate: Option<u64>,
+    /// Report a bulk circuit into which nothing arrived (in a direction
+    /// that sends) for this many seconds before the load stopped, as an
+    /// error (the soak: a circuit that stalls loses no stamp).
+    #[serde(default)]
+    pub stall_after_s: Option<f64>,
 }
 
 impl Procedure {
@@ -103,6 +108,7 @@ impl Procedure {
             web_cells: 0,
             web_think_ms: 0,
             read_rate: None,
+            stall_after_s: None,
         }
     }
 }
@@ -417,6 +423,7 @@ impl LoadRun {
             } else {
                 p.read_rate
             },
+            stall_after: p.stall_after_s.map(Duration::from_secs_f64),
         };
         let shared = Arc::new(Shared::default());
         let epoch = Instant::now();

@@ -5,7 +5,9 @@
 //! its connections closed), while weft migrates a connection between
 //! workers every few seconds (`TestingMigrateEvery`). Every cell carries a
 //! stamp checked at the other end (loss, duplication, reordering and
-//! corruption all count as lost). Samples weft's RSS and open file
+//! corruption all count as lost), and a circuit into which nothing arrived
+//! for 5 s before its load stopped is an error (a stuck circuit loses no
+//! stamp). Samples weft's RSS and open file
 //! descriptors; the verdict compares RSS at the end with RSS at minute 5
 //! and the descriptor count at the start and the end of each quiet moment.
 
@@ -135,6 +137,9 @@ fn fd_count(pid: u32) -> u64 {
 fn procedure(conns: usize, circuits: usize, load_cpus: &str) -> Procedure {
     let mut p = Procedure::saturation(conns, circuits, 200, 1000, 0.0, 0.0, 1.0);
     p.mark_every = 1;
+    // Every circuit sends both ways the whole time: one into which nothing
+    // arrived for 5 s is stuck (a held cell never released, say).
+    p.stall_after_s = Some(5.0);
     p.load_cpus = load_cpus.to_string();
     p
 }
@@ -175,7 +180,10 @@ fn stop_load(
     let corrupt = run.sum(|c| c.corrupt.load(Ordering::Relaxed));
     let circuits_failed = run.sum(|c| c.circuits_failed.load(Ordering::Relaxed));
     run.set_phase(PHASE_STOP);
-    let errors = run.finish()?.into_iter().flat_map(|r| r.errors).collect();
+    let errors: Vec<String> = run.finish()?.into_iter().flat_map(|r| r.errors).collect();
+    if !errors.is_empty() {
+        eprintln!("soak: {load} at {t_s:.0} s: {errors:?}");
+    }
     if corrupt + circuits_failed > 0 {
         eprintln!(
             "soak: {load} at {t_s:.0} s: {corrupt} stamps wrong, {circuits_failed} circuits failed"

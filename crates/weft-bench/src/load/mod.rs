@@ -123,6 +123,9 @@ pub struct LoadConfig {
     /// Read at most this many bytes/s per generator connection (the slow
     /// client-side link that makes cells queue inside the target).
     pub read_rate: Option<u64>,
+    /// Report a bulk circuit into which nothing arrived for this long
+    /// (in a direction that sends) when the load stops, as an error.
+    pub stall_after: Option<Duration>,
 }
 
 /// Live counters a load thread publishes for the coordinator.
@@ -221,6 +224,8 @@ struct Flow {
     /// When the current transfer's first cell was sent (index sent/T*T).
     transfer_start: Vec<(u64, Instant)>,
     first_seen: Option<Instant>,
+    /// When its last cell arrived.
+    last_seen: Option<Instant>,
 }
 
 impl Flow {
@@ -407,6 +412,7 @@ pub fn run_thread(
     loop {
         let phase = shared.phase.load(Ordering::Relaxed);
         if phase == PHASE_STOP {
+            t.report_stalls();
             break;
         }
         let timeout = if idle {
@@ -433,6 +439,39 @@ pub fn run_thread(
         counters.cpu_ns.store(thread_cpu_ns(), Ordering::Relaxed);
     }
     Ok(t.report)
+}
+
+impl LoadThread<'_> {
+    /// With `stall_after`: note each ready bulk circuit into which nothing
+    /// arrived for that long, per direction that sends.
+    fn report_stalls(&mut self) {
+        let Some(limit) = self.cfg.stall_after else {
+            return;
+        };
+        let now = Instant::now();
+        for (c, circ) in self.circs.iter().enumerate() {
+            if circ.state != CircState::Ready || circ.web {
+                continue;
+            }
+            for (dir, flow, on) in [
+                ("up", &circ.up, self.cfg.up),
+                ("down", &circ.down, self.cfg.down),
+            ] {
+                let since = now.saturating_duration_since(flow.last_seen.unwrap_or(circ.started));
+                if on && since > limit {
+                    note(
+                        &mut self.report.errors,
+                        format!(
+                            "circuit {c} stalled ({dir}): nothing arrived for {:.1} s; {} of {} cells sent arrived",
+                            since.as_secs_f64(),
+                            flow.recv,
+                            flow.sent
+                        ),
+                    );
+                }
+            }
+        }
+    }
 }
 
 fn note(errors: &mut Vec<String>, e: String) {
@@ -579,6 +618,7 @@ fn record_marked(
 
 fn transfer_progress(flow: &mut Flow, j: u64, t: u64, measure: bool, report: &mut ThreadReport) {
     let now = Instant::now();
+    flow.last_seen = Some(now);
     if j.is_multiple_of(t) {
         flow.first_seen = Some(now);
     }
