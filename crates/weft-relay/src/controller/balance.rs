@@ -16,6 +16,47 @@ use crate::worker::WorkerMsg;
 /// is linked or closed.
 pub(super) const MIGRATION_TIMEOUT_S: u64 = 10;
 
+/// One move at a time: a half keeps one marker to wait for, so two moves
+/// that overlap on a circuit could reorder its cells. The next move starts
+/// when the workers say the last is over (`MigrationDone`) or after
+/// [`MIGRATION_TIMEOUT_S`].
+#[derive(Debug, Default)]
+pub(super) struct MoveGate {
+    /// The move in flight: connection, second it was asked for.
+    in_flight: Option<(ConnId, u64)>,
+}
+
+impl MoveGate {
+    /// True if a move may start at second `secs` (a move that timed out
+    /// is forgotten, with a warning).
+    pub(super) fn open(&mut self, secs: u64) -> bool {
+        let Some((id, since)) = self.in_flight else {
+            return true;
+        };
+        if secs.saturating_sub(since) < MIGRATION_TIMEOUT_S {
+            return false;
+        }
+        warn!("the move of connection {id} is not over after {MIGRATION_TIMEOUT_S} s; moving others again");
+        self.in_flight = None;
+        true
+    }
+
+    /// A move of `id` was asked for at second `secs`.
+    pub(super) fn started(&mut self, id: ConnId, secs: u64) {
+        self.in_flight = Some((id, secs));
+    }
+
+    /// The workers say the move of `id` is over (true if it was the one in
+    /// flight).
+    pub(super) fn over(&mut self, id: ConnId) -> bool {
+        let ours = self.in_flight.is_some_and(|(f, _)| f == id);
+        if ours {
+            self.in_flight = None;
+        }
+        ours
+    }
+}
+
 impl Controller {
     /// The worker for a new connection: the least loaded by measured load
     /// (EWMA of busy time), then by connections; ties round robin.
@@ -48,14 +89,8 @@ impl Controller {
             let busy = self.worker_load[w].busy_ns as f64 / 1e9;
             self.load[w] = 0.5 * self.load[w] + 0.5 * busy;
         }
-        // One move at a time: a half keeps one marker to wait for, so two
-        // moves that overlap on a circuit could reorder its cells.
-        if let Some((id, since)) = self.migrating {
-            if secs.saturating_sub(since) < MIGRATION_TIMEOUT_S {
-                return;
-            }
-            warn!("the move of connection {id} is not over after {MIGRATION_TIMEOUT_S} s; moving others again");
-            self.migrating = None;
+        if !self.moves.open(secs) {
+            return;
         }
         if let Some(every) = self.cfg.testing_migrate_every.filter(|e| *e > 0) {
             if secs.is_multiple_of(every) && !self.conns.is_empty() {
@@ -68,7 +103,7 @@ impl Controller {
                         f.worker
                     );
                     self.workers[f.worker].send(WorkerMsg::Migrate { conn_id: id, to });
-                    self.migrating = Some((id, secs));
+                    self.moves.started(id, secs);
                 }
             }
             return;
@@ -109,7 +144,7 @@ impl Controller {
                 b / 1024
             );
             self.workers[hi].send(WorkerMsg::Migrate { conn_id, to: lo });
-            self.migrating = Some((conn_id, secs));
+            self.moves.started(conn_id, secs);
             // Pretend the move happened so the next decision waits for data.
             self.load[hi] -= gap / 2.0;
             self.load[lo] += gap / 2.0;
@@ -152,5 +187,26 @@ impl Controller {
                 self.workers[w].send(WorkerMsg::BandwidthShare { rate, burst });
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn one_move_at_a_time_until_it_is_over_or_times_out() {
+        let mut g = MoveGate::default();
+        assert!(g.open(0));
+        g.started(7, 0);
+        assert!(!g.open(1), "a move is in flight");
+        assert!(!g.over(8), "another connection's report does not open it");
+        assert!(!g.open(MIGRATION_TIMEOUT_S - 1));
+        assert!(g.over(7));
+        assert!(g.open(2), "open once the move is over");
+        g.started(9, 3);
+        assert!(!g.open(3 + MIGRATION_TIMEOUT_S - 1));
+        assert!(g.open(3 + MIGRATION_TIMEOUT_S), "open after the timeout");
+        assert!(!g.over(9), "a late report changes nothing");
     }
 }

@@ -85,11 +85,9 @@ struct Controller {
     load: Vec<f64>,
     /// Seconds each worker has been the busiest by a margin (balancing).
     imbalance_secs: u32,
-    /// The move in flight (connection, second it was asked for): the next
-    /// starts only when its workers say it is over
-    /// ([`ControllerMsg::MigrationDone`]) or after
-    /// [`balance::MIGRATION_TIMEOUT_S`].
-    migrating: Option<(ConnId, u64)>,
+    /// The move in flight: the next starts only when its workers say it
+    /// is over ([`ControllerMsg::MigrationDone`]) or after a timeout.
+    moves: balance::MoveGate,
     next_worker: usize,
     next_conn_id: ConnId,
     conns: HashMap<ConnId, ConnFacts>,
@@ -236,7 +234,7 @@ async fn run_controller(cfg: RelayConfig) -> anyhow::Result<()> {
         shares: vec![0; workers.len()],
         migrations: 0,
         imbalance_secs: 0,
-        migrating: None,
+        moves: Default::default(),
         load: vec![0.0; workers.len()],
         cfg,
         keys,
@@ -471,9 +469,8 @@ impl Controller {
                 self.migrations += 1;
             }
             ControllerMsg::MigrationDone { conn_id, moved } => {
-                if self.migrating.is_some_and(|(id, _)| id == conn_id) {
+                if self.moves.over(conn_id) {
                     debug!("migration of connection {conn_id} over (moved: {moved})");
-                    self.migrating = None;
                 }
             }
             ControllerMsg::WorkerStopped { worker } => {
