@@ -2,7 +2,8 @@
 set -euo pipefail
 # Alternating runs of two weft binaries (A, then B, in each pair) under the
 # compare procedure (cap 0.5 CPU, target on CPU 0, load on CPU 1).
-# Usage: bench/ab-pairs.sh NAME A_BINARY B_BINARY [PAIRS] [extra weft-bench run args...]
+# Usage: [THREADS=n] bench/ab-pairs.sh NAME A_BINARY B_BINARY [PAIRS] [extra weft-bench run args...]
+# (THREADS: weft's ConnectionThreads, default 1)
 # Writes bench/results/<date>-NAME/{a,b}-<pair>.json and summary.txt; prints
 # each run's CPU-s/GiB, each pair's B / A ratio and their median.
 cd "$(dirname "$0")/.."
@@ -16,7 +17,7 @@ for r in $(seq 1 "$pairs"); do
   declare -A cost=()
   for side in a b; do
     bin=$a; [ "$side" = b ] && bin=$b
-    line=$(target/release/weft-bench run --target weft --threads 1 --cpu-quota 0.5 --no-plots --floor-secs 0 \
+    line=$(target/release/weft-bench run --target weft --threads "${THREADS:-1}" --cpu-quota 0.5 --no-plots --floor-secs 0 \
       --weft "$bin" --out "$out/$side-$r.json" "$@" 2>&1 | grep "^| weft")
     cost[$side]=$(echo "$line" | awk -F'|' '{gsub(/ /,"",$5); print $5}')
     echo "$side pair $r: $(echo "$line" | awk -F'|' '{print $3 "MiB/s," $5 "CPU-s/GiB"}')" | tee -a "$out/summary.txt"

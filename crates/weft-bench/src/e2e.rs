@@ -1,10 +1,15 @@
 //! End-to-end mode: a private Tor network from weft-testnet (stock tor
 //! authorities, guards, exits, client) with weft in it; the stock client
-//! sends verified streams through `relay0 → target → exit` circuits where the
+//! sends verified streams through `entry → target → exit` circuits where the
 //! target is weft or the stock middle `relay1`, back to back in the same
 //! network, and the same stream figures are reported for both: time to first
 //! byte and time to last byte per stream, aggregate throughput, and the
-//! target's CPU per GiB (from /proc, via its PidFile).
+//! target's CPU per GiB (from /proc, via its PidFile). Circuits take every
+//! pair of entry (`relay0`, `relay2`, …) and exit in turn, so the target's
+//! inbound and outbound connections share circuits many-to-many as on a
+//! real relay (with 2 workers about half of weft's cells cross workers;
+//! weft's MetricsPort says how many). With `worker_pairs`, weft is then
+//! restarted with 1 and 2 workers in alternation in the same network.
 
 use std::path::Path;
 use std::time::{Duration, Instant};
@@ -27,13 +32,27 @@ pub struct E2eProcedure {
     pub direction: String,
     /// weft's ConnectionThreads.
     pub weft_threads: u32,
+    /// Entry relays the circuits take in turn (relay0, relay2, …).
+    pub entries: usize,
+    /// Exit relays the circuits take in turn.
+    pub exits: usize,
+    /// weft-1 / weft-2 pairs after the first weft run (0: none).
+    pub worker_pairs: usize,
+    /// Extra torrc lines for weft.
+    pub weft_options: Vec<String>,
 }
 
 /// The figures for one target.
 #[derive(Debug, Clone, Serialize)]
 pub struct E2eResult {
-    /// `weft` or `tor` (relay1).
+    /// `weft`, `weft-1`/`weft-2` (worker pairs) or `tor` (relay1).
     pub target: String,
+    /// Share of weft's relayed cells that crossed workers (MetricsPort).
+    pub cross_share: Option<f64>,
+    /// weft's relayed cells per event-loop round (all workers).
+    pub cells_per_round: Option<f64>,
+    /// Wake-ups weft's workers sent each other per 1000 relayed cells.
+    pub wakeups_per_1000_cells: Option<f64>,
     /// Bytes moved through the target (payload, all streams, both ways).
     pub bytes: u64,
     /// Wall time of the parallel transfers.
@@ -63,17 +82,67 @@ fn pid_of(net: &Testnet, node: &str) -> Result<u32> {
     Ok(p.trim().parse()?)
 }
 
-fn one_target(net: &Testnet, middle: &str, p: &E2eProcedure) -> Result<E2eResult> {
-    let guard = net.fingerprint("relay0")?;
+/// The entry relays' names: relay0, relay2, relay3, … (relay1 is the
+/// stock middle measured beside weft).
+fn entry_names(n: usize) -> Vec<String> {
+    (0..n.max(1))
+        .map(|i| format!("relay{}", if i == 0 { 0 } else { i + 1 }))
+        .collect()
+}
+
+/// Build a circuit; after weft restarts, a stock relay that saw a
+/// connection to it fail refuses new ones for a while (C Tor's OR-connect
+/// failure cache, 60 s), so a failed build is retried, bounded.
+fn build_with_retries(ctl: &mut weft_testnet::ControlClient, path: &[&String]) -> Result<u64> {
+    let mut tries = 0;
+    loop {
+        match ctl.build_circuit(path, Duration::from_secs(60)) {
+            Ok(c) => return Ok(c),
+            Err(e) if tries < 4 => {
+                tries += 1;
+                eprintln!("[e2e] circuit did not build ({e:#}); retry {tries} of 4 in 20 s");
+                std::thread::sleep(Duration::from_secs(20));
+            }
+            Err(e) => return Err(e),
+        }
+    }
+}
+
+/// weft's MetricsPort and bearer token in the network.
+struct WeftMetrics {
+    port: u16,
+    cookie: std::path::PathBuf,
+}
+
+impl WeftMetrics {
+    fn scrape(&self) -> Option<crate::metrics::Scrape> {
+        let token = std::fs::read_to_string(&self.cookie).ok()?;
+        crate::metrics::scrape(self.port, token.trim()).ok()
+    }
+}
+
+fn one_target(
+    net: &Testnet,
+    middle: &str,
+    p: &E2eProcedure,
+    metrics: Option<&WeftMetrics>,
+) -> Result<E2eResult> {
+    let entries = entry_names(p.entries)
+        .iter()
+        .map(|n| net.fingerprint(n))
+        .collect::<Result<Vec<_>>>()?;
     let mid = net.fingerprint(middle)?;
-    let exits = [net.fingerprint("exit0")?, net.fingerprint("exit1")?];
+    let exits = (0..p.exits.max(1))
+        .map(|i| net.fingerprint(&format!("exit{i}")))
+        .collect::<Result<Vec<_>>>()?;
     let mut ctl = net.control("client0")?;
     let mut build = Vec::new();
     let mut circs = Vec::new();
     for i in 0..p.circuits {
         let t = Instant::now();
-        let c = ctl
-            .build_circuit(&[&guard, &mid, &exits[i % 2]], Duration::from_secs(60))
+        let entry = &entries[i % entries.len()];
+        let exit = &exits[(i / entries.len()) % exits.len()];
+        let c = build_with_retries(&mut ctl, &[entry, &mid, exit])
             .with_context(|| format!("circuit {i} through {middle}"))?;
         build.push(t.elapsed().as_secs_f64() * 1e3);
         circs.push(c);
@@ -99,6 +168,7 @@ fn one_target(net: &Testnet, middle: &str, p: &E2eProcedure) -> Result<E2eResult
         _ => Direction::Both,
     };
     let pid = pid_of(net, middle)?;
+    let m0 = metrics.and_then(WeftMetrics::scrape);
     let cpu0 = thread_cpu(pid);
     let t0 = Instant::now();
     let bytes = p.bytes_per_stream;
@@ -126,6 +196,12 @@ fn one_target(net: &Testnet, middle: &str, p: &E2eProcedure) -> Result<E2eResult
         .iter()
         .map(|t| t.cpu_s)
         .sum();
+    let m1 = metrics.and_then(WeftMetrics::scrape);
+    let m = match (&m0, &m1) {
+        (Some(a), Some(b)) => Some(crate::metrics::RelayMetrics::between(a, b)),
+        _ => None,
+    }
+    .filter(|m| m.cells > 0.0);
     for c in circs {
         let _ = ctl.close_circuit(c);
     }
@@ -136,6 +212,11 @@ fn one_target(net: &Testnet, middle: &str, p: &E2eProcedure) -> Result<E2eResult
         } else {
             "weft".into()
         },
+        cross_share: m
+            .as_ref()
+            .map(|m| (m.cross_cells / m.cells).clamp(0.0, 1.0)),
+        cells_per_round: m.as_ref().map(|m| m.cells / m.rounds.max(1.0)),
+        wakeups_per_1000_cells: m.as_ref().map(|m| m.wakeups / m.cells * 1000.0),
         bytes: moved,
         seconds: secs,
         bytes_per_s: moved as f64 / secs,
@@ -153,11 +234,37 @@ fn one_target(net: &Testnet, middle: &str, p: &E2eProcedure) -> Result<E2eResult
 /// as the middle, stop everything.
 pub fn run(base_dir: &Path, weft_bin: &Path, p: &E2eProcedure) -> Result<Vec<E2eResult>> {
     let mut cfg = TestnetConfig::new(base_dir, 0);
-    let mut w = WeftNode::new(weft_bin);
+    // relay1 is the stock middle; the others are entries.
+    cfg.relays = p.entries.max(1) + 1;
+    cfg.exits = p.exits.max(1);
+    // A copy, so that a rebuild during the run does not change the
+    // binary the restarts start.
+    // (Beside the network's directory, which the network wipes.)
+    let bin = base_dir.with_file_name("weft-under-test");
+    if let Some(parent) = bin.parent() {
+        std::fs::create_dir_all(parent)?;
+    }
+    std::fs::copy(weft_bin, &bin).with_context(|| format!("copying {}", weft_bin.display()))?;
+    let mut w = WeftNode::new(&bin);
     w.connection_threads = Some(p.weft_threads);
     cfg.weft = Some(w);
-    cfg.base_port = pick_base_port(cfg.ports_needed())?;
+    // weft's MetricsPort: the port after the network's.
+    cfg.base_port = pick_base_port(cfg.ports_needed() + 1)?;
+    let metrics_port = cfg.base_port + cfg.ports_needed() as u16;
+    let mut options = p.weft_options.clone();
+    options.push(format!("MetricsPort 127.0.0.1:{metrics_port}"));
+    if let Some(w) = cfg.weft.as_mut() {
+        w.extra_torrc = options.clone();
+    }
     let mut net = Testnet::start(cfg)?;
+    let metrics = WeftMetrics {
+        port: metrics_port,
+        cookie: net
+            .weft()
+            .context("no weft node")?
+            .dir
+            .join("metrics_auth_cookie"),
+    };
     let bound = Duration::from_secs(240);
     let all: Vec<String> = net
         .nodes()
@@ -172,16 +279,95 @@ pub fn run(base_dir: &Path, weft_bin: &Path, p: &E2eProcedure) -> Result<Vec<E2e
             "[e2e] {} streams of {} bytes through {middle}",
             p.circuits, p.bytes_per_stream
         );
-        let r = one_target(&net, middle, p)?;
-        eprintln!(
-            "[e2e] {}: {:.1} MiB/s, {:.2} CPU-s/GiB, TTLB p50 {:.0} ms",
-            r.target,
-            r.bytes_per_s / (1 << 20) as f64,
-            r.cpu_s_per_gib,
-            r.ttlb_ms.p50
-        );
+        let r = one_target(&net, middle, p, (middle == "weft").then_some(&metrics))?;
+        report(&r);
         out.push(r);
+    }
+    for pair in 0..p.worker_pairs {
+        for threads in [1u32, 2] {
+            net.restart_weft(Some(threads), options.clone())?;
+            // The stock nodes pass the restart's DESTROYs along and
+            // rebuild; measure in a settled network.
+            std::thread::sleep(SETTLE_AFTER_RESTART);
+            eprintln!(
+                "[e2e] pair {} of {}: weft with {threads} worker(s)",
+                pair + 1,
+                p.worker_pairs
+            );
+            let mut r = one_target(&net, "weft", p, Some(&metrics))?;
+            r.target = format!("weft-{threads}");
+            report(&r);
+            out.push(r);
+        }
     }
     net.stop()?;
     Ok(out)
+}
+
+/// Quiet time after weft restarts between worker pairs.
+const SETTLE_AFTER_RESTART: Duration = Duration::from_secs(5);
+
+fn report(r: &E2eResult) {
+    eprintln!(
+        "[e2e] {}: {:.1} MiB/s, {:.2} CPU-s/GiB, TTLB p50 {:.0} ms{}{}",
+        r.target,
+        r.bytes_per_s / (1 << 20) as f64,
+        r.cpu_s_per_gib,
+        r.ttlb_ms.p50,
+        r.cross_share
+            .map(|f| format!(", {:.1}% of cells crossed workers", f * 100.0))
+            .unwrap_or_default(),
+        match (r.cells_per_round, r.wakeups_per_1000_cells) {
+            (Some(c), Some(w)) =>
+                format!(", {c:.1} cells per round, {w:.1} wake-ups per 1000 cells"),
+            _ => String::new(),
+        }
+    );
+}
+
+/// weft-2 ÷ weft-1 CPU-s/GiB of each worker pair in `results` (in order).
+pub fn worker_pair_ratios(results: &[E2eResult]) -> Vec<f64> {
+    let one: Vec<_> = results.iter().filter(|r| r.target == "weft-1").collect();
+    let two: Vec<_> = results.iter().filter(|r| r.target == "weft-2").collect();
+    one.iter()
+        .zip(&two)
+        .filter(|(a, _)| a.cpu_s_per_gib > 0.0)
+        .map(|(a, b)| b.cpu_s_per_gib / a.cpu_s_per_gib)
+        .collect()
+}
+
+/// The results as a Markdown table, with the worker pairs' ratios.
+pub fn markdown(results: &[E2eResult], ratios: &[f64]) -> String {
+    use std::fmt::Write;
+    let mut s = String::from("| target | MiB/s | CPU-s/GiB | TTFB p50 ms | TTLB p50 / p90 ms | circuit build p50 ms | cells crossing workers |\n|---|---|---|---|---|---|---|\n");
+    for r in results {
+        let ttfb = if r.ttfb_ms.count == 0 {
+            "– (upload only)".to_string()
+        } else {
+            format!("{:.1}", r.ttfb_ms.p50)
+        };
+        let _ = writeln!(
+            s,
+            "| {} | {:.1} | {:.2} | {ttfb} | {:.0} / {:.0} | {:.1} | {} |",
+            r.target,
+            r.bytes_per_s / (1 << 20) as f64,
+            r.cpu_s_per_gib,
+            r.ttlb_ms.p50,
+            r.ttlb_ms.p90,
+            r.build_ms.p50,
+            r.cross_share
+                .map_or("–".to_string(), |f| format!("{:.1}%", f * 100.0))
+        );
+    }
+    if !ratios.is_empty() {
+        let list: Vec<String> = ratios.iter().map(|r| format!("{r:.3}")).collect();
+        let _ = writeln!(
+            s,
+            "\nweft-2 ÷ weft-1 CPU-s/GiB per pair: {}; median {:.3} over {} pairs",
+            list.join(", "),
+            crate::report::median(ratios),
+            ratios.len()
+        );
+    }
+    s
 }

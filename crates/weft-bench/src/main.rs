@@ -68,6 +68,11 @@ enum Cmd {
         /// the main table's; each further pair runs tor, then weft-1).
         #[arg(long, default_value_t = 3)]
         pairs: usize,
+        /// weft-1 / weft-2 pairs for the paired cost of a second worker and
+        /// the projection's δ (the first pair is the main table's; each
+        /// further pair runs weft-1, then weft-2).
+        #[arg(long, default_value_t = 6)]
+        worker_pairs: usize,
         /// Do not touch docs/perf.md.
         #[arg(long)]
         no_perf_md: bool,
@@ -143,12 +148,28 @@ enum Cmd {
         /// weft's ConnectionThreads.
         #[arg(long, default_value_t = 2)]
         threads: u32,
+        /// Entry relays the circuits take in turn.
+        #[arg(long, default_value_t = 2)]
+        entries: usize,
+        /// Exit relays the circuits take in turn.
+        #[arg(long, default_value_t = 2)]
+        exits: usize,
+        /// Then restart weft with 1 and 2 workers in alternation, this many
+        /// pairs, in the same network (weft-2 ÷ weft-1 per pair).
+        #[arg(long, default_value_t = 0)]
+        worker_pairs: usize,
+        /// Extra torrc line for weft (repeatable).
+        #[arg(long)]
+        option: Vec<String>,
         /// weft binary.
         #[arg(long, default_value = "target/release/weft")]
         weft: PathBuf,
         /// Results directory.
         #[arg(long, default_value = "bench/results")]
         results: PathBuf,
+        /// Tag added to the result file name (`<date>-e2e-<tag>.json`).
+        #[arg(long)]
+        tag: Option<String>,
         /// Skip the plots.
         #[arg(long)]
         no_plots: bool,
@@ -220,6 +241,14 @@ struct Opts {
     /// Tag added to result file names (`<date>-compare-<tag>.json`).
     #[arg(long)]
     tag: Option<String>,
+    /// Spread each generator connection's circuits over all sinks (true, the
+    /// default: inbound and outbound connections share circuits
+    /// many-to-many as on a real relay, so with N workers about (N − 1)/N
+    /// of the cells cross workers); false: each connection's circuits all
+    /// go to one sink (the load of the runs before 2026-11-25, in which
+    /// weft kept both halves of almost every circuit on one worker).
+    #[arg(long, default_value_t = true, action = clap::ArgAction::Set)]
+    spread: bool,
     /// Seconds of loopback-floor measurement (0 = skip).
     #[arg(long, default_value_t = 5.0)]
     floor_secs: f64,
@@ -247,6 +276,7 @@ impl Opts {
             web_think_ms: 0,
             read_rate: None,
             stall_after_s: None,
+            spread: self.spread,
         }
     }
 
@@ -379,6 +409,7 @@ fn main() -> Result<()> {
                 runs,
                 projection: None,
                 paired: None,
+                worker_pairs: None,
             };
             let path = opts.results.join(format!(
                 "{date}-priority{}.json",
@@ -506,8 +537,13 @@ fn main() -> Result<()> {
             mib,
             direction,
             threads,
+            entries,
+            exits,
+            worker_pairs,
+            option,
             weft,
             results,
+            tag,
             no_plots,
         } => {
             let p = weft_bench::e2e::E2eProcedure {
@@ -515,10 +551,18 @@ fn main() -> Result<()> {
                 bytes_per_stream: mib << 20,
                 direction,
                 weft_threads: threads,
+                entries,
+                exits,
+                worker_pairs,
+                weft_options: option,
             };
             let dir = run::default_dir().join("e2e");
             let rs = weft_bench::e2e::run(&dir, &weft, &p)?;
-            let path = results.join(format!("{date}-e2e.json"));
+            let ratios = weft_bench::e2e::worker_pair_ratios(&rs);
+            let path = results.join(format!(
+                "{date}-e2e{}.json",
+                tag.as_ref().map(|t| format!("-{t}")).unwrap_or_default()
+            ));
             report::write_json(
                 &path,
                 &serde_json::json!({
@@ -528,25 +572,10 @@ fn main() -> Result<()> {
                     "machine": report::Machine::read(),
                     "procedure": p,
                     "results": rs,
+                    "worker_pair_ratios": ratios,
                 }),
             )?;
-            println!("| target | MiB/s | CPU-s/GiB | TTFB p50 ms | TTLB p50 / p90 ms | circuit build p50 ms |\n|---|---|---|---|---|---|");
-            for r in &rs {
-                let ttfb = if r.ttfb_ms.count == 0 {
-                    "– (upload only)".to_string()
-                } else {
-                    format!("{:.1}", r.ttfb_ms.p50)
-                };
-                println!(
-                    "| {} | {:.1} | {:.2} | {ttfb} | {:.0} / {:.0} | {:.1} |",
-                    r.target,
-                    r.bytes_per_s / (1 << 20) as f64,
-                    r.cpu_s_per_gib,
-                    r.ttlb_ms.p50,
-                    r.ttlb_ms.p90,
-                    r.build_ms.p50
-                );
-            }
+            print!("{}", weft_bench::e2e::markdown(&rs, &ratios));
             println!("results: {}", path.display());
             if !no_plots {
                 for f in report::plot(&repo_root(), &path, &path.with_extension(""))? {
@@ -602,6 +631,7 @@ fn main() -> Result<()> {
                 runs: vec![r],
                 projection: None,
                 paired: None,
+                worker_pairs: None,
             };
             report::write_json(&path, &cmp)?;
             print!("{}", report::markdown(&cmp.table));
@@ -617,6 +647,7 @@ fn main() -> Result<()> {
             mut opts,
             allocators,
             pairs,
+            worker_pairs,
             no_perf_md,
         } => {
             opts.cpu_quota.get_or_insert(0.5);
@@ -656,8 +687,24 @@ fn main() -> Result<()> {
                 pair_costs.push((t.cpu_s_per_gib, w.cpu_s_per_gib));
             }
             let paired = report::paired_ratio(&pair_costs);
+            let mut extra = Vec::new();
+            for i in 1..worker_pairs {
+                println!("[pairs] weft-1 / weft-2 pair {} of {worker_pairs}", i + 1);
+                let one = run::run(&env, &p, TargetKind::weft(1), None)?;
+                let two = run::run(&env, &p, TargetKind::weft(2), None)?;
+                extra.push((one, two));
+            }
+            let by_label = |l: &str| runs.iter().find(|r| r.label == l);
+            let mut wp: Vec<(&run::RunResult, &run::RunResult)> = Vec::new();
+            if let (Some(a), Some(b)) = (by_label("weft-1"), by_label("weft-2")) {
+                wp.push((a, b));
+            }
+            wp.extend(extra.iter().map(|(a, b)| (a, b)));
+            let worker_pairs = (worker_pairs > 0)
+                .then(|| report::worker_pairs(&wp))
+                .flatten();
             let table = report::table(&runs);
-            let projection = report::project(&runs);
+            let projection = report::project(&runs, worker_pairs.as_ref());
             let mut md = report::markdown(&table);
             if let Some(p) = &projection {
                 md.push('\n');
@@ -666,6 +713,10 @@ fn main() -> Result<()> {
             if let Some(p) = &paired {
                 md.push('\n');
                 md.push_str(&report::paired_markdown(p));
+            }
+            if let Some(p) = &worker_pairs {
+                md.push('\n');
+                md.push_str(&report::worker_pairs_markdown(p));
             }
             let cmp = report::Comparison {
                 date: stamp.clone(),
@@ -677,6 +728,7 @@ fn main() -> Result<()> {
                 table,
                 projection,
                 paired,
+                worker_pairs,
             };
             let path = opts.results.join(format!(
                 "{date}-compare{}.json",

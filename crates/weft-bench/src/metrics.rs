@@ -104,6 +104,10 @@ pub struct RelayMetrics {
     pub main_cpu_s: f64,
     /// Of `cells`, those handed to a half on another worker.
     pub cross_cells: f64,
+    /// Event-loop rounds of all workers.
+    pub rounds: f64,
+    /// Wake-ups one worker sent another (eventfd writes for ring batches).
+    pub wakeups: f64,
 }
 
 /// The `q` quantile of bucket deltas `b − a` (the bucket's upper bound).
@@ -152,6 +156,8 @@ impl RelayMetrics {
             outq_p99_bytes: o99,
             main_cpu_s: d("weft_main_thread_cpu_seconds_total"),
             cross_cells: d("weft_worker_cross_worker_cells_total"),
+            rounds: d("weft_worker_rounds_total"),
+            wakeups: d("weft_worker_wakeups_sent_total"),
         }
     }
 }

@@ -17,14 +17,17 @@ use crate::run::RunResult;
 /// * `s` — the serial fraction: the main thread's share of weft's CPU while
 ///   relaying (work that does not spread over workers);
 /// * `δ` — the extra cost of a cell that crosses workers, from CPU-s/GiB
-///   with 1 and 2 workers: c₂ = c₁·(1 + δ·f), δ = (c₂/c₁ − 1)/f, where `f`
-///   is the share of weft-2's cells that crossed workers (weft's own
-///   counter) but at least ½. All of weft-2's extra cost is charged to
-///   crossing cells even when it is not theirs (on one shared core it is
-///   mostly noise and the two workers' time-slicing); with the few crossing cells of
-///   a benchmark where both halves of most circuits share a worker, an
-///   unbounded δ = noise/f would swing wildly (δ = 2.65 at f = 0.05 in
-///   one run), so `f` is taken as at least the ½ of random placement.
+///   with 1 and 2 workers: c₂ = c₁·(1 + δ·f), δ = (c₂/c₁ − 1)/f, where
+///   c₂/c₁ is the median weft-2 ÷ weft-1 of the alternating worker pairs
+///   (else of the one weft-1 and weft-2 run) and `f` the share of weft-2's
+///   cells that crossed workers (weft's own counter; the median over the
+///   pairs). All of weft-2's extra cost is charged to crossing cells even
+///   when it is not theirs (on one shared core, part of it is the two
+///   workers' time-slicing). A load in which few cells cross cannot
+///   measure δ (δ = noise/f swung to 2.65 at f = 0.05 in one run), so
+///   below f = ¼ the ½ of random placement is used instead and the
+///   projection says so; the default load spreads circuits so that about
+///   half cross at 2 workers.
 /// * with N workers, conservatively, (N−1)/N of the cells cross, so
 ///   cₙ = c₁·(1 + δ·(N−1)/N), and the speed-up over one worker is
 ///   S(N) = 1 / (s + (1 − s) · (cₙ/c₁) / N).
@@ -37,8 +40,110 @@ pub struct Projection {
     /// The share of weft-2's cells that crossed workers, as weft counted
     /// them (None if the relay did not say).
     pub measured_cross_share: Option<f64>,
+    /// The share `f` used for δ (the measured one, or ½ below ¼).
+    pub share_used: f64,
+    /// weft-2 ÷ weft-1 CPU-s/GiB used for δ.
+    pub cost_ratio: f64,
+    /// Where `cost_ratio` comes from ("median of N alternating pairs" or
+    /// "one run each").
+    pub cost_ratio_from: String,
     /// (cores, projected speed-up over one worker).
     pub speedup: Vec<(usize, f64)>,
+}
+
+/// weft-1 and weft-2 measured in alternating pairs with the same load:
+/// CPU-seconds per GiB, weft-2 ÷ weft-1 per pair, and the share of
+/// weft-2's cells that crossed workers in each pair.
+#[derive(Debug, Clone, Serialize)]
+pub struct WorkerPairs {
+    /// weft-1's CPU-s/GiB in each pair.
+    pub weft1_cpu_s_per_gib: Vec<f64>,
+    /// weft-2's CPU-s/GiB in each pair.
+    pub weft2_cpu_s_per_gib: Vec<f64>,
+    /// Share of weft-2's cells that crossed workers, per pair.
+    pub cross_share: Vec<f64>,
+    /// weft-2 ÷ weft-1 per pair.
+    pub ratios: Vec<f64>,
+    /// Median of `ratios`.
+    pub median: f64,
+    /// Largest of `ratios`.
+    pub max: f64,
+    /// Median of `cross_share`.
+    pub median_cross_share: f64,
+}
+
+/// The median of `v` (0 if empty).
+pub fn median(v: &[f64]) -> f64 {
+    let mut s = v.to_vec();
+    s.sort_by(f64::total_cmp);
+    let n = s.len();
+    match n {
+        0 => 0.0,
+        _ if n % 2 == 1 => s[n / 2],
+        _ => (s[n / 2 - 1] + s[n / 2]) / 2.0,
+    }
+}
+
+/// The share of a weft run's cells that crossed workers (weft's count).
+pub fn cross_share(r: &RunResult) -> Option<f64> {
+    r.relay_metrics
+        .as_ref()
+        .filter(|m| m.cells > 0.0)
+        .map(|m| (m.cross_cells / m.cells).clamp(0.0, 1.0))
+}
+
+/// The worker pairs from `(weft-1, weft-2)` runs; None without a usable
+/// pair.
+pub fn worker_pairs(pairs: &[(&RunResult, &RunResult)]) -> Option<WorkerPairs> {
+    let pairs: Vec<_> = pairs
+        .iter()
+        .filter(|(a, b)| a.cpu_s_per_gib > 0.0 && b.cpu_s_per_gib > 0.0)
+        .collect();
+    if pairs.is_empty() {
+        return None;
+    }
+    let ratios: Vec<f64> = pairs
+        .iter()
+        .map(|(a, b)| b.cpu_s_per_gib / a.cpu_s_per_gib)
+        .collect();
+    let shares: Vec<f64> = pairs
+        .iter()
+        .map(|(_, b)| cross_share(b).unwrap_or(0.0))
+        .collect();
+    Some(WorkerPairs {
+        weft1_cpu_s_per_gib: pairs.iter().map(|p| p.0.cpu_s_per_gib).collect(),
+        weft2_cpu_s_per_gib: pairs.iter().map(|p| p.1.cpu_s_per_gib).collect(),
+        median: median(&ratios),
+        max: ratios.iter().copied().fold(f64::MIN, f64::max),
+        median_cross_share: median(&shares),
+        cross_share: shares,
+        ratios,
+    })
+}
+
+/// The worker pairs as Markdown.
+pub fn worker_pairs_markdown(p: &WorkerPairs) -> String {
+    let mut md = String::from(
+        "weft-1 and weft-2 in alternating pairs (CPU-s/GiB; weft-2 ÷ weft-1; share of weft-2's cells that crossed workers):\n\n| pair | weft-1 | weft-2 | weft-2 ÷ weft-1 | crossed |\n|---|---|---|---|---|\n",
+    );
+    for (i, r) in p.ratios.iter().enumerate() {
+        md.push_str(&format!(
+            "| {} | {:.2} | {:.2} | {:.3} | {:.1}% |\n",
+            i + 1,
+            p.weft1_cpu_s_per_gib[i],
+            p.weft2_cpu_s_per_gib[i],
+            r,
+            p.cross_share[i] * 100.0
+        ));
+    }
+    md.push_str(&format!(
+        "\nweft-2 costs {:.3}× weft-1 per GiB (median of {} pairs; largest {:.3}×) with {:.1}% of its cells crossing workers (median).\n",
+        p.median,
+        p.ratios.len(),
+        p.max,
+        p.median_cross_share * 100.0
+    ));
+    md
 }
 
 /// S(N) for serial fraction `s` and cross-worker overhead `delta`.
@@ -48,23 +153,40 @@ pub fn amdahl(n: usize, s: f64, delta: f64) -> f64 {
     1.0 / (s + (1.0 - s) * cn / nf)
 }
 
-/// The projection from the weft-1 and weft-2 runs (None without both).
-pub fn project(runs: &[RunResult]) -> Option<Projection> {
+/// Below this measured share of crossing cells, δ is computed with ½.
+const MIN_SHARE_FOR_DELTA: f64 = 0.25;
+
+/// (f, δ) from weft-2 ÷ weft-1 and the measured crossing share: f is the
+/// share if at least ¼, else ½; δ = (ratio − 1)/f, not below 0.
+pub fn delta_from(ratio: f64, measured: Option<f64>) -> (f64, f64) {
+    let f = measured
+        .filter(|f| *f >= MIN_SHARE_FOR_DELTA)
+        .unwrap_or(0.5);
+    (f, ((ratio - 1.0) / f).max(0.0))
+}
+
+/// The projection from the weft-1 and weft-2 runs (None without both),
+/// with the cost ratio and crossing share of the worker pairs if any.
+pub fn project(runs: &[RunResult], pairs: Option<&WorkerPairs>) -> Option<Projection> {
     let one = runs.iter().find(|r| r.label == "weft-1")?;
     let two = runs.iter().find(|r| r.label == "weft-2")?;
     let s = one
         .main_thread_share
         .max(two.main_thread_share)
         .clamp(0.0, 1.0);
-    // The share of weft-2's cells that crossed workers, as weft counted
-    // them; at least half (see above).
-    let measured = two
-        .relay_metrics
-        .as_ref()
-        .filter(|m| m.cells > 0.0)
-        .map(|m| (m.cross_cells / m.cells).clamp(0.0, 1.0));
-    let f = measured.unwrap_or(0.5).max(0.5);
-    let delta = ((two.cpu_s_per_gib / one.cpu_s_per_gib - 1.0) / f).max(0.0);
+    let (ratio, measured, from) = match pairs {
+        Some(p) => (
+            p.median,
+            Some(p.median_cross_share),
+            format!("median of {} alternating pairs", p.ratios.len()),
+        ),
+        None => (
+            two.cpu_s_per_gib / one.cpu_s_per_gib,
+            cross_share(two),
+            "one run each".to_string(),
+        ),
+    };
+    let (f, delta) = delta_from(ratio, measured);
     let speedup = [1usize, 2, 4, 8, 16]
         .iter()
         .map(|&n| (n, amdahl(n, s, delta)))
@@ -73,6 +195,9 @@ pub fn project(runs: &[RunResult]) -> Option<Projection> {
         serial_fraction: s,
         cross_worker_overhead: delta,
         measured_cross_share: measured,
+        share_used: f,
+        cost_ratio: ratio,
+        cost_ratio_from: from,
         speedup,
     })
 }
@@ -86,9 +211,12 @@ pub fn projection_markdown(p: &Projection) -> String {
         .collect();
     let vals: Vec<String> = p.speedup.iter().map(|(_, v)| format!("{v:.2}×")).collect();
     format!(
-        "Projected speed-up of weft over one worker (serial fraction s = {:.4} from the main thread's CPU share, cross-worker overhead δ = {:.3} of a cell's cost = (c₂/c₁ − 1)/f from CPU-s/GiB at 1 and 2 workers, f = max(½, measured share of weft-2's cells that crossed workers = {}); at N workers (N−1)/N of the cells are assumed to cross; S(N) = 1 / (s + (1 − s)·(1 + δ·(N−1)/N)/N)):\n\n| {} |\n|{}|\n| {} |\n",
+        "Projected speed-up of weft over one worker (serial fraction s = {:.4} from the main thread's CPU share, cross-worker overhead δ = {:.3} of a cell's cost = (c₂/c₁ − 1)/f with c₂/c₁ = {:.3} (weft-2 ÷ weft-1 CPU-s/GiB, {}) and f = {:.3} (share of weft-2's cells that crossed workers, measured {}; ½ is used below ¼); at N workers (N−1)/N of the cells are assumed to cross; S(N) = 1 / (s + (1 − s)·(1 + δ·(N−1)/N)/N)):\n\n| {} |\n|{}|\n| {} |\n",
         p.serial_fraction,
         p.cross_worker_overhead,
+        p.cost_ratio,
+        p.cost_ratio_from,
+        p.share_used,
         p.measured_cross_share
             .map_or("not reported".to_string(), |f| format!("{f:.3}")),
         cols.join(" | "),
@@ -189,6 +317,9 @@ pub struct Comparison {
     /// Repeated tor / weft-1 pairs (compare's `--pairs`).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub paired: Option<PairedRatio>,
+    /// Repeated weft-1 / weft-2 pairs (compare's `--worker-pairs`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub worker_pairs: Option<WorkerPairs>,
 }
 
 /// One table row.
@@ -218,6 +349,8 @@ pub struct Row {
     pub load_busy: f64,
     /// Load saturated: lower bound.
     pub lower_bound: bool,
+    /// Share of the relayed cells that crossed workers (weft's own count).
+    pub cross_share: Option<f64>,
 }
 
 /// Facts about the machine.
@@ -289,6 +422,11 @@ pub fn table(runs: &[RunResult]) -> Vec<Row> {
             rss_per_circuit_kib: r.rss_per_circuit_bytes / 1024.0,
             load_busy: r.load_busy,
             lower_bound: r.load_saturated,
+            cross_share: r
+                .relay_metrics
+                .as_ref()
+                .filter(|m| m.cells > 0.0)
+                .map(|m| (m.cross_cells / m.cells).clamp(0.0, 1.0)),
         })
         .collect()
 }
@@ -296,14 +434,14 @@ pub fn table(runs: &[RunResult]) -> Vec<Row> {
 /// The table as Markdown.
 pub fn markdown(rows: &[Row]) -> String {
     let mut s = String::from(
-        "| target | max sustained MiB/s | × tor | CPU-s/GiB | × tor | main-thread CPU | in-relay delay p50 / p99 ms | TTLB p50 ms | RSS/circuit KiB | load busy |\n|---|---|---|---|---|---|---|---|---|---|\n",
+        "| target | max sustained MiB/s | × tor | CPU-s/GiB | × tor | main-thread CPU | in-relay delay p50 / p99 ms | TTLB p50 ms | RSS/circuit KiB | load busy | cells crossing workers |\n|---|---|---|---|---|---|---|---|---|---|---|\n",
     );
     let opt = |v: Option<f64>| v.map_or("–".to_string(), |v| format!("{v:.2}"));
     for r in rows {
         let _ =
             writeln!(
             s,
-            "| {} | {:.1}{} | {:.2} | {:.2} | {:.2} | {:.1}% | {} / {} | {:.1} | {:.1} | {:.0}% |",
+            "| {} | {:.1}{} | {:.2} | {:.2} | {:.2} | {:.1}% | {} / {} | {:.1} | {:.1} | {:.0}% | {} |",
             r.target,
             r.mib_s,
             if r.lower_bound { " (≥, load-bound)" } else { "" },
@@ -315,7 +453,9 @@ pub fn markdown(rows: &[Row]) -> String {
             opt(r.delay_p99_ms),
             r.ttlb_p50_ms,
             r.rss_per_circuit_kib,
-            r.load_busy * 100.0
+            r.load_busy * 100.0,
+            r.cross_share
+                .map_or("–".to_string(), |f| format!("{:.1}%", f * 100.0))
         );
     }
     s
@@ -454,5 +594,24 @@ mod paired_tests {
         assert_eq!(even.median, 2.5);
         assert!(paired_ratio(&[]).is_none());
         assert!(paired_markdown(&p).contains("median of 3 pairs"));
+    }
+
+    #[test]
+    fn delta_uses_the_measured_share_unless_too_few_cells_crossed() {
+        // 6% dearer with 48% of the cells crossing: δ = 0.06 / 0.48.
+        let (f, d) = delta_from(1.06, Some(0.48));
+        assert_eq!(f, 0.48);
+        assert!((d - 0.125).abs() < 1e-12);
+        // All crossed (TestingCrossWorkerExtends): δ = the whole difference.
+        assert!((delta_from(1.06, Some(1.0)).1 - 0.06).abs() < 1e-12);
+        // Almost nothing crossed: ½ instead of dividing noise by 0.05.
+        let (f, d) = delta_from(1.10, Some(0.05));
+        assert_eq!(f, 0.5);
+        assert!((d - 0.2).abs() < 1e-9);
+        assert_eq!(delta_from(1.10, None).0, 0.5);
+        // Cheaper with two workers: no negative overhead.
+        assert_eq!(delta_from(0.97, Some(0.5)).1, 0.0);
+        assert_eq!(median(&[3.0, 1.0, 2.0]), 2.0);
+        assert_eq!(median(&[4.0, 1.0, 2.0, 3.0]), 2.5);
     }
 }

@@ -75,10 +75,16 @@ pub struct Procedure {
     /// error (the soak: a circuit that stalls loses no stamp).
     #[serde(default)]
     pub stall_after_s: Option<f64>,
+    /// Spread each connection's circuits over all sinks (see
+    /// `LoadConfig::spread`): with N workers about (N − 1)/N of the cells
+    /// cross workers, as on a real relay.
+    #[serde(default)]
+    pub spread: bool,
 }
 
 impl Procedure {
-    /// The standard saturation procedure with these sizes.
+    /// The standard saturation procedure with these sizes (each
+    /// connection's circuits to its own sink; the CLI spreads them).
     #[allow(clippy::too_many_arguments)]
     pub fn saturation(
         connections: usize,
@@ -109,6 +115,7 @@ impl Procedure {
             web_think_ms: 0,
             read_rate: None,
             stall_after_s: None,
+            spread: false,
         }
     }
 }
@@ -424,6 +431,7 @@ impl LoadRun {
                 p.read_rate
             },
             stall_after: p.stall_after_s.map(Duration::from_secs_f64),
+            spread: p.spread && cfg_over.is_none(),
         };
         let shared = Arc::new(Shared::default());
         let epoch = Instant::now();
@@ -743,6 +751,15 @@ pub fn run(
         res.load_busy * 100.0,
         if res.load_saturated { " (LOAD SATURATED: lower bound)" } else { "" }
     );
+    if let Some(m) = res.relay_metrics.as_ref().filter(|m| m.cells > 0.0) {
+        eprintln!(
+            "[{label}] weft: {:.1}% of {:.0} cells crossed workers; {:.1} cells per round, {:.2} wake-ups per 1000 cells",
+            m.cross_cells / m.cells * 100.0,
+            m.cells,
+            m.cells / m.rounds.max(1.0),
+            m.wakeups / m.cells * 1000.0
+        );
+    }
     Ok(res)
 }
 

@@ -18,7 +18,7 @@
 
 use std::cell::UnsafeCell;
 use std::mem::MaybeUninit;
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 
 /// Keeps the two indices on separate cache lines (no false sharing between
@@ -97,7 +97,16 @@ impl<T: Copy + Send> Producer<T> {
     /// Write `msg` (not yet visible); `Err(msg)` if the ring is full. On
     /// full, the producer is registered to be told (by
     /// [`Consumer::release`] returning true) when space frees up.
+    #[inline]
     pub fn push(&mut self, msg: T) -> Result<(), T> {
+        self.push_with(|| msg).map_err(|make| make())
+    }
+
+    /// Like [`Self::push`], but the message is made by `make` straight
+    /// into its slot (a cell's body is copied once, from where it was read
+    /// into the ring); `Err(make)` if the ring is full.
+    #[inline]
+    pub fn push_with<F: FnOnce() -> T>(&mut self, make: F) -> Result<(), F> {
         if self.tail - self.head_cache > self.ring.mask {
             self.head_cache = self.ring.head.0.load(Ordering::Acquire);
             if self.tail - self.head_cache > self.ring.mask {
@@ -105,7 +114,7 @@ impl<T: Copy + Send> Producer<T> {
                 // Re-check: the consumer may have drained in between.
                 self.head_cache = self.ring.head.0.load(Ordering::SeqCst);
                 if self.tail - self.head_cache > self.ring.mask {
-                    return Err(msg);
+                    return Err(make);
                 }
                 self.ring.producer_waiting.store(false, Ordering::Relaxed);
             }
@@ -113,7 +122,7 @@ impl<T: Copy + Send> Producer<T> {
         let slot = &self.ring.slots[self.tail & self.ring.mask];
         // SAFETY: `tail - head <= mask`, so this slot is outside
         // [head, tail): the consumer does not read it until we publish.
-        unsafe { (*slot.get()).write(msg) };
+        unsafe { (*slot.get()).write(make()) };
         self.tail += 1;
         Ok(())
     }
@@ -143,6 +152,13 @@ impl<T: Copy + Send> Consumer<T> {
 
     /// The next published message.
     pub fn pop(&mut self) -> Option<T> {
+        self.pop_with(|m| *m)
+    }
+
+    /// Hand the next published message to `f` where it lies in the ring
+    /// (no copy out of the slot), then consume it.
+    #[inline]
+    pub fn pop_with<R>(&mut self, f: impl FnOnce(&T) -> R) -> Option<R> {
         if self.head == self.tail_cache {
             self.tail_cache = self.ring.tail.0.load(Ordering::Acquire);
             if self.head == self.tail_cache {
@@ -152,10 +168,11 @@ impl<T: Copy + Send> Consumer<T> {
         let slot = &self.ring.slots[self.head & self.ring.mask];
         // SAFETY: head < tail (published with Release, read with Acquire):
         // the producer wrote this slot and will not touch it until we
-        // release it.
-        let v = unsafe { (*slot.get()).assume_init_read() };
+        // release it, which needs `&mut self` and so cannot happen while
+        // `f` holds the reference.
+        let r = f(unsafe { (*slot.get()).assume_init_ref() });
         self.head += 1;
-        Some(v)
+        Some(r)
     }
 
     /// Give the consumed slots back to the producer. Returns true if the
@@ -174,8 +191,17 @@ impl<T: Copy + Send> Consumer<T> {
 /// sleeping before it blocks (then re-checks its inputs); a producer that
 /// published something wakes it only if it is sleeping, so a busy worker
 /// is never woken and a batch costs at most one wake-up.
+///
+/// A sleeping worker also says when it will wake on its own (its next
+/// KIST run, say); a producer whose input can wait that long does not wake
+/// it ([`Self::notify_unless_due`]): cells for a connection are written at
+/// the KIST run either way, so waking the worker earlier only to queue
+/// them costs a wake-up and changes nothing on the wire.
 pub struct Notifier {
     sleeping: AtomicBool,
+    /// While sleeping: when the worker wakes by itself, in ns of the
+    /// workers' shared clock (`u64::MAX`: not by itself).
+    wakes_at_ns: AtomicU64,
     waker: mio::Waker,
 }
 
@@ -184,6 +210,7 @@ impl Notifier {
     pub fn new(waker: mio::Waker) -> Self {
         Notifier {
             sleeping: AtomicBool::new(false),
+            wakes_at_ns: AtomicU64::new(u64::MAX),
             waker,
         }
     }
@@ -191,6 +218,13 @@ impl Notifier {
     /// Worker side: about to block. The caller must check its inputs again
     /// after this and call [`Self::awake`] if it will not block.
     pub fn going_to_sleep(&self) {
+        self.going_to_sleep_until(u64::MAX);
+    }
+
+    /// Worker side: about to block until `wakes_at_ns` (the shared clock)
+    /// at the latest. As [`Self::going_to_sleep`].
+    pub fn going_to_sleep_until(&self, wakes_at_ns: u64) {
+        self.wakes_at_ns.store(wakes_at_ns, Ordering::SeqCst);
         self.sleeping.store(true, Ordering::SeqCst);
     }
 
@@ -202,7 +236,22 @@ impl Notifier {
     /// Producer side: new input was published; wake the worker if it sleeps.
     /// Returns true if a wake-up was sent.
     pub fn notify(&self) -> bool {
-        if self.sleeping.load(Ordering::SeqCst) && self.sleeping.swap(false, Ordering::SeqCst) {
+        self.notify_unless_due(0, 0)
+    }
+
+    /// Producer side, at `now_ns` (the shared clock): new input was
+    /// published that may wait `defer_ns`; wake the worker if it sleeps
+    /// and will not wake by itself by then. Returns true if a wake-up was
+    /// sent.
+    pub fn notify_unless_due(&self, now_ns: u64, defer_ns: u64) -> bool {
+        if !self.sleeping.load(Ordering::SeqCst) {
+            return false;
+        }
+        // Read after `sleeping`: the deadline of this sleep or a later one.
+        if self.wakes_at_ns.load(Ordering::SeqCst) <= now_ns.saturating_add(defer_ns) {
+            return false;
+        }
+        if self.sleeping.swap(false, Ordering::SeqCst) {
             let _ = self.waker.wake();
             return true;
         }
@@ -247,6 +296,33 @@ mod tests {
         let rest: Vec<u64> = std::iter::from_fn(|| c.pop()).collect();
         assert_eq!(rest, vec![2, 3, 4, 5]);
         assert!(!c.release());
+    }
+
+    /// A sleeping worker that wakes by itself before the input's deadline
+    /// is not woken; one that would sleep longer is, once.
+    #[test]
+    fn notifier_wakes_only_a_worker_that_would_sleep_too_long() {
+        let mut poll = mio::Poll::new().unwrap();
+        let n = Notifier::new(mio::Waker::new(poll.registry(), mio::Token(7)).unwrap());
+        let mut events = mio::Events::with_capacity(4);
+        let woken = |poll: &mut mio::Poll, events: &mut mio::Events| {
+            poll.poll(events, Some(std::time::Duration::ZERO)).unwrap();
+            events.iter().any(|e| e.token() == mio::Token(7))
+        };
+        assert!(!n.notify(), "an awake worker is never woken");
+        // Sleeps until 1000; input at 500 that may wait 600 ns: no wake-up.
+        n.going_to_sleep_until(1000);
+        assert!(!n.notify_unless_due(500, 600));
+        assert!(!woken(&mut poll, &mut events));
+        // Input that may wait only 100 ns: woken, once.
+        assert!(n.notify_unless_due(500, 100));
+        assert!(!n.notify_unless_due(500, 100), "already woken");
+        assert!(woken(&mut poll, &mut events));
+        n.awake();
+        // Sleeping with no deadline of its own: always woken.
+        n.going_to_sleep();
+        assert!(n.notify_unless_due(500, u64::MAX / 2));
+        assert!(woken(&mut poll, &mut events));
     }
 
     /// Two threads, a million messages through a small ring in random

@@ -3,7 +3,9 @@
 //! the sinks, moves cells both ways, writes the results JSON, and checks that
 //! the JSON is well-formed and that the cell counts agree: what the sinks and
 //! generators received, what weft says it relayed (its shutdown log line),
-//! and what was sent.
+//! and what was sent. The load spreads each connection's circuits over
+//! both sinks (the CLI's default), and the row reports weft's share of
+//! cells that crossed workers.
 
 use anyhow::{ensure, Context, Result};
 use weft_bench::report;
@@ -21,6 +23,8 @@ fn bench_pipeline_against_weft() -> Result<()> {
     };
     let mut p = Procedure::saturation(2, 2, 64, 100, 0.5, 2.0, 1.0);
     p.mark_every = 8;
+    // As the CLI's default load: each connection's circuits to every sink.
+    p.spread = true;
     let floor = run::measure_floor(&env, &p, 0.5)?;
     let r = run::run(&env, &p, TargetKind::weft(2), Some(&floor))?;
     ensure!(r.errors.is_empty(), "errors: {:?}", r.errors);
@@ -69,6 +73,7 @@ fn bench_pipeline_against_weft() -> Result<()> {
         runs: vec![r],
         projection: None,
         paired: None,
+        worker_pairs: None,
     };
     let path = dir.path().join("result.json");
     report::write_json(&path, &cmp)?;
@@ -96,6 +101,12 @@ fn bench_pipeline_against_weft() -> Result<()> {
     ensure!(run["delay_up_ms"]["count"].as_u64() > Some(0));
     ensure!(run["ttlb_ms"]["count"].as_u64() > Some(0));
     ensure!(v["table"][0]["target"] == "weft-2");
+    // weft's own count of cells that crossed workers is in the row.
+    ensure!(
+        v["table"][0]["cross_share"].is_number(),
+        "no crossing share: {}",
+        v["table"][0]
+    );
     let md = report::markdown(&cmp.table);
     ensure!(md.lines().count() == 3 && md.contains("weft-2"));
     Ok(())

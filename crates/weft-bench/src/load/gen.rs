@@ -112,8 +112,14 @@ impl LoadThread<'_> {
                 .queue_small(circ_id, cmd::CREATE2, &create2);
             self.gens[g].by_id.insert(circ_id, c);
             self.gens[g].circs.push(c);
+            let sink = if self.cfg.spread && self.cfg.target.is_some() {
+                (self.gens[g].sink + i) % self.sinks.len()
+            } else {
+                self.gens[g].sink
+            };
             self.circs.push(Circ {
                 gen_circ_id: circ_id,
+                sink,
                 sink_conn: None,
                 sink_circ_id: 0,
                 state: CircState::Creating,
@@ -248,7 +254,7 @@ impl LoadThread<'_> {
                 self.circ_ready(c);
                 continue;
             }
-            let sink = &self.sinks[self.gens[g].sink];
+            let sink = &self.sinks[self.circs[c].sink];
             let mut cell = [0u8; BODY_LEN];
             let circ = &mut self.circs[c];
             match circ.origin.extend2(&sink.hop, &mut cell) {

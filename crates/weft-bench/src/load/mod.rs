@@ -126,6 +126,13 @@ pub struct LoadConfig {
     /// Report a bulk circuit into which nothing arrived for this long
     /// (in a direction that sends) when the load stops, as an error.
     pub stall_after: Option<Duration>,
+    /// Spread each generator connection's circuits over every sink of its
+    /// load thread (circuit i of a connection whose own sink is k goes to
+    /// sink k + i): the target's inbound and outbound connections then
+    /// share circuits many-to-many, as on a real relay, and with N workers
+    /// about (N − 1)/N of the cells cross workers. Off: all of a
+    /// connection's circuits go to its own sink.
+    pub spread: bool,
 }
 
 /// Live counters a load thread publishes for the coordinator.
@@ -244,6 +251,8 @@ enum CircState {
 
 struct Circ {
     gen_circ_id: u32,
+    /// The sink (index in the thread's `sinks`) this circuit extends to.
+    sink: usize,
     sink_conn: Option<usize>,
     sink_circ_id: u32,
     state: CircState,

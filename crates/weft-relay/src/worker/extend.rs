@@ -84,7 +84,7 @@ impl Circuits {
         };
         let w = usize::from(p.worker);
         if w == self.me {
-            self.on_ring_msg(msg, self.me as u16);
+            self.on_ring_msg(&msg, self.me as u16);
             return Handed::Done;
         }
         match self.try_push(w, msg) {

@@ -57,7 +57,7 @@ impl Circuits {
     pub(crate) fn send_ordered(&mut self, to: HalfRef, msg: RingMsg) {
         let w = usize::from(to.worker);
         if w == self.me {
-            self.on_ring_msg(msg, self.me as u16);
+            self.on_ring_msg(&msg, self.me as u16);
             return;
         }
         if w >= self.outs.len() {
@@ -144,19 +144,27 @@ impl Circuits {
             return Handed::Done;
         }
         self.counters.cross += 1;
-        let msg = RingMsg::Cell {
+        let make = || RingMsg::Cell {
             to,
             command,
             stamp_ns,
             body: *body,
         };
-        match self.try_push(w, msg) {
-            Ok(()) => Handed::Done,
-            Err(m) => {
-                self.stall(conn, w, m);
-                Handed::Stalled
+        // Straight into the ring slot: the body's one copy on this side.
+        let make = if self.waiting[w].is_empty() {
+            match self.outs.get_mut(w) {
+                Some(Some(p)) => match p.push_with(make) {
+                    Ok(()) => return Handed::Done,
+                    Err(make) => make,
+                },
+                // No ring to that worker (it is us, or out of range): drop.
+                _ => return Handed::Done,
             }
-        }
+        } else {
+            make
+        };
+        self.stall(conn, w, make());
+        Handed::Stalled
     }
 
     /// A cell for half `to` on this worker, from worker `source`: add our
@@ -168,7 +176,7 @@ impl Circuits {
         to: HalfRef,
         command: u8,
         stamp_ns: u64,
-        body: &mut [u8; BODY_LEN],
+        body: &[u8; BODY_LEN],
         source: u16,
     ) {
         let now = self.now_ns;
@@ -196,12 +204,9 @@ impl Circuits {
             h.held.push(&mut self.pool, s);
             return;
         }
-        let command = match &mut h.role {
-            HalfRole::Keyed(k) => {
-                k.on_backward(body);
-                cmd::RELAY
-            }
-            HalfRole::Relabel { .. } => command,
+        let (command, layer) = match &mut h.role {
+            HalfRole::Keyed(_) => (cmd::RELAY, true),
+            HalfRole::Relabel { .. } => (command, false),
             // An origin half has no peer; nothing is handed to it.
             HalfRole::Origin(_) => return,
             HalfRole::Moved(f) => {
@@ -216,21 +221,31 @@ impl Circuits {
             }
         };
         let conn = h.conn;
-        self.enqueue(conn, to.slot, command, stamp_ns, now, body);
+        // Copied once, into its pool slot; the keyed half adds its layer
+        // there, right after the cell took its place in the queue (the
+        // keystream follows the queue's order).
+        let Some(s) = self.enqueue(conn, to.slot, command, stamp_ns, now, body) else {
+            return;
+        };
+        if layer {
+            if let Some(HalfRole::Keyed(k)) = self.halves.get(to).map(|h| &mut h.role) {
+                k.on_backward(&mut self.pool.slot_mut(s).body);
+            }
+        }
     }
 
     /// A message from worker `source`'s ring (or a local one that must keep
-    /// the same order).
-    pub(crate) fn on_ring_msg(&mut self, m: RingMsg, source: u16) {
-        match m {
+    /// the same order), read where it lies.
+    pub(crate) fn on_ring_msg(&mut self, m: &RingMsg, source: u16) {
+        match *m {
             RingMsg::Installed { old, new } => return self.forwarder_installed(old, new),
             RingMsg::Switched { old } => return self.forwarder_switched(old),
             _ => {}
         }
         if self.is_forwarder(m.target()) {
-            return self.forwarder_push(m.target().slot, m);
+            return self.forwarder_push(m.target().slot, *m);
         }
-        match m {
+        match *m {
             RingMsg::Installed { .. } | RingMsg::Switched { .. } => {}
             RingMsg::SourceDone { to } => self.source_done(to, source),
             RingMsg::PeerMoved { to, peer, old } => self.peer_moved(to, peer, old),
@@ -238,20 +253,17 @@ impl Circuits {
                 to,
                 command,
                 stamp_ns,
-                body,
-            } => {
-                let mut body = body;
-                self.deliver(to, command, stamp_ns, &mut body, source);
-            }
+                ref body,
+            } => self.deliver(to, command, stamp_ns, body, source),
             RingMsg::Linked { to, peer } => self.linked(to, peer),
             RingMsg::Introduce2 {
                 to,
                 from,
                 len,
-                body,
+                ref body,
             } => self.introduce2_arrived(to, from, &body[..usize::from(len).min(BODY_LEN)]),
             RingMsg::IntroduceAck { to, status } => self.introduce_ack_arrived(to, status),
-            RingMsg::Created2 { to, len, body } => {
+            RingMsg::Created2 { to, len, ref body } => {
                 self.created2_arrived(to, &body[..usize::from(len).min(BODY_LEN)])
             }
         }

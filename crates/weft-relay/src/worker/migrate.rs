@@ -435,7 +435,7 @@ impl Circuits {
             }
         }
         for m in local {
-            self.on_ring_msg(m, me as u16);
+            self.on_ring_msg(&m, me as u16);
         }
         if let Some(peer) = linked {
             self.link_moved_half(peer, new);
@@ -627,7 +627,7 @@ impl Circuits {
             // the connection reads next.
             self.unwait(conn);
             self.resumed.push(conn);
-            self.on_ring_msg(msg, me as u16);
+            self.on_ring_msg(&msg, me as u16);
         } else if w == dw {
             c.stall = Some((w, msg));
         } else {

@@ -315,7 +315,10 @@ impl Worker {
         if until <= now {
             return Some(Duration::ZERO);
         }
-        self.notifier.going_to_sleep();
+        // Producers need not wake us for cells that can wait for the run
+        // we wake for anyway ([`Notifier::notify_unless_due`]).
+        let wakes_at_ns = until.saturating_duration_since(self.epoch).as_nanos() as u64;
+        self.notifier.going_to_sleep_until(wakes_at_ns);
         if self.ins.iter().flatten().any(|c| c.has_pending()) {
             self.notifier.awake();
             return Some(Duration::ZERO);
@@ -421,9 +424,8 @@ impl Worker {
             let Some(mut c) = self.ins[w].take() else {
                 continue;
             };
-            while let Some(m) = c.pop() {
-                self.core.on_ring_msg(m, w as u16);
-            }
+            let core = &mut self.core;
+            while c.pop_with(|m| core.on_ring_msg(m, w as u16)).is_some() {}
             if c.release() {
                 self.peers[w].notifier.wake();
             }
@@ -438,10 +440,16 @@ impl Worker {
             core,
             peers,
             counters,
+            ctx,
+            epoch,
             ..
         } = self;
+        // A ring batch may wait for the peer's next KIST run (it writes
+        // them then at the earliest) if the peer sleeps until then anyway.
+        let now_ns = Instant::now().saturating_duration_since(*epoch).as_nanos() as u64;
+        let defer_ns = ctx.kist_interval.as_nanos() as u64;
         core.publish(|w| {
-            if peers[w].notifier.notify() {
+            if peers[w].notifier.notify_unless_due(now_ns, defer_ns) {
                 counters.wakeups += 1;
             }
         });

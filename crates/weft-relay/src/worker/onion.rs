@@ -88,7 +88,7 @@ impl Circuits {
             len: n as u16,
             body,
         };
-        self.on_ring_msg(msg, self.me as u16);
+        self.on_ring_msg(&msg, self.me as u16);
         self.flush_destroys();
     }
 
@@ -135,7 +135,7 @@ impl Circuits {
     /// Send INTRODUCE_ACK with `status` on the client's half `to` (through
     /// its forwarder if it moved).
     pub(crate) fn introduce_ack(&mut self, to: HalfRef, status: u16) {
-        self.on_ring_msg(RingMsg::IntroduceAck { to, status }, self.me as u16);
+        self.on_ring_msg(&RingMsg::IntroduceAck { to, status }, self.me as u16);
         self.flush_destroys();
     }
 

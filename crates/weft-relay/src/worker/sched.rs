@@ -64,9 +64,10 @@ impl CellSink for LinkConn {
 const URGENT_BATCH: usize = 64 * 1024;
 
 impl Circuits {
-    /// Queue a cell on half `slot` (connection `conn`); closes the circuit
-    /// if its queue is over the limit or the pool is exhausted. `now_ns` is
-    /// the round's clock (for the queue-wait histogram).
+    /// Queue a cell on half `slot` (connection `conn`) and return its pool
+    /// slot; closes the circuit (None) if its queue is over the limit or
+    /// the pool is exhausted. `now_ns` is the round's clock (for the
+    /// queue-wait histogram).
     pub(crate) fn enqueue(
         &mut self,
         conn: usize,
@@ -75,22 +76,22 @@ impl Circuits {
         stamp_ns: u64,
         queued_ns: u64,
         body: &[u8; BODY_LEN],
-    ) {
+    ) -> Option<u32> {
         let max = self.limits.max_circuit_queue;
-        let Some(h) = self.halves.by_slot(slot) else {
-            return;
-        };
+        let h = self.halves.by_slot(slot)?;
         if h.queue.len() >= max {
             let why = format!("{} cells queued, maximum allowed is {max}", h.queue.len());
-            return self.close_circuit(
+            self.close_circuit(
                 conn,
                 slot,
                 weft_proto::cell::destroy_reason::RESOURCELIMIT,
                 &why,
             );
+            return None;
         }
         let Some(s) = self.pool.alloc() else {
-            return self.close_pool_exhausted(conn, slot);
+            self.close_pool_exhausted(conn, slot);
+            return None;
         };
         let c = self.pool.slot_mut(s);
         c.command = command;
@@ -99,7 +100,7 @@ impl Circuits {
         c.body = *body;
         h.queue.push(&mut self.pool, s);
         let Some(Some(cc)) = self.conns.get_mut(conn) else {
-            return;
+            return Some(s);
         };
         let sched = &mut cc.sched;
         sched.queued += 1;
@@ -110,6 +111,7 @@ impl Circuits {
             sched.pending = true;
             self.pending.push(conn);
         }
+        Some(s)
     }
 
     /// Queue a connection-level cell (CREATED2, DESTROY, CREATE2,

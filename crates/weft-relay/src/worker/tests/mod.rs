@@ -230,9 +230,9 @@ impl Net {
                 let Some(mut c) = self.ins[w][src].take() else {
                     continue;
                 };
-                while let Some(m) = c.pop() {
+                let core = &mut self.cores[w];
+                while c.pop_with(|m| core.on_ring_msg(m, src as u16)).is_some() {
                     moved = true;
-                    self.cores[w].on_ring_msg(m, src as u16);
                 }
                 c.release();
                 self.ins[w][src] = Some(c);
@@ -687,8 +687,8 @@ fn ewma_serves_a_bursty_circuit_before_a_bulk_one() {
     let (bulk, bursty) = (halves[0], halves[1]);
     let queue = |net: &mut Net, h: HalfRef, n: usize| {
         for _ in 0..n {
-            let mut b = [7u8; BODY_LEN];
-            net.cores[0].deliver(h, cmd::RELAY, 1, &mut b, 0);
+            let b = [7u8; BODY_LEN];
+            net.cores[0].deliver(h, cmd::RELAY, 1, &b, 0);
         }
     };
     // The bulk circuit has been sending for a while (its decayed count is
