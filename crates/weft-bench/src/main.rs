@@ -749,7 +749,7 @@ fn main() -> Result<()> {
             }
             if !no_perf_md {
                 let mut section = format!(
-                    "Measured {stamp} on {} CPUs ({}), {}; command:\n\n    {}\n\nProcedure: {} connections × {} circuits, {} sinks, window {} cells, {} direction(s), warm-up {} s, measured {} s, max sustained = max {} s moving average of 500 ms samples; target on CPUs {} {}, load on CPUs {}. Loopback floor of node delay (p50): {}.\n\n",
+                    "Measured {stamp} on {} CPUs ({}), {}; command:\n\n    {}\n\nProcedure: {} connections × {} circuits, {} sinks{}, window {} cells, {} direction(s), warm-up {} s, measured {} s, max sustained = max {} s moving average of 500 ms samples; target on CPUs {} {}, load on CPUs {}. Loopback floor of node delay (p50): {}.\n\n",
                     cmp.machine.cpus,
                     cmp.machine.model,
                     cmp.tor_version,
@@ -757,6 +757,11 @@ fn main() -> Result<()> {
                     p.connections,
                     p.circuits,
                     p.sinks,
+                    if p.spread {
+                        " (each connection's circuits spread over all of them)"
+                    } else {
+                        " (each connection's circuits to one)"
+                    },
                     p.window,
                     p.direction,
                     p.warmup_s,
