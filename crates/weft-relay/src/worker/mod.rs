@@ -73,12 +73,12 @@ const WAKER: Token = Token(usize::MAX);
 /// C Tor's default `circ_max_cell_queue_size`: a circuit with this many
 /// cells waiting is closed (RESOURCELIMIT). [C relay.c]
 pub const DEFAULT_MAX_CIRCUIT_QUEUE: usize = 2500;
-/// Messages per cross-worker ring (about 530 bytes each: 135 KiB, so a
-/// ring's cells are still in cache when the peer reads them). With every
-/// cell crossing, 256 cost 15% less CPU per GiB than 1024 (540 KiB, more
-/// than a core's L2) and 128 no less than 256 (docs/perf.md, "Cells that
-/// cross workers").
-pub const RING_CAPACITY: usize = 256;
+/// Messages per cross-worker ring (about 530 bytes each: 540 KiB). 256
+/// (135 KiB) cost 15% less CPU per GiB with every cell crossing, but its
+/// more frequent full-ring stalls kept the balancer from moving
+/// connections (`skewed_connections_are_balanced` failed); see
+/// docs/perf.md, "Cells that cross workers".
+pub const RING_CAPACITY: usize = 1024;
 
 /// How the controller (and other workers) reach a worker.
 #[derive(Clone, Debug)]
