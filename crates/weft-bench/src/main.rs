@@ -311,28 +311,6 @@ fn command_line() -> String {
     std::env::args().collect::<Vec<_>>().join(" ")
 }
 
-/// `tor --version`'s first line with the OpenSSL tor runs on, and the
-/// OpenSSL this workspace (so weft built alongside) links.
-fn tor_version(env: &BenchEnv) -> String {
-    let out = std::process::Command::new(&env.tor_bin)
-        .arg("--version")
-        .output()
-        .map(|o| String::from_utf8_lossy(&o.stdout).into_owned())
-        .unwrap_or_default();
-    let first = out.lines().next().unwrap_or("").trim_end_matches('.');
-    let tor_ssl = out
-        .split([',', ' '])
-        .collect::<Vec<_>>()
-        .windows(2)
-        .find(|w| w[0] == "OpenSSL")
-        .map(|w| format!("OpenSSL {}", w[1]))
-        .unwrap_or_else(|| "OpenSSL unknown".into());
-    format!(
-        "{first} on {tor_ssl}; weft on {}",
-        openssl::version::version()
-    )
-}
-
 fn main() -> Result<()> {
     let cli = Cli::parse();
     let (date, stamp) = report::today();
@@ -403,7 +381,7 @@ fn main() -> Result<()> {
                 date: stamp.clone(),
                 command: command_line(),
                 machine: report::Machine::read(),
-                tor_version: tor_version(&env),
+                tor_version: report::tor_version(&env),
                 floor_ms: floor.as_ref().map(run::Percentiles::from_hist),
                 table: report::table(&runs),
                 runs,
@@ -625,7 +603,7 @@ fn main() -> Result<()> {
                 date: stamp,
                 command: command_line(),
                 machine: report::Machine::read(),
-                tor_version: tor_version(&env),
+                tor_version: report::tor_version(&env),
                 floor_ms: floor.as_ref().map(run::Percentiles::from_hist),
                 table: report::table(std::slice::from_ref(&r)),
                 runs: vec![r],
@@ -722,7 +700,7 @@ fn main() -> Result<()> {
                 date: stamp.clone(),
                 command: command_line(),
                 machine: report::Machine::read(),
-                tor_version: tor_version(&env),
+                tor_version: report::tor_version(&env),
                 floor_ms: floor.as_ref().map(run::Percentiles::from_hist),
                 runs,
                 table,

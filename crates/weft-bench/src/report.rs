@@ -546,6 +546,28 @@ pub fn plot(repo: &Path, json: &Path, out_dir: &Path) -> Result<Vec<PathBuf>> {
         .collect())
 }
 
+/// `tor --version`'s first line with the OpenSSL tor runs on, and the
+/// OpenSSL this workspace (so weft built alongside) links.
+pub fn tor_version(env: &crate::run::BenchEnv) -> String {
+    let out = std::process::Command::new(&env.tor_bin)
+        .arg("--version")
+        .output()
+        .map(|o| String::from_utf8_lossy(&o.stdout).into_owned())
+        .unwrap_or_default();
+    let first = out.lines().next().unwrap_or("").trim_end_matches('.');
+    let tor_ssl = out
+        .split([',', ' '])
+        .collect::<Vec<_>>()
+        .windows(2)
+        .find(|w| w[0] == "OpenSSL")
+        .map(|w| format!("OpenSSL {}", w[1]))
+        .unwrap_or_else(|| "OpenSSL unknown".into());
+    format!(
+        "{first} on {tor_ssl}; weft on {}",
+        openssl::version::version()
+    )
+}
+
 /// Put `section` between the markers `<!-- weft-bench {name}: begin
 /// (generated) -->` and `<!-- weft-bench {name}: end -->` of `perf_md`
 /// (appending them if they are missing).

@@ -445,12 +445,14 @@ impl Worker {
             peers,
             counters,
             ctx,
-            epoch,
+            round_ns,
             ..
         } = self;
         // A ring batch may wait for the peer's next KIST run (it writes
         // them then at the earliest) if the peer sleeps until then anyway.
-        let now_ns = Instant::now().saturating_duration_since(*epoch).as_nanos() as u64;
+        // The round's clock, no new read: an earlier `now` only wakes the
+        // peer more readily.
+        let now_ns = *round_ns;
         let defer_ns = ctx.kist_interval.as_nanos() as u64;
         core.publish(|w| {
             if peers[w].notifier.notify_unless_due(now_ns, defer_ns) {
