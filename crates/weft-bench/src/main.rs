@@ -73,6 +73,11 @@ enum Cmd {
         /// further pair runs weft-1, then weft-2).
         #[arg(long, default_value_t = 6)]
         worker_pairs: usize,
+        /// Extra torrc line for every weft run (repeatable), e.g. with
+        /// "TestingTorNetwork 1" and "TestingCrossWorkerExtends 1" every
+        /// cell crosses workers, the (N − 1)/N of many workers at its limit.
+        #[arg(long)]
+        weft_option: Vec<String>,
         /// Do not touch docs/perf.md.
         #[arg(long)]
         no_perf_md: bool,
@@ -626,9 +631,11 @@ fn main() -> Result<()> {
             allocators,
             pairs,
             worker_pairs,
+            weft_option,
             no_perf_md,
         } => {
             opts.cpu_quota.get_or_insert(0.5);
+            let weft = |t: usize| TargetKind::weft(t).with_weft_options(&weft_option);
             let env = opts.env()?;
             let p = opts.procedure();
             let floor = (opts.floor_secs > 0.0)
@@ -636,14 +643,14 @@ fn main() -> Result<()> {
                 .transpose()?;
             let mut kinds = vec![TargetKind::tor()];
             for t in [0, 1, 2] {
-                kinds.push(TargetKind::weft(t));
+                kinds.push(weft(t));
             }
             if allocators {
                 for a in ["mimalloc", "jemalloc"] {
                     kinds.push(TargetKind::Weft {
                         threads: 1,
                         allocator: a.into(),
-                        options: Vec::new(),
+                        options: weft_option.clone(),
                         label: None,
                     });
                 }
@@ -661,15 +668,15 @@ fn main() -> Result<()> {
             for i in 1..pairs {
                 println!("[pairs] tor / weft-1 pair {} of {pairs}", i + 1);
                 let t = run::run(&env, &p, TargetKind::tor(), None)?;
-                let w = run::run(&env, &p, TargetKind::weft(1), None)?;
+                let w = run::run(&env, &p, weft(1), None)?;
                 pair_costs.push((t.cpu_s_per_gib, w.cpu_s_per_gib));
             }
             let paired = report::paired_ratio(&pair_costs);
             let mut extra = Vec::new();
             for i in 1..worker_pairs {
                 println!("[pairs] weft-1 / weft-2 pair {} of {worker_pairs}", i + 1);
-                let one = run::run(&env, &p, TargetKind::weft(1), None)?;
-                let two = run::run(&env, &p, TargetKind::weft(2), None)?;
+                let one = run::run(&env, &p, weft(1), None)?;
+                let two = run::run(&env, &p, weft(2), None)?;
                 extra.push((one, two));
             }
             let by_label = |l: &str| runs.iter().find(|r| r.label == l);

@@ -74,6 +74,14 @@ impl TargetKind {
         }
     }
 
+    /// The same with extra torrc lines for weft (stock tor is unchanged).
+    pub fn with_weft_options(mut self, extra: &[String]) -> Self {
+        if let TargetKind::Weft { options, .. } = &mut self {
+            options.extend_from_slice(extra);
+        }
+        self
+    }
+
     /// Extra torrc lines.
     pub fn options(&self) -> &[String] {
         match self {

@@ -16,6 +16,11 @@ use crate::worker::WorkerMsg;
 /// is linked or closed.
 pub(super) const MIGRATION_TIMEOUT_S: u64 = 10;
 
+/// Seconds a connection whose worker refused to move it (busy: waiting
+/// for ring room, a handshake, an earlier move) is not picked again, so
+/// the balancer tries the next candidate instead of the same one.
+pub(super) const REFUSED_COOLDOWN_S: u64 = 10;
+
 /// One move at a time: a half keeps one marker to wait for, so two moves
 /// that overlap on a circuit could reorder its cells. The next move starts
 /// when the workers say the last is over (`MigrationDone`) or after
@@ -24,6 +29,9 @@ pub(super) const MIGRATION_TIMEOUT_S: u64 = 10;
 pub(super) struct MoveGate {
     /// The move in flight: connection, second it was asked for.
     in_flight: Option<(ConnId, u64)>,
+    /// Recently refused moves: connection, second it was asked for (a few;
+    /// the oldest is forgotten first).
+    refused: Vec<(ConnId, u64)>,
 }
 
 impl MoveGate {
@@ -46,14 +54,28 @@ impl MoveGate {
         self.in_flight = Some((id, secs));
     }
 
-    /// The workers say the move of `id` is over (true if it was the one in
-    /// flight).
-    pub(super) fn over(&mut self, id: ConnId) -> bool {
-        let ours = self.in_flight.is_some_and(|(f, _)| f == id);
-        if ours {
-            self.in_flight = None;
+    /// The workers say the move of `id` is over, done or refused (true if
+    /// it was the one in flight).
+    pub(super) fn over(&mut self, id: ConnId, moved: bool) -> bool {
+        let Some((f, since)) = self.in_flight.filter(|(f, _)| *f == id) else {
+            return false;
+        };
+        self.in_flight = None;
+        if !moved {
+            if self.refused.len() >= 8 {
+                self.refused.remove(0);
+            }
+            self.refused.push((f, since));
         }
-        ours
+        true
+    }
+
+    /// True if the worker refused to move `id` less than
+    /// [`REFUSED_COOLDOWN_S`] before second `secs`.
+    pub(super) fn refused_recently(&self, id: ConnId, secs: u64) -> bool {
+        self.refused
+            .iter()
+            .any(|&(r, at)| r == id && secs.saturating_sub(at) < REFUSED_COOLDOWN_S)
     }
 }
 
@@ -130,7 +152,12 @@ impl Controller {
         let pick = r
             .top_conns
             .iter()
-            .filter(|(id, b)| *id != 0 && (*b as f64) < 0.9 * bytes && self.conns.contains_key(id))
+            .filter(|(id, b)| {
+                *id != 0
+                    && (*b as f64) < 0.9 * bytes
+                    && self.conns.contains_key(id)
+                    && !self.moves.refused_recently(*id, secs)
+            })
             .min_by(|a, b| {
                 (a.1 as f64 - want)
                     .abs()
@@ -200,13 +227,40 @@ mod tests {
         assert!(g.open(0));
         g.started(7, 0);
         assert!(!g.open(1), "a move is in flight");
-        assert!(!g.over(8), "another connection's report does not open it");
+        assert!(
+            !g.over(8, true),
+            "another connection's report does not open it"
+        );
         assert!(!g.open(MIGRATION_TIMEOUT_S - 1));
-        assert!(g.over(7));
+        assert!(g.over(7, true));
         assert!(g.open(2), "open once the move is over");
         g.started(9, 3);
         assert!(!g.open(3 + MIGRATION_TIMEOUT_S - 1));
         assert!(g.open(3 + MIGRATION_TIMEOUT_S), "open after the timeout");
-        assert!(!g.over(9), "a late report changes nothing");
+        assert!(!g.over(9, false), "a late report changes nothing");
+        assert!(!g.refused_recently(9, 3 + MIGRATION_TIMEOUT_S));
+    }
+
+    #[test]
+    fn a_refused_connection_is_not_picked_again_for_a_while() {
+        let mut g = MoveGate::default();
+        g.started(7, 20);
+        assert!(g.over(7, false));
+        assert!(g.open(21));
+        assert!(g.refused_recently(7, 21));
+        assert!(!g.refused_recently(8, 21));
+        assert!(!g.refused_recently(7, 20 + REFUSED_COOLDOWN_S));
+        g.started(8, 22);
+        assert!(g.over(8, true));
+        assert!(
+            !g.refused_recently(8, 23),
+            "a move that happened is no refusal"
+        );
+        for id in 100..110 {
+            g.started(id, 30);
+            g.over(id, false);
+        }
+        assert!(!g.refused_recently(7, 31), "only the last few are kept");
+        assert!(g.refused_recently(109, 31));
     }
 }

@@ -469,7 +469,7 @@ impl Controller {
                 self.migrations += 1;
             }
             ControllerMsg::MigrationDone { conn_id, moved } => {
-                if self.moves.over(conn_id) {
+                if self.moves.over(conn_id, moved) {
                     debug!("migration of connection {conn_id} over (moved: {moved})");
                 }
             }

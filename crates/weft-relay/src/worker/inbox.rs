@@ -7,6 +7,7 @@
 
 use std::net::SocketAddr;
 use std::sync::Arc;
+use std::time::Duration;
 
 use tracing::debug;
 
@@ -14,6 +15,20 @@ use super::migrate::{log_departure, MovedConn};
 use super::Worker;
 use crate::context::SharedContext;
 use crate::messages::{ConnId, ControllerMsg, HalfRef};
+
+/// How long a move asked for a busy connection is retried before the
+/// worker refuses it (the controller then picks another connection).
+const MOVE_RETRY: Duration = Duration::from_secs(1);
+
+/// What became of an attempt to move a connection away.
+enum MoveOutcome {
+    /// It left.
+    Moved,
+    /// Not now: it waits for ring room, a handshake or an earlier move.
+    Busy,
+    /// Not at all: gone, closing, still in its handshake, or no such worker.
+    Never,
+}
 
 /// Messages into a worker's inbox.
 #[derive(Debug)]
@@ -250,30 +265,62 @@ impl Worker {
     }
 
     /// Move connection `conn_id` to worker `to` (step 1 of the migration,
-    /// [`super::migrate`]): if it is open, not closing and not waiting for
-    /// ring space, its socket and circuits leave together.
+    /// [`super::migrate`]): if it is open, not closing and free to move,
+    /// its socket and circuits leave together. A connection that is busy
+    /// for the moment (its read cell waits for ring room, a CREATE2 waits
+    /// for its handshake, a circuit is inside an earlier move) is tried
+    /// again every round for up to [`MOVE_RETRY`]: under load a heavy
+    /// connection is often waiting for ring room, and only briefly.
     pub(crate) fn migrate_out(&mut self, conn_id: ConnId, to: usize) {
-        let refused = ControllerMsg::MigrationDone {
+        match self.try_migrate_out(conn_id, to) {
+            MoveOutcome::Moved => {}
+            MoveOutcome::Busy if self.move_asked.is_none() => {
+                self.move_asked = Some((conn_id, to, self.round_start + MOVE_RETRY));
+            }
+            MoveOutcome::Busy | MoveOutcome::Never => self.refuse_move(conn_id),
+        }
+    }
+
+    /// Try again a move that found its connection busy (once a round,
+    /// after the rings made room); refuse it once [`MOVE_RETRY`] is over.
+    pub(crate) fn retry_move(&mut self) {
+        let Some((conn_id, to, until)) = self.move_asked else {
+            return;
+        };
+        match self.try_migrate_out(conn_id, to) {
+            MoveOutcome::Busy if self.round_start < until => {}
+            MoveOutcome::Moved => self.move_asked = None,
+            MoveOutcome::Busy | MoveOutcome::Never => {
+                self.move_asked = None;
+                debug!("connection {conn_id} does not move now (inside a move, or busy)");
+                self.refuse_move(conn_id);
+            }
+        }
+    }
+
+    fn refuse_move(&mut self, conn_id: ConnId) {
+        let _ = self.controller.send(ControllerMsg::MigrationDone {
             conn_id,
             moved: false,
-        };
+        });
+    }
+
+    fn try_migrate_out(&mut self, conn_id: ConnId, to: usize) -> MoveOutcome {
         if to == self.id || to >= self.peers.len() {
-            let _ = self.controller.send(refused);
-            return;
+            return MoveOutcome::Never;
         }
         let Some(&idx) = self.by_id.get(&conn_id) else {
-            let _ = self.controller.send(refused);
-            return;
+            return MoveOutcome::Never;
         };
-        let movable = self
+        if !self
             .conns
             .get(idx)
             .is_some_and(|c| c.is_open() && c.closing.is_none())
-            && self.core.can_detach(idx);
-        let Some(circuits) = movable.then(|| self.core.detach(idx)).flatten() else {
-            debug!("connection {conn_id} does not move now (inside a move, or busy)");
-            let _ = self.controller.send(refused);
-            return;
+        {
+            return MoveOutcome::Never;
+        }
+        let Some(circuits) = self.core.detach(idx) else {
+            return MoveOutcome::Busy;
         };
         let mut c = self.conns.remove(idx);
         let _ = self.poll.registry().deregister(c.link.tls_mut().tcp_mut());
@@ -288,6 +335,7 @@ impl Worker {
             circuits,
             from: self.id as u16,
         })));
+        MoveOutcome::Moved
     }
 
     /// Take over a connection another worker moved here (step 2).

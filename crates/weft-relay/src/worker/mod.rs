@@ -73,12 +73,13 @@ const WAKER: Token = Token(usize::MAX);
 /// C Tor's default `circ_max_cell_queue_size`: a circuit with this many
 /// cells waiting is closed (RESOURCELIMIT). [C relay.c]
 pub const DEFAULT_MAX_CIRCUIT_QUEUE: usize = 2500;
-/// Messages per cross-worker ring (about 530 bytes each: 540 KiB). 256
-/// (135 KiB) cost 15% less CPU per GiB with every cell crossing, but its
-/// more frequent full-ring stalls kept the balancer from moving
-/// connections (`skewed_connections_are_balanced` failed); see
-/// docs/perf.md, "Cells that cross workers".
-pub const RING_CAPACITY: usize = 1024;
+/// Messages per cross-worker ring (about 530 bytes each: 135 KiB, which
+/// stays in L2 while the peer reads it; 1024 cost 15% more CPU per GiB
+/// with every cell crossing). A full ring stalls the connection that read
+/// the cell for a moment, so a move asked for a stalled connection is
+/// retried for a while ([`Worker::retry_move`]); see docs/perf.md, "Cells
+/// that cross workers".
+pub const RING_CAPACITY: usize = 256;
 
 /// How the controller (and other workers) reach a worker.
 #[derive(Clone, Debug)]
@@ -227,6 +228,9 @@ pub struct Worker {
     /// When the KIST scheduler runs next.
     next_sched_run: Instant,
     stopping: bool,
+    /// A move asked for while its connection was busy: connection, worker,
+    /// retried until ([`Worker::retry_move`]).
+    move_asked: Option<(ConnId, usize, Instant)>,
 }
 
 impl Worker {
@@ -275,6 +279,7 @@ impl Worker {
             next_housekeeping: now + Duration::from_secs(1),
             next_sched_run: now,
             stopping: false,
+            move_asked: None,
         }
     }
 
@@ -408,6 +413,7 @@ impl Worker {
         self.core.tend_forwarders();
         self.core.retry_waiting();
         self.apply_effects();
+        self.retry_move();
         self.read_all();
         self.write_all();
         self.publish_rings();
