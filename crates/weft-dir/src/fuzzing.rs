@@ -1,6 +1,7 @@
 //! Entry points for the cargo-fuzz targets in `fuzz/` that reach this
 //! crate's parsers of network input (HTTP responses from directory servers,
-//! consensus documents, authority certificates). Compiled on stable so the
+//! consensus documents, authority certificates; the exit policy of the
+//! torrc). Compiled on stable so the
 //! committed corpora are replayed by unit tests. None may panic.
 
 use std::time::SystemTime;
@@ -33,4 +34,35 @@ pub fn directory_documents(data: &[u8]) {
     };
     let _ = verify_consensus(text, flavor, &certs, &trusted, now);
     let _ = crate::consensus::parse_microdescs(text);
+}
+
+/// The exit policy parser and builder on arbitrary torrc text (each line
+/// an `ExitPolicy` value; the first byte picks the other options), then
+/// matching, the descriptor lines and both summaries.
+pub fn exit_policy(data: &[u8]) {
+    use crate::exit_policy::{summary, ExitPolicy, ExitPolicyOptions, OwnAddresses};
+    let Some((&first, rest)) = data.split_first() else {
+        return;
+    };
+    let Ok(text) = std::str::from_utf8(rest) else {
+        return;
+    };
+    let o = ExitPolicyOptions {
+        exit_relay: Some(first & 1 == 1),
+        exit_policy: text.lines().map(str::to_string).collect(),
+        reject_private: first & 2 == 0,
+        reject_local_interfaces: first & 4 != 0,
+        reduced: first & 8 != 0,
+        ipv6_exit: first & 16 != 0,
+    };
+    let own = OwnAddresses {
+        advertised: vec![std::net::IpAddr::from([198, 51, 100, 7])],
+        ..Default::default()
+    };
+    if let Ok((p, _)) = ExitPolicy::from_options(&o, &own) {
+        let _ = p.allows(std::net::IpAddr::from([1, 2, 3, 4]), u16::from(first) * 257);
+        let _ = p.descriptor_lines();
+        let _ = p.ipv6_policy_line();
+        let _ = summary::summarize(p.rules(), false);
+    }
 }

@@ -8,6 +8,8 @@
 //!   verifies the signatures against the configured authorities, and turns
 //!   the result into a [`consensus::ConsensusSummary`] (validity times,
 //!   network parameters with C Tor's defaults, the relay list);
+//! * [`exit_policy`] builds the exit policy from the torrc as C Tor does,
+//!   checks streams against it and writes its descriptor lines;
 //! * [`http`] is the small, bounded HTTP/1.0 client both use.
 //!
 //! Everything read from the network is untrusted: sizes are capped before
@@ -23,6 +25,7 @@
 
 pub mod consensus;
 pub mod descriptor;
+pub mod exit_policy;
 #[doc(hidden)]
 pub mod fuzzing;
 pub mod http;

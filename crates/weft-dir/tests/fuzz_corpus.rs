@@ -1,5 +1,6 @@
 //! Replays the committed cargo-fuzz corpora of this crate's network parsers
-//! (`fuzz/corpus/dir_http`, `fuzz/corpus/dir_documents`) on stable.
+//! (`fuzz/corpus/dir_http`, `fuzz/corpus/dir_documents`,
+//! `fuzz/corpus/exit_policy`) on stable.
 
 use std::path::Path;
 
@@ -23,4 +24,9 @@ fn dir_http_corpus() {
 #[test]
 fn dir_documents_corpus() {
     each_seed("dir_documents", weft_dir::fuzzing::directory_documents);
+}
+
+#[test]
+fn exit_policy_corpus() {
+    each_seed("exit_policy", weft_dir::fuzzing::exit_policy);
 }

@@ -93,6 +93,8 @@ pub struct RelayConfig {
     /// ConnLimit: the file descriptors weft needs at least (C Tor's default
     /// 1000).
     pub conn_limit: u64,
+    /// The exit policy built from the torrc (published in the descriptor).
+    pub exit_policy: weft_dir::exit_policy::ExitPolicy,
 }
 
 /// Scheduling and circuit-handling parameters, from the configuration and

@@ -42,6 +42,9 @@ pub struct Config {
     pub logs: Vec<LogSpec>,
     /// PidFile.
     pub pid_file: Option<PathBuf>,
+    /// What C Tor would warn about in this configuration (logged once
+    /// logging is set up).
+    pub warnings: Vec<String>,
 }
 
 /// A configuration error naming the line.
@@ -269,6 +272,7 @@ pub fn parse(text: &str, file: &Path) -> Result<Config, ConfigError> {
     let mut migrate_every: Option<u64> = None;
     let mut place_on: Option<usize> = None;
     let mut limits = crate::config_limits::LimitOptions::default();
+    let mut exit = crate::config_exit::ExitOptions::default();
     for (idx, raw) in text.lines().enumerate() {
         let line = idx + 1;
         let err = |msg: String| ConfigError {
@@ -289,6 +293,10 @@ pub fn parse(text: &str, file: &Path) -> Result<Config, ConfigError> {
         }
         let lower = key.to_ascii_lowercase();
         if let Some(r) = limits.take(&lower, val, parse_bytes) {
+            r.map_err(|e| err(format!("{key}: {e}")))?;
+            continue;
+        }
+        if let Some(r) = exit.take(&lower, val) {
             r.map_err(|e| err(format!("{key}: {e}")))?;
             continue;
         }
@@ -323,21 +331,6 @@ pub fn parse(text: &str, file: &Path) -> Result<Config, ConfigError> {
                 .push(parse_dir_authority(val).map_err(|m| err(format!("DirAuthority: {m}")))?),
             "testingtornetwork" => testing = parse_bool(val).map_err(err)?,
             "assumereachable" => assume_reachable = parse_bool(val).map_err(err)?,
-            "exitrelay" => {
-                if parse_bool(val).map_err(err)? {
-                    return Err(err(
-                        "ExitRelay 1: weft is a middle relay only (exits come later)".into(),
-                    ));
-                }
-            }
-            "exitpolicy" => {
-                let norm: String = val.split_whitespace().collect::<Vec<_>>().join(" ");
-                if norm != "reject *:*" {
-                    return Err(err(format!(
-                        "ExitPolicy '{val}': only 'reject *:*' is supported (middle relay)"
-                    )));
-                }
-            }
             "connectionthreads" => {
                 let n: usize = val
                     .parse()
@@ -447,6 +440,7 @@ pub fn parse(text: &str, file: &Path) -> Result<Config, ConfigError> {
     if !adv_ip.is_ipv4() {
         return Err(at_end("Address must be IPv4"));
     }
+    let (exit_policy, exit_warnings) = exit.finish(adv_ip).map_err(|e| at_end(&e))?;
     if (migrate_every.is_some() || place_on.is_some()) && !testing {
         return Err(at_end("TestingMigrateEvery / TestingPlaceOnWorker are for tests (they need TestingTorNetwork 1)"));
     }
@@ -502,9 +496,11 @@ pub fn parse(text: &str, file: &Path) -> Result<Config, ConfigError> {
             max_mem_in_queues: limits.max_mem_in_queues,
             max_advertised_bandwidth: limits.max_advertised_bandwidth,
             conn_limit: limits.conn_limit,
+            exit_policy,
         },
         logs,
         pid_file,
+        warnings: exit_warnings,
     })
 }
 
@@ -568,8 +564,8 @@ ConnectionThreads 2
     fn errors_name_the_line() {
         for (bad, what) in [
             ("Frobnicate 1", "unknown option"),
-            ("ExitRelay 1", "middle relay"),
-            ("ExitPolicy accept *:80", "reject *:*"),
+            ("ExitRelay maybe", "expected 0 or 1"),
+            ("ExitPolicy accept *:80x", "malformed exit policy entry"),
             ("ConnectionThreads many", "ConnectionThreads"),
             ("Nickname this-is-bad", "Nickname"),
             ("TestingTorNetwork yes", "expected 0 or 1"),

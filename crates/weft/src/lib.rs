@@ -1,8 +1,10 @@
 //! The `weft` binary's library half: the torrc-style configuration parser
-//! ([`config`], with the resource-limit options in [`config_limits`]) and the run-time allocator switch ([`alloc`]), kept out of
+//! ([`config`], with the resource-limit options in [`config_limits`] and the exit
+//! policy's in [`config_exit`]) and the run-time allocator switch ([`alloc`]), kept out of
 //! `main.rs` so that tests and the fuzz target can reach them.
 #![warn(missing_docs)]
 
 pub mod alloc;
 pub mod config;
+pub mod config_exit;
 pub mod config_limits;

@@ -90,6 +90,9 @@ fn main() -> ExitCode {
         eprintln!("weft: {e}");
         return ExitCode::from(1);
     }
+    for w in &cfg.warnings {
+        tracing::warn!("{w}");
+    }
     if let Some(p) = &cfg.pid_file {
         if let Err(e) = std::fs::write(p, format!("{}\n", std::process::id())) {
             eprintln!("weft: cannot write PidFile {}: {e}", p.display());

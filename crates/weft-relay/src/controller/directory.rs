@@ -119,7 +119,7 @@ impl DirState {
             bandwidth_observed: 0,
             published: SystemTime::now(),
             onion_key_lifetime: Duration::from_secs(28 * 86400),
-            exit_policy_lines: vec!["reject *:*".to_string()],
+            exit_policy_lines: cfg.exit_policy.descriptor_lines(),
             overload_general: None,
         };
         DirState {

@@ -1,0 +1,135 @@
+//! The torrc options of the exit policy, with C Tor's syntax, defaults
+//! and meaning: `ExitRelay` (0, 1, auto), `ExitPolicy` (repeatable comma
+//! lists), `ExitPolicyRejectPrivate`, `ExitPolicyRejectLocalInterfaces`,
+//! `ReducedExitPolicy`, `IPv6Exit`. The policy itself is built by
+//! [`weft_dir::exit_policy`]. weft does not relay exit streams yet, so a
+//! configuration whose policy would accept anything is refused with a
+//! clear message (a relay must never advertise an exit it cannot be).
+
+use std::net::IpAddr;
+
+use weft_dir::exit_policy::{ExitPolicy, ExitPolicyOptions, OwnAddresses};
+
+/// The exit options as read so far.
+#[derive(Debug, Clone, Default)]
+pub struct ExitOptions {
+    opts: ExitPolicyOptions,
+}
+
+fn bool01(v: &str) -> Result<bool, String> {
+    match v {
+        "0" => Ok(false),
+        "1" => Ok(true),
+        _ => Err(format!("expected 0 or 1, got '{v}'")),
+    }
+}
+
+impl ExitOptions {
+    /// Take `key` (lower case) if it is an exit option: Some(result), or
+    /// None for other options.
+    pub fn take(&mut self, key: &str, val: &str) -> Option<Result<(), String>> {
+        let o = &mut self.opts;
+        let r = (|| -> Result<(), String> {
+            match key {
+                "exitrelay" => {
+                    o.exit_relay = match val.to_ascii_lowercase().as_str() {
+                        "auto" => None,
+                        v => Some(bool01(v)?),
+                    }
+                }
+                "exitpolicy" => {
+                    // Checked here so the error names its line.
+                    weft_dir::exit_policy::parse_policy(val).map_err(|e| e.to_string())?;
+                    o.exit_policy.push(val.to_string());
+                }
+                "exitpolicyrejectprivate" => o.reject_private = bool01(val)?,
+                "exitpolicyrejectlocalinterfaces" => o.reject_local_interfaces = bool01(val)?,
+                "reducedexitpolicy" => o.reduced = bool01(val)?,
+                "ipv6exit" => o.ipv6_exit = bool01(val)?,
+                _ => return Err(String::new()),
+            }
+            Ok(())
+        })();
+        match r {
+            Err(e) if e.is_empty() => None,
+            r => Some(r),
+        }
+    }
+
+    /// Build the policy for a relay advertising `address` (a malformed
+    /// entry fails, as in C Tor); refuse a policy that accepts anything.
+    /// Returns the policy and C Tor's warnings about it.
+    pub fn finish(&self, address: IpAddr) -> Result<(ExitPolicy, Vec<String>), String> {
+        let own = OwnAddresses {
+            advertised: vec![address],
+            ..Default::default()
+        };
+        let (policy, warnings) =
+            ExitPolicy::from_options(&self.opts, &own).map_err(|e| e.to_string())?;
+        if !policy.is_reject_star() {
+            let first = policy
+                .rules()
+                .iter()
+                .find(|r| r.accept)
+                .map(|r| r.to_string())
+                .unwrap_or_default();
+            return Err(format!(
+                "this configuration makes an exit (its policy accepts, e.g. '{first}'); weft does not relay exit streams yet: set ExitRelay 0 (or leave the exit options unset)"
+            ));
+        }
+        Ok((policy, warnings))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn finish(lines: &[(&str, &str)]) -> Result<ExitPolicy, String> {
+        let mut e = ExitOptions::default();
+        for (k, v) in lines {
+            e.take(k, v).expect("an exit option")?;
+        }
+        e.finish("198.51.100.7".parse().unwrap()).map(|(p, _)| p)
+    }
+
+    #[test]
+    fn a_non_exit_configuration_is_accepted_and_publishes_reject_all() {
+        for lines in [
+            &[][..],
+            &[("exitrelay", "0")][..],
+            &[("exitrelay", "auto"), ("exitpolicy", "reject *:*")][..],
+            &[("exitrelay", "0"), ("exitpolicy", "accept *:80")][..],
+            &[("exitpolicy", "reject *4:*,reject *6:*")][..],
+        ] {
+            let p = finish(lines).unwrap_or_else(|e| panic!("{lines:?}: {e}"));
+            assert_eq!(p.descriptor_lines(), ["reject *:*"], "{lines:?}");
+        }
+    }
+
+    #[test]
+    fn an_exit_configuration_is_refused_until_weft_relays_streams() {
+        for lines in [
+            &[("exitrelay", "1")][..],
+            &[("exitpolicy", "accept *:443")][..],
+            &[("reducedexitpolicy", "1")][..],
+            &[("ipv6exit", "1")][..],
+        ] {
+            let e = finish(lines).unwrap_err();
+            assert!(
+                e.contains("does not relay exit streams yet"),
+                "{lines:?}: {e}"
+            );
+        }
+    }
+
+    #[test]
+    fn bad_values_are_named() {
+        let mut e = ExitOptions::default();
+        assert!(e.take("exitrelay", "yes").unwrap().is_err());
+        assert!(e.take("ipv6exit", "2").unwrap().is_err());
+        assert!(e.take("orport", "9001").is_none());
+        let err = e.take("exitpolicy", "accept *:80x").unwrap().unwrap_err();
+        assert!(err.contains("malformed exit policy entry"), "{err}");
+    }
+}
