@@ -60,15 +60,16 @@ pub struct WorkerPairs {
     pub weft1_cpu_s_per_gib: Vec<f64>,
     /// weft-2's CPU-s/GiB in each pair.
     pub weft2_cpu_s_per_gib: Vec<f64>,
-    /// Share of weft-2's cells that crossed workers, per pair.
-    pub cross_share: Vec<f64>,
+    /// Share of weft-2's cells that crossed workers, per pair (None when
+    /// weft's MetricsPort could not be read after the run).
+    pub cross_share: Vec<Option<f64>>,
     /// weft-2 ÷ weft-1 per pair.
     pub ratios: Vec<f64>,
     /// Median of `ratios`.
     pub median: f64,
     /// Largest of `ratios`.
     pub max: f64,
-    /// Median of `cross_share`.
+    /// Median of the known `cross_share` values.
     pub median_cross_share: f64,
 }
 
@@ -106,16 +107,14 @@ pub fn worker_pairs(pairs: &[(&RunResult, &RunResult)]) -> Option<WorkerPairs> {
         .iter()
         .map(|(a, b)| b.cpu_s_per_gib / a.cpu_s_per_gib)
         .collect();
-    let shares: Vec<f64> = pairs
-        .iter()
-        .map(|(_, b)| cross_share(b).unwrap_or(0.0))
-        .collect();
+    let shares: Vec<Option<f64>> = pairs.iter().map(|(_, b)| cross_share(b)).collect();
+    let known: Vec<f64> = shares.iter().flatten().copied().collect();
     Some(WorkerPairs {
         weft1_cpu_s_per_gib: pairs.iter().map(|p| p.0.cpu_s_per_gib).collect(),
         weft2_cpu_s_per_gib: pairs.iter().map(|p| p.1.cpu_s_per_gib).collect(),
         median: median(&ratios),
         max: ratios.iter().copied().fold(f64::MIN, f64::max),
-        median_cross_share: median(&shares),
+        median_cross_share: median(&known),
         cross_share: shares,
         ratios,
     })
@@ -128,12 +127,16 @@ pub fn worker_pairs_markdown(p: &WorkerPairs) -> String {
     );
     for (i, r) in p.ratios.iter().enumerate() {
         md.push_str(&format!(
-            "| {} | {:.2} | {:.2} | {:.3} | {:.1}% |\n",
+            "| {} | {:.2} | {:.2} | {:.3} | {} |\n",
             i + 1,
             p.weft1_cpu_s_per_gib[i],
             p.weft2_cpu_s_per_gib[i],
             r,
-            p.cross_share[i] * 100.0
+            p.cross_share
+                .get(i)
+                .copied()
+                .flatten()
+                .map_or("–".to_string(), |f| format!("{:.1}%", f * 100.0))
         ));
     }
     md.push_str(&format!(

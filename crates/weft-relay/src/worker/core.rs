@@ -326,13 +326,18 @@ impl Circuits {
         into.append(&mut self.resumed);
     }
 
-    /// Publish every ring with new messages; `wake(w)` is called for each
-    /// worker that must be woken (its notifier decides).
-    pub(crate) fn publish(&mut self, mut wake: impl FnMut(usize)) {
+    /// Publish every ring with new messages; `wake(w, urgent)` is called
+    /// for each worker that may need waking (its notifier decides):
+    /// `urgent` if something here waits for room on its ring (a full ring
+    /// must be drained now, not at the consumer's next KIST run, even if
+    /// nothing new was published this round: else the stalled connection
+    /// waits for that run and its direction starves).
+    pub(crate) fn publish(&mut self, mut wake: impl FnMut(usize, bool)) {
         for (w, p) in self.outs.iter_mut().enumerate() {
             if let Some(p) = p {
-                if p.publish() {
-                    wake(w);
+                let urgent = self.waiting.get(w).is_some_and(|l| !l.is_empty());
+                if p.publish() || urgent {
+                    wake(w, urgent);
                 }
             }
         }

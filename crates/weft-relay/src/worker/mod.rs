@@ -73,13 +73,13 @@ const WAKER: Token = Token(usize::MAX);
 /// C Tor's default `circ_max_cell_queue_size`: a circuit with this many
 /// cells waiting is closed (RESOURCELIMIT). [C relay.c]
 pub const DEFAULT_MAX_CIRCUIT_QUEUE: usize = 2500;
-/// Messages per cross-worker ring (about 530 bytes each: 135 KiB, which
-/// stays in L2 while the peer reads it; 1024 cost 15% more CPU per GiB
-/// with every cell crossing). A full ring stalls the connection that read
-/// the cell for a moment, so a move asked for a stalled connection is
-/// retried for a while ([`Worker::retry_move`]); see docs/perf.md, "Cells
-/// that cross workers".
-pub const RING_CAPACITY: usize = 256;
+/// Messages per cross-worker ring (about 530 bytes each: 270 KiB). 1024
+/// (540 KiB, more than L2 by the time the peer reads it) cost more CPU
+/// per GiB with every cell crossing; 256 cost less but left some cells
+/// waiting seconds. A full ring stalls the connection that read the cell,
+/// so a move asked for a stalled connection is retried for a while
+/// ([`Worker::retry_move`]). See docs/perf.md, "Cells that cross workers".
+pub const RING_CAPACITY: usize = 512;
 
 /// How the controller (and other workers) reach a worker.
 #[derive(Clone, Debug)]
@@ -460,8 +460,14 @@ impl Worker {
         // peer more readily.
         let now_ns = *round_ns;
         let defer_ns = ctx.kist_interval.as_nanos() as u64;
-        core.publish(|w| {
-            if peers[w].notifier.notify_unless_due(now_ns, defer_ns) {
+        core.publish(|w, urgent| {
+            let n = &peers[w].notifier;
+            let woke = if urgent {
+                n.notify()
+            } else {
+                n.notify_unless_due(now_ns, defer_ns)
+            };
+            if woke {
                 counters.wakeups += 1;
             }
         });

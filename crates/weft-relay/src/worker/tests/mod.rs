@@ -195,7 +195,7 @@ impl Net {
     fn step(&mut self) -> bool {
         let mut moved = self.onion_controller();
         for w in 0..self.cores.len() {
-            self.cores[w].publish(|_| {});
+            self.cores[w].publish(|_, _| {});
         }
         for w in 0..self.cores.len() {
             for m in std::mem::take(&mut self.inbox[w]) {
@@ -544,7 +544,7 @@ fn destroy_from_the_client_races_cells_in_both_directions() {
         net.cell(1, 2, relabel, cmd::RELAY, &mut d);
     }
     for c in &mut net.cores {
-        c.publish(|_| {});
+        c.publish(|_, _| {});
     }
     // DESTROY from the client overtakes them.
     net.cell(
@@ -581,7 +581,7 @@ fn destroy_from_the_next_relay_races_cells_in_both_directions() {
         net.cell(1, 2, relabel, cmd::RELAY, &mut d);
     }
     for c in &mut net.cores {
-        c.publish(|_| {});
+        c.publish(|_, _| {});
     }
     net.cell(
         1,
@@ -751,4 +751,31 @@ fn an_ordered_message_behind_a_full_ring_waits_and_keeps_its_order() {
         );
     }
     assert!(pool_empty(&net));
+}
+
+#[test]
+fn a_connection_stalled_on_a_full_ring_asks_for_an_urgent_wake_up() {
+    let mut net = Net::new(2, 4);
+    let (mut client, _next, circ, _relabel) = two_hop(&mut net, 0, 1);
+    let mut stalled = false;
+    for i in 0..8u32 {
+        let mut b = client_data(&mut client, i);
+        if net.cell(0, 1, circ, cmd::RELAY, &mut b) == CellVerdict::Pause {
+            stalled = true;
+            break;
+        }
+    }
+    assert!(stalled, "the ring filled");
+    let mut wakes = Vec::new();
+    net.cores[0].publish(|w, urgent| wakes.push((w, urgent)));
+    assert_eq!(wakes, [(1, true)], "new messages, and a connection waits");
+    // Nothing new on the ring, but the connection still waits: worker 1
+    // must still be asked to drain now, not at its next KIST run.
+    wakes.clear();
+    net.cores[0].publish(|w, urgent| wakes.push((w, urgent)));
+    assert_eq!(wakes, [(1, true)]);
+    net.settle();
+    wakes.clear();
+    net.cores[0].publish(|w, urgent| wakes.push((w, urgent)));
+    assert!(wakes.is_empty(), "nothing new, nobody waiting: {wakes:?}");
 }
