@@ -564,8 +564,7 @@ ConnectionThreads 2
     fn errors_name_the_line() {
         for (bad, what) in [
             ("Frobnicate 1", "unknown option"),
-            ("ExitRelay maybe", "expected 0 or 1"),
-            ("ExitPolicy accept *:80x", "malformed exit policy entry"),
+            ("ExitRelay maybe", "expected 0, 1 or auto"),
             ("ConnectionThreads many", "ConnectionThreads"),
             ("Nickname this-is-bad", "Nickname"),
             ("TestingTorNetwork yes", "expected 0 or 1"),

@@ -14,6 +14,9 @@ use weft_dir::exit_policy::{ExitPolicy, ExitPolicyOptions, OwnAddresses};
 #[derive(Debug, Clone, Default)]
 pub struct ExitOptions {
     opts: ExitPolicyOptions,
+    /// Malformed `ExitPolicy` values: an error for an exit, a warning
+    /// for a non-exit (whose lines C Tor does not even parse).
+    malformed: Vec<String>,
 }
 
 fn bool01(v: &str) -> Result<bool, String> {
@@ -34,12 +37,15 @@ impl ExitOptions {
                 "exitrelay" => {
                     o.exit_relay = match val.to_ascii_lowercase().as_str() {
                         "auto" => None,
-                        v => Some(bool01(v)?),
+                        "0" => Some(false),
+                        "1" => Some(true),
+                        _ => return Err(format!("expected 0, 1 or auto, got '{val}'")),
                     }
                 }
                 "exitpolicy" => {
-                    // Checked here so the error names its line.
-                    weft_dir::exit_policy::parse_policy(val).map_err(|e| e.to_string())?;
+                    if let Err(e) = weft_dir::exit_policy::parse_policy(val) {
+                        self.malformed.push(e.to_string());
+                    }
                     o.exit_policy.push(val.to_string());
                 }
                 "exitpolicyrejectprivate" => o.reject_private = bool01(val)?,
@@ -57,15 +63,21 @@ impl ExitOptions {
     }
 
     /// Build the policy for a relay advertising `address` (a malformed
-    /// entry fails, as in C Tor); refuse a policy that accepts anything.
+    /// entry fails an exit, as in C Tor, and is a warning for a non-exit);
+    /// refuse a policy that accepts anything.
     /// Returns the policy and C Tor's warnings about it.
     pub fn finish(&self, address: IpAddr) -> Result<(ExitPolicy, Vec<String>), String> {
         let own = OwnAddresses {
             advertised: vec![address],
             ..Default::default()
         };
-        let (policy, warnings) =
+        let (policy, mut warnings) =
             ExitPolicy::from_options(&self.opts, &own).map_err(|e| e.to_string())?;
+        for m in &self.malformed {
+            warnings.push(format!(
+                "ExitPolicy: {m}; ignored, as stock tor ignores it, because this relay is not an exit"
+            ));
+        }
         if !policy.is_reject_star() {
             let first = policy
                 .rules()
@@ -129,7 +141,14 @@ mod tests {
         assert!(e.take("exitrelay", "yes").unwrap().is_err());
         assert!(e.take("ipv6exit", "2").unwrap().is_err());
         assert!(e.take("orport", "9001").is_none());
-        let err = e.take("exitpolicy", "accept *:80x").unwrap().unwrap_err();
+        let err = finish(&[("exitrelay", "1"), ("exitpolicy", "accept *:80x")]).unwrap_err();
         assert!(err.contains("malformed exit policy entry"), "{err}");
+        // As stock tor: a non-exit's malformed line is not an error.
+        let mut e = ExitOptions::default();
+        e.take("exitrelay", "0").unwrap().unwrap();
+        e.take("exitpolicy", "accept *:80x").unwrap().unwrap();
+        let (p, w) = e.finish("198.51.100.7".parse().unwrap()).unwrap();
+        assert!(p.is_reject_star());
+        assert!(w.iter().any(|w| w.contains("accept *:80x")), "{w:?}");
     }
 }

@@ -554,10 +554,9 @@ impl ExitPolicy {
     ) -> Result<(ExitPolicy, Vec<String>), PolicyError> {
         let mut warnings = Vec::new();
         if !o.is_exit() {
-            // Still parse the lines: a malformed one is a config error.
-            for v in &o.exit_policy {
-                parse_policy(v)?;
-            }
+            // As C Tor: a non-exit's ExitPolicy lines are not even parsed
+            // (`tor --verify-config` accepts a malformed one with
+            // ExitRelay 0); the caller may warn about them.
             return Ok((ExitPolicy::reject_all(), warnings));
         }
         let mut rules = Vec::new();

@@ -126,7 +126,7 @@ fn the_first_matching_rule_decides() {
 }
 
 #[test]
-fn a_non_exit_rejects_everything_but_still_checks_its_lines() {
+fn a_non_exit_rejects_everything_and_ignores_its_lines() {
     let o = ExitPolicyOptions {
         exit_relay: Some(false),
         exit_policy: vec!["accept *:80".into()],
@@ -136,11 +136,19 @@ fn a_non_exit_rejects_everything_but_still_checks_its_lines() {
     assert!(p.is_reject_star());
     assert_eq!(p.descriptor_lines(), ["reject *:*"]);
     assert_eq!(p.ipv6_policy_line(), None);
+    // Stock tor 0.4.9: `--verify-config` says "Configuration was valid"
+    // for ExitRelay 0 with "ExitPolicy accept *:80x", and refuses it with
+    // ExitRelay 1 ("Error in ExitPolicy entry").
     let bad = ExitPolicyOptions {
         exit_policy: vec!["accept *:80x".into()],
         ..o
     };
-    assert!(ExitPolicy::from_options(&bad, &OwnAddresses::default()).is_err());
+    assert!(ExitPolicy::from_options(&bad, &OwnAddresses::default()).is_ok());
+    let bad_exit = ExitPolicyOptions {
+        exit_relay: Some(true),
+        ..bad
+    };
+    assert!(ExitPolicy::from_options(&bad_exit, &OwnAddresses::default()).is_err());
     // ExitRelay auto with nothing else set: not an exit.
     assert!(!ExitPolicyOptions::default().is_exit());
     let auto = ExitPolicyOptions {
