@@ -154,8 +154,8 @@ pub fn test_identity(dir: &std::path::Path) -> (Arc<LinkIdentity>, HandshakeKeys
 }
 
 /// The onion-service and edge parsers on the same bytes: ESTABLISH_INTRO
-/// (parsed, then checked against a fixed circuit nonce), INTRODUCE1, and a
-/// non-exit's answer to BEGIN.
+/// (parsed, then checked against a fixed circuit nonce), INTRODUCE1, a
+/// non-exit's answer to BEGIN and an exit's admission of it.
 pub fn onion_cells(data: &[u8]) {
     if let Ok(c) = crate::onion::parse_establish_intro(data) {
         let _ = crate::onion::verify_establish_intro(data, &c, &[9u8; 20]);
@@ -164,6 +164,24 @@ pub fn onion_cells(data: &[u8]) {
     for client in [false, true] {
         let end = crate::circuit::edge::end_for_begin(data, client);
         assert!(!end.is_empty() && end.len() <= 21);
+    }
+    use crate::circuit::exit::{admit_begin, Admission, ExitContext};
+    let allows = |a: std::net::IpAddr, p: u16| p % 2 == 1 && !a.is_loopback();
+    for ipv6_exit in [false, true] {
+        let ctx = ExitContext {
+            prev_is_client: false,
+            prev_is_known_relay: true,
+            refuse_unknown_exits: true,
+            ipv6_exit,
+            hibernating: false,
+            allow_non_rfc953: ipv6_exit,
+            allows: &allows,
+        };
+        match admit_begin(data, &ctx) {
+            Admission::End(e) => assert!(!e.is_empty() && e.len() <= 21),
+            Admission::Connect { addr, .. } => assert!(allows(addr.ip(), addr.port())),
+            Admission::Resolve { port, .. } => assert!(port > 0),
+        }
     }
 }
 

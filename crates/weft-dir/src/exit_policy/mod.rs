@@ -619,8 +619,15 @@ impl ExitPolicy {
     }
 
     /// True if a stream may connect to `addr:port` (the first matching
-    /// rule decides; no match rejects).
+    /// rule decides; no match rejects). The unspecified address is always
+    /// refused, as in C Tor's `router_compare_to_my_exit_policy`. An
+    /// IPv4-mapped IPv6 address is checked as its IPv4 address (C Tor
+    /// checks it against the IPv6 rules only, which do not cover
+    /// `::ffff:0:0/96`: with IPv6Exit it would reach private IPv4 space).
     pub fn allows(&self, addr: IpAddr, port: u16) -> bool {
+        if addr.to_canonical().is_unspecified() {
+            return false;
+        }
         self.rules
             .iter()
             .find(|r| r.matches(addr, port))

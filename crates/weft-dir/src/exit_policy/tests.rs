@@ -123,6 +123,17 @@ fn the_first_matching_rule_decides() {
         "a v4-mapped address is its IPv4 address"
     );
     assert!(!ExitPolicy::reject_all().allows(ip("1.2.3.4"), 80));
+    let open = ExitPolicy {
+        rules: parse_policy("accept *:*").unwrap().0,
+        ipv6_exit: true,
+    };
+    assert!(open.allows(ip("1.2.3.4"), 80));
+    for a in ["0.0.0.0", "::", "::ffff:0.0.0.0"] {
+        assert!(
+            !open.allows(ip(a), 80),
+            "{a}: never the unspecified address"
+        );
+    }
 }
 
 #[test]

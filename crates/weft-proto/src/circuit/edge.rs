@@ -74,7 +74,7 @@ pub fn resolved_error() -> Vec<u8> {
 /// `host:port` as C Tor splits it (bytes, as C does): a bare IPv6 address
 /// has no port (0); otherwise at the last colon, the port a decimal
 /// 1–65535 (None if not).
-fn split_addr_port(s: &[u8]) -> Option<(&[u8], u16)> {
+pub(crate) fn split_addr_port(s: &[u8]) -> Option<(&[u8], u16)> {
     if std::str::from_utf8(s).is_ok_and(|t| t.parse::<std::net::Ipv6Addr>().is_ok()) {
         return Some((s, 0));
     }
@@ -96,7 +96,7 @@ fn split_addr_port(s: &[u8]) -> Option<(&[u8], u16)> {
 
 /// An IP literal as C Tor's `tor_addr_parse` takes it (IPv6 with or without
 /// brackets).
-fn parse_ip(s: &str) -> Option<IpAddr> {
+pub(crate) fn parse_ip(s: &str) -> Option<IpAddr> {
     if let Some(inner) = s.strip_prefix('[').and_then(|r| r.strip_suffix(']')) {
         return inner.parse::<std::net::Ipv6Addr>().ok().map(IpAddr::V6);
     }

@@ -23,6 +23,7 @@
 //! owns that concern.
 
 pub mod edge;
+pub mod exit;
 mod handshake;
 
 use weft_crypto::ntor::NONCE_LEN;
