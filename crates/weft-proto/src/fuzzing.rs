@@ -114,6 +114,7 @@ pub fn circuit_half(keys: &HandshakeKeys, data: &[u8]) {
         half.prev_is_client = chunk[0] & 8 != 0;
         let ctx = circuit::ForwardCtx {
             allow_nonearly_extend: chunk[0] & 2 != 0,
+            exit: chunk[0] & 16 != 0,
             ..Default::default()
         };
         match half.on_forward(command, &mut body, &ctx) {
@@ -207,6 +208,8 @@ pub fn recognized_cells(data: &[u8]) {
             intro_dos: (flags & 16 != 0, 1, 2),
             refuse_single_hop_rend: flags & 64 != 0,
             now_s: u64::from(*flags),
+            exit: flags & 128 != 0,
+            sendme_accept_min: flags & 1,
         };
         let cell = if flags & 32 != 0 {
             cmd::RELAY_EARLY

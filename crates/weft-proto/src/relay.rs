@@ -34,7 +34,14 @@ pub mod relay_cmd {
 pub mod end_reason {
     pub const MISC: u8 = 1;
     pub const RESOLVEFAILED: u8 = 2;
+    pub const CONNECTREFUSED: u8 = 3;
     pub const EXITPOLICY: u8 = 4;
+    pub const DESTROY: u8 = 5;
+    pub const DONE: u8 = 6;
+    pub const TIMEOUT: u8 = 7;
+    pub const NOROUTE: u8 = 8;
+    pub const RESOURCELIMIT: u8 = 11;
+    pub const CONNRESET: u8 = 12;
     pub const TORPROTOCOL: u8 = 13;
     pub const NOTDIRECTORY: u8 = 14;
 }

@@ -113,6 +113,8 @@ pub struct SchedParams {
     pub intro_dos: (bool, u32, u32),
     /// The DoS parameters in force.
     pub dos: crate::dos::DosParams,
+    /// The consensus's `sendme_accept_min_version` (default 0).
+    pub sendme_accept_min: u8,
 }
 
 impl Default for SchedParams {
@@ -124,8 +126,18 @@ impl Default for SchedParams {
             kist_factor: 1.0,
             intro_dos: (false, 25, 200),
             dos: crate::dos::DosParams::default(),
+            sendme_accept_min: 0,
         }
     }
+}
+
+/// What an exit relay's workers need to admit streams.
+#[derive(Debug, Clone)]
+pub struct ExitSettings {
+    /// The exit policy (ExitPolicyRejectPrivate's rules included).
+    pub policy: weft_dir::exit_policy::ExitPolicy,
+    /// IPv6Exit.
+    pub ipv6_exit: bool,
 }
 
 /// Immutable snapshot shared by all workers.
@@ -155,6 +167,10 @@ pub struct SharedContext {
     pub intro_dos: (bool, u32, u32),
     /// The DoS parameters in force.
     pub dos: crate::dos::DosParams,
+    /// The exit's settings, if we relay exit streams.
+    pub exit: Option<Arc<ExitSettings>>,
+    /// The consensus's `sendme_accept_min_version`.
+    pub sendme_accept_min: u8,
     /// When the snapshot was made.
     pub created: SystemTime,
 }
@@ -186,8 +202,17 @@ impl SharedContext {
             kist_factor: sched.kist_factor,
             intro_dos: sched.intro_dos,
             dos: sched.dos,
+            exit: None,
+            sendme_accept_min: sched.sendme_accept_min,
             created: SystemTime::now(),
         })
+    }
+
+    /// The same snapshot for an exit with `exit` settings (None: not an
+    /// exit).
+    pub fn with_exit(mut self, exit: Option<Arc<ExitSettings>>) -> SharedContext {
+        self.exit = exit;
+        self
     }
 }
 

@@ -91,6 +91,10 @@ pub struct WeftNode {
     pub extra_torrc: Vec<String>,
     /// weft's `Nickname` (1-19 alphanumerics).
     pub nickname: String,
+    /// `ExitPolicy` lines that make weft an exit (`ExitRelay 1`,
+    /// `ExitPolicyRejectPrivate 0`); the authorities then vote Exit from
+    /// the descriptors, weft's included. Empty: not an exit.
+    pub exit_policy: Vec<String>,
 }
 
 impl WeftNode {
@@ -101,6 +105,7 @@ impl WeftNode {
             connection_threads: None,
             extra_torrc: Vec::new(),
             nickname: "weft".into(),
+            exit_policy: Vec::new(),
         }
     }
 }

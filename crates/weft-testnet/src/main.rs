@@ -88,6 +88,7 @@ impl NetArgs {
                 connection_threads: self.weft_threads,
                 extra_torrc: self.weft_torrc.clone(),
                 nickname: "weft".into(),
+                exit_policy: Vec::new(),
             }),
             ..TestnetConfig::default()
         };

@@ -309,6 +309,12 @@ impl Testnet {
                 .collect(),
             onion_services: self.config.onion_services,
             clients_choose_circuits: self.config.clients_choose_circuits,
+            weft_exit_policy: self
+                .config
+                .weft
+                .as_ref()
+                .map(|w| w.exit_policy.clone())
+                .unwrap_or_default(),
             guard_fps: fps(&[Role::Relay]),
             exit_fps: fps(&[Role::Exit]),
             hsdir_fps: fps(&[Role::Authority, Role::Relay, Role::Exit]),

@@ -42,6 +42,8 @@ pub(crate) struct NetFacts {
     pub(crate) onion_services: usize,
     /// Clients attach their own streams.
     pub(crate) clients_choose_circuits: bool,
+    /// weft's exit policy lines (empty: weft is not an exit).
+    pub(crate) weft_exit_policy: Vec<String>,
 }
 
 /// The ports one node listens on.
@@ -182,6 +184,12 @@ pub(crate) fn stock_torrc(
             let _ = writeln!(a, "{k} {v}");
         }
         let _ = writeln!(a, "AuthDirFastGuarantee {AUTH_DIR_FAST_GUARANTEE} bytes");
+        if !facts.weft_exit_policy.is_empty() {
+            // Clients that pick their own circuits sample only Stable
+            // guards; in a young network the stock relays are not Stable
+            // for a long while, so the clients would have no guard.
+            let _ = writeln!(a, "AuthDirVoteStableGuaranteeMinUptime 0");
+        }
         for (opt, fps) in [
             ("TestingDirAuthVoteGuard", &facts.guard_fps),
             ("TestingDirAuthVoteExit", &facts.exit_fps),
@@ -191,8 +199,11 @@ pub(crate) fn stock_torrc(
                 let _ = writeln!(a, "{opt} {}", routerset(fps));
             }
             // Strict: nobody outside the list gets the flag, whatever its
-            // descriptor says (weft must never be Guard/Exit/HSDir).
-            let _ = writeln!(a, "{opt}IsStrict 1");
+            // descriptor says (weft must never be Guard/Exit/HSDir) —
+            // except Exit when weft is an exit: it earns that flag from
+            // its descriptor's policy.
+            let strict = opt != "TestingDirAuthVoteExit" || facts.weft_exit_policy.is_empty();
+            let _ = writeln!(a, "{opt}IsStrict {}", u8::from(strict));
         }
         line(a.trim_end());
     }
@@ -222,8 +233,16 @@ pub(crate) fn weft_torrc(
     let _ = writeln!(t, "Log notice file {d}/notice.log");
     let _ = writeln!(t, "Log info file {d}/info.log");
     let _ = writeln!(t, "AssumeReachable 1");
-    let _ = writeln!(t, "ExitRelay 0");
-    let _ = writeln!(t, "ExitPolicy reject *:*");
+    if facts.weft_exit_policy.is_empty() {
+        let _ = writeln!(t, "ExitRelay 0");
+        let _ = writeln!(t, "ExitPolicy reject *:*");
+    } else {
+        let _ = writeln!(t, "ExitRelay 1");
+        let _ = writeln!(t, "ExitPolicyRejectPrivate 0");
+        for l in &facts.weft_exit_policy {
+            let _ = writeln!(t, "ExitPolicy {l}");
+        }
+    }
     if let Some(n) = threads {
         let _ = writeln!(t, "ConnectionThreads {n}");
     }

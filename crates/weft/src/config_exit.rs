@@ -2,9 +2,11 @@
 //! and meaning: `ExitRelay` (0, 1, auto), `ExitPolicy` (repeatable comma
 //! lists), `ExitPolicyRejectPrivate`, `ExitPolicyRejectLocalInterfaces`,
 //! `ReducedExitPolicy`, `IPv6Exit`. The policy itself is built by
-//! [`weft_dir::exit_policy`]. weft does not relay exit streams yet, so a
-//! configuration whose policy would accept anything is refused with a
-//! clear message (a relay must never advertise an exit it cannot be).
+//! [`weft_dir::exit_policy`]. weft's exit is not complete yet (no DNS, no
+//! congestion control), so a configuration whose policy would accept
+//! anything is refused with a clear message outside a test network (a
+//! relay must never advertise an exit it cannot be); with
+//! `TestingTorNetwork 1` it runs, with a warning.
 
 use std::net::IpAddr;
 
@@ -64,9 +66,13 @@ impl ExitOptions {
 
     /// Build the policy for a relay advertising `address` (a malformed
     /// entry fails an exit, as in C Tor, and is a warning for a non-exit);
-    /// refuse a policy that accepts anything.
-    /// Returns the policy and C Tor's warnings about it.
-    pub fn finish(&self, address: IpAddr) -> Result<(ExitPolicy, Vec<String>), String> {
+    /// refuse a policy that accepts anything unless `testing` (a
+    /// TestingTorNetwork). Returns the policy and the warnings about it.
+    pub fn finish(
+        &self,
+        address: IpAddr,
+        testing: bool,
+    ) -> Result<(ExitPolicy, Vec<String>), String> {
         let own = OwnAddresses {
             advertised: vec![address],
             ..Default::default()
@@ -78,7 +84,11 @@ impl ExitOptions {
                 "ExitPolicy: {m}; ignored, as stock tor ignores it, because this relay is not an exit"
             ));
         }
-        if !policy.is_reject_star() {
+        if !policy.is_reject_star() && testing {
+            warnings.push(
+                "this relay is an exit; weft's exit streams are incomplete (no DNS lookups: streams to host names fail; no congestion control), allowed only because TestingTorNetwork is set".into(),
+            );
+        } else if !policy.is_reject_star() {
             let first = policy
                 .rules()
                 .iter()
@@ -86,7 +96,7 @@ impl ExitOptions {
                 .map(|r| r.to_string())
                 .unwrap_or_default();
             return Err(format!(
-                "this configuration makes an exit (its policy accepts, e.g. '{first}'); weft does not relay exit streams yet: set ExitRelay 0 (or leave the exit options unset)"
+                "this configuration makes an exit (its policy accepts, e.g. '{first}'); weft's exit streams are incomplete (no DNS lookups, no congestion control) and run only in a test network (TestingTorNetwork 1): set ExitRelay 0 (or leave the exit options unset)"
             ));
         }
         Ok((policy, warnings))
@@ -102,7 +112,8 @@ mod tests {
         for (k, v) in lines {
             e.take(k, v).expect("an exit option")?;
         }
-        e.finish("198.51.100.7".parse().unwrap()).map(|(p, _)| p)
+        e.finish("198.51.100.7".parse().unwrap(), false)
+            .map(|(p, _)| p)
     }
 
     #[test]
@@ -120,7 +131,7 @@ mod tests {
     }
 
     #[test]
-    fn an_exit_configuration_is_refused_until_weft_relays_streams() {
+    fn an_exit_configuration_is_refused_outside_test_networks() {
         for lines in [
             &[("exitrelay", "1")][..],
             &[("exitpolicy", "accept *:443")][..],
@@ -128,11 +139,24 @@ mod tests {
             &[("ipv6exit", "1")][..],
         ] {
             let e = finish(lines).unwrap_err();
-            assert!(
-                e.contains("does not relay exit streams yet"),
-                "{lines:?}: {e}"
-            );
+            assert!(e.contains("exit streams are incomplete"), "{lines:?}: {e}");
         }
+    }
+
+    #[test]
+    fn a_test_network_may_run_an_exit_with_a_warning() {
+        let mut e = ExitOptions::default();
+        for (k, v) in [
+            ("exitrelay", "1"),
+            ("exitpolicyrejectprivate", "0"),
+            ("exitpolicy", "accept 127.0.0.1:*, reject *:*"),
+        ] {
+            e.take(k, v).unwrap().unwrap();
+        }
+        let (p, w) = e.finish("127.0.0.1".parse().unwrap(), true).unwrap();
+        assert!(p.allows("127.0.0.1".parse().unwrap(), 5000));
+        assert!(!p.allows("127.0.0.2".parse().unwrap(), 5000));
+        assert!(w.iter().any(|w| w.contains("incomplete")), "{w:?}");
     }
 
     #[test]
@@ -147,7 +171,7 @@ mod tests {
         let mut e = ExitOptions::default();
         e.take("exitrelay", "0").unwrap().unwrap();
         e.take("exitpolicy", "accept *:80x").unwrap().unwrap();
-        let (p, w) = e.finish("198.51.100.7".parse().unwrap()).unwrap();
+        let (p, w) = e.finish("198.51.100.7".parse().unwrap(), false).unwrap();
         assert!(p.is_reject_star());
         assert!(w.iter().any(|w| w.contains("accept *:80x")), "{w:?}");
     }

@@ -96,7 +96,7 @@ pub(crate) fn split_addr_port(s: &[u8]) -> Option<(&[u8], u16)> {
 
 /// An IP literal as C Tor's `tor_addr_parse` takes it (IPv6 with or without
 /// brackets).
-pub(crate) fn parse_ip(s: &str) -> Option<IpAddr> {
+pub fn parse_ip(s: &str) -> Option<IpAddr> {
     if let Some(inner) = s.strip_prefix('[').and_then(|r| r.strip_suffix(']')) {
         return inner.parse::<std::net::Ipv6Addr>().ok().map(IpAddr::V6);
     }

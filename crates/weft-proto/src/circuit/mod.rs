@@ -14,6 +14,8 @@
 //! | EXTEND (v1) | refused | close (PROTOCOL) |
 //! | TRUNCATE | TRUNCATED built | [`ForwardAction::Truncate`] |
 //! | BEGIN, BEGIN_DIR, RESOLVE | answered as a non-exit ([`edge`]) | [`ForwardAction::Reply`] |
+//! | BEGIN, RESOLVE, DATA, END, stream SENDME at an exit | DATA counted in the circuit's deliver window ([`flow`]) | [`ForwardAction::Stream`] → weft-relay `worker/streams.rs` |
+//! | circuit SENDME at an exit | checked against the kept digest ([`flow`]) | [`ForwardAction::CircuitSendme`] → `worker/streams.rs` |
 //! | ESTABLISH_INTRO, INTRODUCE1, ESTABLISH_RENDEZVOUS, RENDEZVOUS1 | checked ([`crate::onion`]), [`Purpose`] changed | `IntroEstablished`, `Introduce`, `EstablishRendezvous`, `Rendezvous1` → weft-relay `worker/onion.rs` |
 //! | DROP, anything else | — | [`ForwardAction::Drop`] (C Tor drops unknown commands) |
 //!
@@ -24,6 +26,7 @@
 
 pub mod edge;
 pub mod exit;
+pub mod flow;
 mod handshake;
 
 use weft_crypto::ntor::NONCE_LEN;
@@ -102,6 +105,12 @@ pub struct ForwardCtx {
     pub refuse_single_hop_rend: bool,
     /// Seconds on the caller's clock (the INTRODUCE2 bucket).
     pub now_s: u64,
+    /// We relay exit streams (ExitRelay with a policy that accepts
+    /// something): stream commands go to the stream room instead of the
+    /// non-exit answers of [`edge`].
+    pub exit: bool,
+    /// The consensus's `sendme_accept_min_version`.
+    pub sendme_accept_min: u8,
 }
 
 /// What to do with a cell moving away from the client, after
@@ -150,6 +159,22 @@ pub enum ForwardAction {
         /// The cookie.
         cookie: [u8; COOKIE_LEN],
     },
+    /// A stream command for the exit's stream room (BEGIN, RESOLVE, DATA,
+    /// END, stream-level SENDME); the decrypted message is still in the
+    /// body.
+    Stream {
+        /// The relay command.
+        command: u8,
+        /// Its stream.
+        stream_id: u16,
+        /// A DATA cell completed an increment of the circuit's deliver
+        /// window: send a circuit-level SENDME now
+        /// ([`KeyedHalf::originate_circuit_sendme`]).
+        circuit_sendme: bool,
+    },
+    /// A valid circuit-level SENDME opened the package window: streams
+    /// that waited for it may read again.
+    CircuitSendme,
     /// An ESTABLISH_RENDEZVOUS from a one-hop client, dropped without an
     /// answer (DoSRefuseSingleHopClientRendezvous; counted).
     RefusedSingleHopRendezvous,
@@ -191,6 +216,9 @@ pub struct KeyedHalf {
     /// The previous hop did not authenticate as a relay (a client using us
     /// as its first hop): it may not open streams or introduce.
     pub prev_is_client: bool,
+    /// The circuit's windows, once it carries exit streams (boxed: few
+    /// circuits end at an exit's streams).
+    flow: Option<Box<flow::CircuitFlow>>,
 }
 
 impl KeyedHalf {
@@ -205,6 +233,7 @@ impl KeyedHalf {
             purpose: Purpose::Plain,
             introduced: false,
             prev_is_client: false,
+            flow: None,
         }
     }
 
@@ -255,6 +284,15 @@ impl KeyedHalf {
                 ForwardAction::Truncate { reason }
             }
             relay_cmd::DROP => ForwardAction::Drop,
+            c @ (relay_cmd::BEGIN
+            | relay_cmd::RESOLVE
+            | relay_cmd::DATA
+            | relay_cmd::END
+            | relay_cmd::SENDME)
+                if ctx.exit && self.is_plain_edge() =>
+            {
+                self.exit_stream_cell(c, h.stream_id, body, &h, ctx)
+            }
             relay_cmd::BEGIN => {
                 let end = edge::end_for_begin(relay::data(body, &h), self.prev_is_client);
                 self.originate(body, relay_cmd::END, h.stream_id, &end);
@@ -292,6 +330,77 @@ impl KeyedHalf {
             // origin included).
             _ => ForwardAction::Drop,
         }
+    }
+
+    /// A stream command at an exit: flow control here, the rest in the
+    /// stream room.
+    fn exit_stream_cell(
+        &mut self,
+        command: u8,
+        stream_id: u16,
+        body: &[u8; BODY_LEN],
+        h: &relay::RelayHeader,
+        ctx: &ForwardCtx,
+    ) -> ForwardAction {
+        if stream_id == 0 {
+            if command != relay_cmd::SENDME {
+                // C: "Relay command with zero stream_id. Dropping."
+                return ForwardAction::Drop;
+            }
+            return match self
+                .flow()
+                .sendme_received(relay::data(body, h), ctx.sendme_accept_min)
+            {
+                Ok(()) => ForwardAction::CircuitSendme,
+                Err(e) => ForwardAction::close(e.to_string()),
+            };
+        }
+        let mut circuit_sendme = false;
+        if command == relay_cmd::DATA {
+            match self.flow().data_received() {
+                Ok(due) => circuit_sendme = due,
+                Err(e) => return ForwardAction::close(e.to_string()),
+            }
+        }
+        ForwardAction::Stream {
+            command,
+            stream_id,
+            circuit_sendme,
+        }
+    }
+
+    /// The circuit's windows (made on first use).
+    pub fn flow(&mut self) -> &mut flow::CircuitFlow {
+        self.flow.get_or_insert_with(Default::default)
+    }
+
+    /// May a stream of this circuit send a DATA cell now?
+    pub fn can_package(&self) -> bool {
+        self.flow.as_ref().is_none_or(|f| f.can_package())
+    }
+
+    /// Cells the circuit may still package.
+    pub fn package_window(&self) -> i32 {
+        self.flow
+            .as_ref()
+            .map_or(flow::CIRCWINDOW_START, |f| f.package_window())
+    }
+
+    /// Build an encrypted DATA cell toward the client in `body`, counted in
+    /// the circuit's package window (its digest kept if a SENDME will
+    /// acknowledge it). The caller checked [`Self::can_package`].
+    pub fn originate_data(&mut self, body: &mut [u8; BODY_LEN], stream_id: u16, data: &[u8]) {
+        relay::build(body, relay_cmd::DATA, stream_id, data);
+        let needs_tag = self.flow().next_data_needs_tag();
+        let tag = self.crypto.originate_backward(body);
+        self.flow().data_sent(needs_tag.then_some(tag));
+    }
+
+    /// Build a circuit-level SENDME v1 toward the client in `body`,
+    /// acknowledging the DATA cell just received (its digest is the tag).
+    pub fn originate_circuit_sendme(&mut self, body: &mut [u8; BODY_LEN]) {
+        let tag = self.crypto.last_forward_digest();
+        self.originate(body, relay_cmd::SENDME, 0, &flow::sendme_v1_body(&tag));
     }
 
     fn extend2(

@@ -131,7 +131,20 @@ fn sched_params(cfg: &RelayConfig, p: &NetParams) -> SchedParams {
         dos: crate::dos::DosParams::resolve(&cfg.dos, |name, d, min, max| {
             p.get_clamped(name, d, min, max)
         }),
+        sendme_accept_min: p.get_clamped("sendme_accept_min_version", 0, 0, 255) as u8,
     }
+}
+
+/// The exit settings workers admit streams with, if the policy accepts
+/// anything.
+fn exit_settings(cfg: &RelayConfig) -> Option<Arc<crate::context::ExitSettings>> {
+    if cfg.exit_policy.is_reject_star() {
+        return None;
+    }
+    Some(Arc::new(crate::context::ExitSettings {
+        policy: cfg.exit_policy.clone(),
+        ipv6_exit: !cfg.exit_policy.rejects_all_of(true),
+    }))
 }
 
 fn our_addrs(cfg: &RelayConfig) -> Vec<IpAddr> {
@@ -154,12 +167,15 @@ async fn run_controller(cfg: RelayConfig) -> anyhow::Result<()> {
         keys.ed_id_base64()
     );
     let link = LinkKeys::generate(&keys, now)?;
-    let ctx = Arc::new(SharedContext::build(
-        &keys,
-        &link,
-        our_addrs(&cfg),
-        &sched_params(&cfg, &NetParams::default()),
-    )?);
+    let ctx = Arc::new(
+        SharedContext::build(
+            &keys,
+            &link,
+            our_addrs(&cfg),
+            &sched_params(&cfg, &NetParams::default()),
+        )?
+        .with_exit(exit_settings(&cfg)),
+    );
 
     let listener = std::net::TcpListener::bind(cfg.or_listen)
         .map_err(|e| anyhow::anyhow!("cannot listen on ORPort {}: {e}", cfg.or_listen))?;
@@ -629,7 +645,7 @@ impl Controller {
             &sched_params(&self.cfg, &dir.params),
         ) {
             Ok(ctx) => {
-                self.ctx = Arc::new(ctx);
+                self.ctx = Arc::new(ctx.with_exit(exit_settings(&self.cfg)));
                 for w in &self.workers {
                     w.send(WorkerMsg::NewContext(self.ctx.clone()));
                 }

@@ -188,6 +188,8 @@ pub(crate) struct Circuits {
     /// parameters, the second), kept current by `set_now` and
     /// `set_context` so the per-cell path builds nothing.
     pub(crate) fctx: ForwardCtx,
+    /// The exit's streams ([`super::streams`]).
+    pub(crate) streams: super::streams::Streams,
 }
 
 impl Circuits {
@@ -223,8 +225,11 @@ impl Circuits {
                 intro_dos: ctx.intro_dos,
                 refuse_single_hop_rend: ctx.dos.refuse_single_hop_rend,
                 now_s: 0,
+                exit: ctx.exit.is_some(),
+                sendme_accept_min: ctx.sendme_accept_min,
             },
             ctx,
+            streams: Default::default(),
         }
     }
 
@@ -310,6 +315,8 @@ impl Circuits {
         self.fctx.allow_nonearly_extend = ctx.allow_nonearly_extend;
         self.fctx.intro_dos = ctx.intro_dos;
         self.fctx.refuse_single_hop_rend = ctx.dos.refuse_single_hop_rend;
+        self.fctx.exit = ctx.exit.is_some();
+        self.fctx.sendme_accept_min = ctx.sendme_accept_min;
         self.ctx = ctx;
     }
 
@@ -359,6 +366,7 @@ impl Circuits {
         let r = self.halves.reference(slot)?;
         let mut h = self.halves.remove(slot)?;
         self.forget_onion_role(r, &h);
+        self.forget_streams(slot);
         if let Some(Some(c)) = self.conns.get_mut(h.conn) {
             c.sched.queued = c.sched.queued.saturating_sub(h.queue.len());
             c.sched.mux.remove(slot, &mut h.ewma);

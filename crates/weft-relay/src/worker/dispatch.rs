@@ -14,8 +14,8 @@
 //! A relay command that a keyed half recognizes comes back here as a
 //! [`ForwardAction`]; the arms of [`Circuits::keyed_action`] are where a new
 //! relay command's room is wired in (EXTEND2 → [`super::extend`], the
-//! onion-service roles → [`super::onion`]; exit streams and conflux go
-//! beside them).
+//! onion-service roles → [`super::onion`], exit streams →
+//! [`super::streams`]; conflux goes beside them).
 
 use tracing::{debug, info};
 use weft_proto::cell::{self, cmd, destroy_reason, BODY_LEN};
@@ -258,6 +258,18 @@ impl Circuits {
             | ForwardAction::EstablishRendezvous { .. }
             | ForwardAction::Rendezvous1 { .. }) => {
                 self.onion_action(conn, slot, a, body, stamp_ns);
+                Handed::Done
+            }
+            ForwardAction::Stream {
+                command,
+                stream_id,
+                circuit_sendme,
+            } => {
+                self.stream_cell(conn, slot, command, stream_id, circuit_sendme, body);
+                Handed::Done
+            }
+            ForwardAction::CircuitSendme => {
+                self.circuit_window_opened(slot);
                 Handed::Done
             }
             ForwardAction::RefusedSingleHopRendezvous => {

@@ -204,7 +204,7 @@ impl Circuits {
         let moving = slots
             .into_iter()
             .any(|s| self.halves.by_slot(s).is_some_and(|h| h.in_move()));
-        !moving && !self.in_rendezvous(idx)
+        !moving && !self.in_rendezvous(idx) && !self.streams.on_conn(idx)
     }
 
     /// Step 1: take connection `idx`'s circuits out of the core. Each half

@@ -10,7 +10,8 @@
 //! * the **circuit core** — [`core`] and the modules it is split into:
 //!   [`dispatch`] (what a cell does), [`handoff`] (between the halves of a
 //!   circuit, locally or over a ring), [`extend`], [`onion`] (introduction
-//!   and rendezvous points), [`migrate`], [`sched`]
+//!   and rendezvous points), [`streams`] (exit streams; their sockets are
+//!   the driver's [`stream_io`]), [`migrate`], [`sched`]
 //!   (EWMA mux, what goes out next), [`origin`] (our own self-test
 //!   circuits) and [`half`] (the half table): sans-IO state machines,
 //!   unit-tested in [`tests`] without threads or sockets.
@@ -45,6 +46,8 @@ pub(crate) mod onion;
 pub(crate) mod origin;
 pub(crate) mod report;
 pub(crate) mod sched;
+pub(crate) mod stream_io;
+pub(crate) mod streams;
 #[cfg(test)]
 mod tests;
 
@@ -231,6 +234,8 @@ pub struct Worker {
     /// A move asked for while its connection was busy: connection, worker,
     /// retried until ([`Worker::retry_move`]).
     move_asked: Option<(ConnId, usize, Instant)>,
+    /// Exit streams' sockets ([`stream_io`]).
+    streams: stream_io::StreamSockets,
 }
 
 impl Worker {
@@ -280,6 +285,7 @@ impl Worker {
             next_sched_run: now,
             stopping: false,
             move_asked: None,
+            streams: Default::default(),
         }
     }
 
@@ -304,6 +310,13 @@ impl Worker {
                 tracing::error!("worker {}: event loop failed: {e}", self.id);
                 break;
             }
+        }
+        let (open, opened, refused) = self.core.stream_counts();
+        if opened + refused > 0 {
+            info!(
+                "worker {}: exit streams: {opened} opened, {refused} refused or failed, {open} open at exit",
+                self.id
+            );
         }
         debug!("worker {} stopped", self.id);
     }
@@ -338,7 +351,7 @@ impl Worker {
     /// True if the worker has work that does not wait for an event or a
     /// timer.
     pub fn has_work(&self) -> bool {
-        !self.to_read.is_empty() || !self.to_close.is_empty()
+        !self.to_read.is_empty() || !self.to_close.is_empty() || self.streams.has_work()
     }
 
     /// When the writer can next do something for a connection with cells
@@ -402,6 +415,10 @@ impl Worker {
                 if !c.is_open() {
                     self.to_handshake.push(t.0);
                 }
+            } else {
+                let r = ev.is_readable() || ev.is_read_closed() || ev.is_error();
+                let w = ev.is_writable() || ev.is_write_closed() || ev.is_error();
+                self.streams.note_event(t, r, w);
             }
         }
         while let Some(c) = self.to_handshake.pop() {
@@ -415,6 +432,7 @@ impl Worker {
         self.apply_effects();
         self.retry_move();
         self.read_all();
+        self.stream_round();
         self.write_all();
         self.publish_rings();
         self.reap();

@@ -29,6 +29,9 @@ pub(crate) struct Counters {
     pub(crate) outq_tick: u32,
     pub(crate) read: u64,
     pub(crate) written: u64,
+    /// Bytes read from and written to exit streams' sockets.
+    pub(crate) stream_read: u64,
+    pub(crate) stream_written: u64,
     pub(crate) wakeups: u64,
     pub(crate) rounds: u64,
     pub(crate) busy_ns: u64,

@@ -1,0 +1,492 @@
+//! The exit's stream room (part of the sans-IO circuit core): the streams
+//! of circuits that end here, what their relay cells do, and their flow
+//! control. A stream lives on the worker that owns its circuit's keyed
+//! half; its TCP socket is the driver's ([`super::stream_io`]), registered
+//! in the same worker's poll, so no stream byte crosses workers or touches
+//! the main thread.
+//!
+//! The core keeps each stream's state, windows and the bytes waiting for
+//! its destination; it asks the driver to connect and close sockets
+//! ([`StreamIo`]) and is told what the sockets did (connected, failed,
+//! bytes read, EOF, bytes written). Admission is weft-proto's
+//! `circuit::exit` (C Tor 0.4.9's rules), windows are `circuit::flow`.
+//! [C connection_edge.c connection_exit_begin_conn(),
+//! connection_exit_connect(), connection_edge_package_raw_inbuf(),
+//! connection_edge_end(); relay.c handle_relay_msg()]
+//!
+//! Not built yet (issue 12): DNS (a name gets END RESOLVEFAILED), RESOLVE
+//! of names, congestion control and XON/XOFF, stream DoS limits, exit
+//! metrics, connect timeouts of our own (the kernel's apply), and moving
+//! a connection whose circuits have streams (it stays on its worker).
+
+use std::collections::{HashMap, VecDeque};
+use std::net::{IpAddr, SocketAddr};
+
+use slab::Slab;
+use tracing::debug;
+use weft_proto::cell::{cmd, destroy_reason, BODY_LEN};
+use weft_proto::circuit::exit::{self, Admission, ExitContext};
+use weft_proto::circuit::flow::{StreamFlow, DATA_MAX};
+use weft_proto::relay::{self, end_reason, relay_cmd};
+
+use super::core::Circuits;
+use super::half::HalfRole;
+
+/// C Tor stops reading a stream's socket while its circuit has this many
+/// cells queued toward the client (`CELL_QUEUE_HIGHWATER_SIZE`).
+pub(crate) const QUEUE_HIGHWATER: usize = 256;
+/// C Tor sends stream SENDMEs only while the bytes waiting for the
+/// destination are below this (`connection_outbuf_too_full`: 10 cells).
+const OUTBUF_FULL: usize = 10 * DATA_MAX;
+
+/// What the driver must do with a stream's socket.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum StreamIo {
+    /// Open a TCP connection for stream `key` to `addr`.
+    Connect {
+        /// The stream.
+        key: usize,
+        /// Where.
+        addr: SocketAddr,
+    },
+    /// Close stream `key`'s socket now (the stream is gone).
+    Close {
+        /// The stream.
+        key: usize,
+    },
+}
+
+/// Where a stream is in its life.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum State {
+    /// Waiting for the TCP connect.
+    Connecting,
+    /// Connected: bytes flow both ways.
+    Open,
+    /// The client sent END: the bytes still waiting go to the
+    /// destination, then the socket closes.
+    Flushing,
+}
+
+/// One exit stream.
+struct ExitStream {
+    /// Slot of its circuit's keyed half.
+    slot: u32,
+    /// Its connection (the driver's index).
+    conn: usize,
+    stream_id: u16,
+    state: State,
+    flow: StreamFlow,
+    /// Where it connects (for CONNECTED).
+    addr: IpAddr,
+    /// The TTL CONNECTED reports.
+    ttl: u32,
+    /// Bytes from the client waiting for the destination.
+    to_dest: VecDeque<u8>,
+}
+
+/// Every exit stream of a worker.
+#[derive(Default)]
+pub(crate) struct Streams {
+    streams: Slab<ExitStream>,
+    /// (half slot, stream ID) → key.
+    by_id: HashMap<(u32, u16), usize>,
+    /// Socket work for the driver, in order.
+    io: VecDeque<StreamIo>,
+    /// Streams with bytes (or a close) for their destination.
+    want_write: Vec<usize>,
+    /// Streams whose reading may go on (a window opened, connected).
+    may_read: Vec<usize>,
+    /// Streams opened, and refused or failed, since the start.
+    pub(crate) opened: u64,
+    pub(crate) refused: u64,
+}
+
+impl Streams {
+    /// Number of open streams.
+    pub(crate) fn len(&self) -> usize {
+        self.streams.len()
+    }
+
+    /// True if a circuit on connection `conn` has streams (it cannot move
+    /// between workers yet).
+    pub(crate) fn on_conn(&self, conn: usize) -> bool {
+        self.streams.iter().any(|(_, s)| s.conn == conn)
+    }
+}
+
+impl Circuits {
+    /// The next socket operation for the driver.
+    pub(crate) fn poll_stream_io(&mut self) -> Option<StreamIo> {
+        self.streams.io.pop_front()
+    }
+
+    /// Streams that may read from their sockets again.
+    pub(crate) fn take_stream_readers(&mut self, into: &mut Vec<usize>) {
+        into.append(&mut self.streams.may_read);
+    }
+
+    /// Streams with bytes for their destination.
+    pub(crate) fn take_stream_writers(&mut self, into: &mut Vec<usize>) {
+        into.append(&mut self.streams.want_write);
+    }
+
+    /// A stream command the keyed half at `slot` (connection `conn`)
+    /// passed on; its decrypted message is in `body`.
+    pub(crate) fn stream_cell(
+        &mut self,
+        conn: usize,
+        slot: u32,
+        command: u8,
+        stream_id: u16,
+        circuit_sendme: bool,
+        body: &mut [u8; BODY_LEN],
+    ) {
+        let Ok(h) = relay::parse_header(body) else {
+            return;
+        };
+        if circuit_sendme {
+            // The tag is the digest of the DATA cell just decrypted: build
+            // the SENDME before anything else passes this half.
+            let mut reply = [0u8; BODY_LEN];
+            if let Some(k) = self.keyed(slot) {
+                k.originate_circuit_sendme(&mut reply);
+                self.reply(conn, slot, self.now_ns, &reply);
+            }
+        }
+        let key = self.streams.by_id.get(&(slot, stream_id)).copied();
+        match (command, key) {
+            (relay_cmd::BEGIN, None) => self.begin(conn, slot, stream_id, relay::data(body, &h)),
+            (relay_cmd::BEGIN, Some(_)) => {
+                debug!("worker {}: BEGIN for a known stream dropped", self.me);
+            }
+            (relay_cmd::RESOLVE, _) => self.resolve(conn, slot, stream_id, relay::data(body, &h)),
+            (relay_cmd::DATA, Some(key)) => {
+                let s = &mut self.streams.streams[key];
+                if let Err(e) = s.flow.data_received() {
+                    self.close_circuit(conn, slot, destroy_reason::PROTOCOL, &e.to_string());
+                    return;
+                }
+                if s.state == State::Flushing {
+                    return;
+                }
+                s.to_dest.extend(relay::data(body, &h));
+                self.streams.want_write.push(key);
+            }
+            (relay_cmd::END, Some(key)) => {
+                let s = &mut self.streams.streams[key];
+                self.streams.by_id.remove(&(slot, stream_id));
+                if s.state == State::Open && !s.to_dest.is_empty() {
+                    s.state = State::Flushing;
+                    self.streams.want_write.push(key);
+                } else {
+                    self.free_stream(key);
+                }
+            }
+            (relay_cmd::SENDME, Some(key)) => {
+                if let Err(e) = self.streams.streams[key].flow.sendme_received() {
+                    self.close_circuit(conn, slot, destroy_reason::PROTOCOL, &e.to_string());
+                    return;
+                }
+                self.streams.may_read.push(key);
+            }
+            // DATA, END or SENDME for a stream we do not have (closed
+            // already, or never opened): dropped, as C Tor does.
+            _ => debug!(
+                "worker {}: {} for unknown stream {stream_id} dropped",
+                self.me,
+                relay_cmd_name(command)
+            ),
+        }
+    }
+
+    /// A circuit-level SENDME opened the window of the half at `slot`:
+    /// its streams may read again.
+    pub(crate) fn circuit_window_opened(&mut self, slot: u32) {
+        for (key, s) in self.streams.streams.iter() {
+            if s.slot == slot && s.state == State::Open {
+                self.streams.may_read.push(key);
+            }
+        }
+    }
+
+    /// The keyed half at `slot`, if it is one.
+    fn keyed(&mut self, slot: u32) -> Option<&mut weft_proto::circuit::KeyedHalf> {
+        match &mut self.halves.by_slot(slot)?.role {
+            HalfRole::Keyed(k) => Some(k),
+            _ => None,
+        }
+    }
+
+    /// Send a relay message we originate on the keyed half at `slot`.
+    fn send_on(&mut self, conn: usize, slot: u32, command: u8, stream_id: u16, data: &[u8]) {
+        let mut body = [0u8; BODY_LEN];
+        let Some(k) = self.keyed(slot) else { return };
+        k.originate(&mut body, command, stream_id, data);
+        self.reply(conn, slot, self.now_ns, &body);
+    }
+
+    /// BEGIN: admit it as C Tor does, then connect (a literal address the
+    /// policy allows) or answer END.
+    fn begin(&mut self, conn: usize, slot: u32, stream_id: u16, data: &[u8]) {
+        let Some(settings) = self.ctx.exit.clone() else {
+            return;
+        };
+        let prev_is_client = self.conn(conn).is_none_or(|c| c.client);
+        let allows = |ip: IpAddr, port: u16| settings.policy.allows(ip, port);
+        let ectx = ExitContext {
+            prev_is_client,
+            // Known to be a relay: it authenticated as one. (C asks its
+            // consensus; refuseunknownexits is not applied yet.)
+            prev_is_known_relay: !prev_is_client,
+            refuse_unknown_exits: false,
+            ipv6_exit: settings.ipv6_exit,
+            hibernating: false,
+            allow_non_rfc953: false,
+            allows: &allows,
+        };
+        match exit::admit_begin(data, &ectx) {
+            Admission::End(end) => {
+                self.streams.refused += 1;
+                self.send_on(conn, slot, relay_cmd::END, stream_id, &end);
+            }
+            Admission::Resolve { host, .. } => {
+                debug!(
+                    "worker {}: no DNS yet; refusing a stream to {host}",
+                    self.me
+                );
+                self.streams.refused += 1;
+                self.send_on(
+                    conn,
+                    slot,
+                    relay_cmd::END,
+                    stream_id,
+                    &[end_reason::RESOLVEFAILED],
+                );
+            }
+            Admission::Connect { addr, ttl } => {
+                let key = self.streams.streams.insert(ExitStream {
+                    slot,
+                    conn,
+                    stream_id,
+                    state: State::Connecting,
+                    flow: StreamFlow::default(),
+                    addr: addr.ip(),
+                    ttl,
+                    to_dest: VecDeque::new(),
+                });
+                self.streams.by_id.insert((slot, stream_id), key);
+                self.streams.io.push_back(StreamIo::Connect { key, addr });
+            }
+        }
+    }
+
+    /// RESOLVE: an IP literal is answered with itself; names wait for DNS
+    /// (an error answer until then).
+    fn resolve(&mut self, conn: usize, slot: u32, stream_id: u16, data: &[u8]) {
+        let name = data.split(|&b| b == 0).next().unwrap_or(&[]);
+        let ip = std::str::from_utf8(name)
+            .ok()
+            .and_then(weft_proto::circuit::edge::parse_ip);
+        let body = match ip {
+            Some(IpAddr::V4(a)) => {
+                let mut b = vec![4, 4];
+                b.extend_from_slice(&a.octets());
+                b.extend_from_slice(&exit::clip_dns_ttl(exit::MAX_DNS_TTL).to_be_bytes());
+                b
+            }
+            Some(IpAddr::V6(a)) => {
+                let mut b = vec![6, 16];
+                b.extend_from_slice(&a.octets());
+                b.extend_from_slice(&exit::clip_dns_ttl(exit::MAX_DNS_TTL).to_be_bytes());
+                b
+            }
+            None => weft_proto::circuit::edge::resolved_error(),
+        };
+        self.send_on(conn, slot, relay_cmd::RESOLVED, stream_id, &body);
+    }
+
+    /// Stream `key`'s socket connected: CONNECTED, then bytes flow.
+    pub(crate) fn stream_connected(&mut self, key: usize) {
+        let Some(s) = self.streams.streams.get_mut(key) else {
+            return;
+        };
+        if s.state != State::Connecting {
+            return;
+        }
+        s.state = State::Open;
+        self.streams.opened += 1;
+        let (conn, slot, sid) = (s.conn, s.slot, s.stream_id);
+        let body = exit::connected_body(s.addr, s.ttl);
+        if !s.to_dest.is_empty() {
+            // Optimistic data that came before the connection.
+            self.streams.want_write.push(key);
+        }
+        self.streams.may_read.push(key);
+        self.send_on(conn, slot, relay_cmd::CONNECTED, sid, &body);
+    }
+
+    /// Stream `key`'s socket failed (to connect, or later) with `err`:
+    /// END with C Tor's reason for it; the stream is gone.
+    pub(crate) fn stream_failed(&mut self, key: usize, err: &std::io::Error) {
+        let Some(s) = self.streams.streams.get(key) else {
+            return;
+        };
+        if s.state == State::Connecting {
+            self.streams.refused += 1;
+        }
+        debug!(
+            "worker {}: stream {} to {}: {err}",
+            self.me, s.stream_id, s.addr
+        );
+        let reason = end_reason_for(err);
+        self.end_stream(key, &[reason]);
+    }
+
+    /// Stream `key`'s socket reached EOF: END DONE.
+    pub(crate) fn stream_eof(&mut self, key: usize) {
+        self.end_stream(key, &[end_reason::DONE]);
+    }
+
+    /// Send END with `body` for stream `key` (unless the client ended it)
+    /// and forget it.
+    fn end_stream(&mut self, key: usize, body: &[u8]) {
+        let Some(s) = self.streams.streams.get(key) else {
+            return;
+        };
+        let (conn, slot, sid, state) = (s.conn, s.slot, s.stream_id, s.state);
+        if state != State::Flushing {
+            self.streams.by_id.remove(&(slot, sid));
+            self.send_on(conn, slot, relay_cmd::END, sid, body);
+        }
+        self.free_stream(key);
+    }
+
+    /// Forget stream `key` and have its socket closed.
+    fn free_stream(&mut self, key: usize) {
+        if let Some(s) = self.streams.streams.try_remove(key) {
+            if self.streams.by_id.get(&(s.slot, s.stream_id)) == Some(&key) {
+                self.streams.by_id.remove(&(s.slot, s.stream_id));
+            }
+            self.streams.io.push_back(StreamIo::Close { key });
+        }
+    }
+
+    /// The circuit of the half at `slot` is gone: so are its streams.
+    pub(crate) fn forget_streams(&mut self, slot: u32) {
+        if self.streams.streams.is_empty() {
+            return;
+        }
+        let keys: Vec<usize> = self
+            .streams
+            .streams
+            .iter()
+            .filter(|(_, s)| s.slot == slot)
+            .map(|(k, _)| k)
+            .collect();
+        for k in keys {
+            self.free_stream(k);
+        }
+    }
+
+    /// How many bytes stream `key` may read from its socket now: what its
+    /// window, its circuit's window and its circuit's queue allow.
+    pub(crate) fn stream_read_budget(&mut self, key: usize) -> usize {
+        let Some(s) = self.streams.streams.get(key) else {
+            return 0;
+        };
+        if s.state != State::Open || !s.flow.can_package() {
+            return 0;
+        }
+        let (slot, stream_window) = (s.slot, s.flow.package_window());
+        let Some(h) = self.halves.by_slot(slot) else {
+            return 0;
+        };
+        let queued = h.queue.len();
+        let HalfRole::Keyed(k) = &h.role else {
+            return 0;
+        };
+        let cells = stream_window
+            .min(k.package_window())
+            .min(QUEUE_HIGHWATER as i32 - queued as i32);
+        usize::try_from(cells).unwrap_or(0) * DATA_MAX
+    }
+
+    /// Bytes stream `key` read from its socket (within its read budget):
+    /// DATA cells toward the client.
+    pub(crate) fn stream_data_read(&mut self, key: usize, mut data: &[u8]) {
+        while !data.is_empty() {
+            let Some(s) = self.streams.streams.get_mut(key) else {
+                return;
+            };
+            let (conn, slot, sid) = (s.conn, s.slot, s.stream_id);
+            s.flow.data_sent();
+            let n = data.len().min(DATA_MAX);
+            let mut body = [0u8; BODY_LEN];
+            let Some(k) = self.keyed(slot) else { return };
+            k.originate_data(&mut body, sid, &data[..n]);
+            let now = self.now_ns;
+            self.enqueue(conn, slot, cmd::RELAY, now, now, &body);
+            data = &data[n..];
+        }
+    }
+
+    /// The bytes waiting for stream `key`'s destination (the driver writes
+    /// from the front and drains what the socket took).
+    pub(crate) fn stream_output(&mut self, key: usize) -> Option<&mut VecDeque<u8>> {
+        self.streams.streams.get_mut(key).map(|s| &mut s.to_dest)
+    }
+
+    /// The driver wrote to stream `key`'s socket: a stream that the client
+    /// ended closes once everything went out; an open one sends the
+    /// stream SENDMEs the destination's pace allows.
+    pub(crate) fn stream_wrote(&mut self, key: usize) {
+        let Some(s) = self.streams.streams.get_mut(key) else {
+            return;
+        };
+        if s.state == State::Flushing {
+            if s.to_dest.is_empty() {
+                self.free_stream(key);
+            }
+            return;
+        }
+        if s.to_dest.len() >= OUTBUF_FULL {
+            return;
+        }
+        let (conn, slot, sid) = (s.conn, s.slot, s.stream_id);
+        for _ in 0..s.flow.sendmes_due() {
+            self.send_on(conn, slot, relay_cmd::SENDME, sid, &[]);
+        }
+    }
+
+    /// Open streams, streams opened and streams refused or failed (the
+    /// report).
+    pub(crate) fn stream_counts(&self) -> (usize, u64, u64) {
+        (
+            self.streams.len(),
+            self.streams.opened,
+            self.streams.refused,
+        )
+    }
+}
+
+/// C Tor's END reason for a socket error (`errno_to_stream_end_reason`).
+pub(crate) fn end_reason_for(err: &std::io::Error) -> u8 {
+    use std::io::ErrorKind as K;
+    match err.kind() {
+        K::ConnectionRefused => end_reason::CONNECTREFUSED,
+        K::ConnectionReset | K::ConnectionAborted | K::BrokenPipe => end_reason::CONNRESET,
+        K::TimedOut => end_reason::TIMEOUT,
+        K::HostUnreachable | K::NetworkUnreachable | K::AddrNotAvailable => end_reason::NOROUTE,
+        _ => end_reason::MISC,
+    }
+}
+
+fn relay_cmd_name(c: u8) -> &'static str {
+    match c {
+        relay_cmd::DATA => "DATA",
+        relay_cmd::END => "END",
+        relay_cmd::SENDME => "SENDME",
+        _ => "relay command",
+    }
+}
