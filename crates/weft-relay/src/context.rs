@@ -95,6 +95,8 @@ pub struct RelayConfig {
     pub conn_limit: u64,
     /// The exit policy built from the torrc (published in the descriptor).
     pub exit_policy: weft_dir::exit_policy::ExitPolicy,
+    /// ServerDNSResolvConfFile (None: /etc/resolv.conf).
+    pub dns_resolv_conf: Option<PathBuf>,
 }
 
 /// Scheduling and circuit-handling parameters, from the configuration and
@@ -138,6 +140,8 @@ pub struct ExitSettings {
     pub policy: weft_dir::exit_policy::ExitPolicy,
     /// IPv6Exit.
     pub ipv6_exit: bool,
+    /// Where host names are looked up (None: they fail).
+    pub resolver: Option<crate::resolver::Resolver>,
 }
 
 /// Immutable snapshot shared by all workers.

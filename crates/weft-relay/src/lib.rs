@@ -28,6 +28,7 @@ pub mod link_io;
 pub mod messages;
 pub mod oom;
 pub mod pool;
+pub mod resolver;
 pub mod ring;
 pub mod sched_slice;
 pub mod selftest;

@@ -12,7 +12,7 @@ use std::path::{Path, PathBuf};
 fn layer(m: &str) -> Option<u8> {
     Some(match m {
         "bucket" | "bwhist" | "context" | "dos" | "ewma" | "histogram" | "kist" | "link_io"
-        | "oom" | "pool" | "ring" | "sched_slice" | "selftest" | "tls" => 0,
+        | "oom" | "pool" | "resolver" | "ring" | "sched_slice" | "selftest" | "tls" => 0,
         "messages" => 1,
         "worker" => 2,
         "controller" => 3,

@@ -497,6 +497,7 @@ pub fn parse(text: &str, file: &Path) -> Result<Config, ConfigError> {
             max_advertised_bandwidth: limits.max_advertised_bandwidth,
             conn_limit: limits.conn_limit,
             exit_policy,
+            dns_resolv_conf: exit.resolv_conf.clone(),
         },
         logs,
         pid_file,

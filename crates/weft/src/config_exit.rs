@@ -1,7 +1,7 @@
 //! The torrc options of the exit policy, with C Tor's syntax, defaults
 //! and meaning: `ExitRelay` (0, 1, auto), `ExitPolicy` (repeatable comma
 //! lists), `ExitPolicyRejectPrivate`, `ExitPolicyRejectLocalInterfaces`,
-//! `ReducedExitPolicy`, `IPv6Exit`. The policy itself is built by
+//! `ReducedExitPolicy`, `IPv6Exit`; and the exit's `ServerDNSResolvConfFile`. The policy itself is built by
 //! [`weft_dir::exit_policy`]. weft's exit is not complete yet (no DNS, no
 //! congestion control), so a configuration whose policy would accept
 //! anything is refused with a clear message outside a test network (a
@@ -19,6 +19,9 @@ pub struct ExitOptions {
     /// Malformed `ExitPolicy` values: an error for an exit, a warning
     /// for a non-exit (whose lines C Tor does not even parse).
     malformed: Vec<String>,
+    /// `ServerDNSResolvConfFile`: the exit's name servers (default
+    /// /etc/resolv.conf).
+    pub resolv_conf: Option<std::path::PathBuf>,
 }
 
 fn bool01(v: &str) -> Result<bool, String> {
@@ -54,6 +57,9 @@ impl ExitOptions {
                 "exitpolicyrejectlocalinterfaces" => o.reject_local_interfaces = bool01(val)?,
                 "reducedexitpolicy" => o.reduced = bool01(val)?,
                 "ipv6exit" => o.ipv6_exit = bool01(val)?,
+                "serverdnsresolvconffile" => {
+                    self.resolv_conf = Some(std::path::PathBuf::from(val));
+                }
                 _ => return Err(String::new()),
             }
             Ok(())

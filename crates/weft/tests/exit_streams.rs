@@ -8,6 +8,12 @@
 //! ConnectionThreads 2, 0 and 1 (weft restarted between them). What weft
 //! answered is checked in its log and in the client's stream events.
 //!
+//! DNS: weft's `ServerDNSResolvConfFile` names a name server the test
+//! runs on 127.53.0.1:53 ([`dns`]): a name is looked up and connected to;
+//! a name whose answer takes seconds holds only its own stream while
+//! another stream's bytes flow on the same worker; a name that resolves
+//! to an address the exit policy rejects gets END EXITPOLICY.
+//!
 //! Networks live in `target/tmp/weft-net-exit-<pid>/`, kept on failure.
 
 mod common;
@@ -26,6 +32,81 @@ const PER_STREAM: u64 = 3 << 20;
 /// Bound on every wait for the consensus.
 const LISTING_BOUND: Duration = Duration::from_secs(240);
 
+/// The test's name server and the names it knows.
+mod dns {
+    use std::net::{Ipv4Addr, UdpSocket};
+    use std::time::Duration;
+
+    /// Where it listens (a loopback address of its own: port 53 is the
+    /// only port resolv.conf can name).
+    pub const ADDR: &str = "127.53.0.1:53";
+    /// How long `slow.weft.test` takes.
+    pub const SLOW: Duration = Duration::from_secs(6);
+
+    fn answer_for(name: &str) -> Option<(Ipv4Addr, Duration)> {
+        match name {
+            "fast.weft.test" => Some((Ipv4Addr::LOCALHOST, Duration::ZERO)),
+            "slow.weft.test" => Some((Ipv4Addr::LOCALHOST, SLOW)),
+            "rejected.weft.test" => Some((Ipv4Addr::new(10, 0, 0, 1), Duration::ZERO)),
+            _ => None,
+        }
+    }
+
+    /// Serve A queries until the process ends (each answer on a thread of
+    /// its own, so a slow one delays nobody else).
+    pub fn start() -> std::io::Result<()> {
+        let sock = UdpSocket::bind(ADDR)?;
+        std::thread::spawn(move || {
+            let mut buf = [0u8; 512];
+            while let Ok((n, from)) = sock.recv_from(&mut buf) {
+                let Some((reply, delay)) = reply(&buf[..n]) else {
+                    continue;
+                };
+                let Ok(s) = sock.try_clone() else { continue };
+                std::thread::spawn(move || {
+                    std::thread::sleep(delay);
+                    let _ = s.send_to(&reply, from);
+                });
+            }
+        });
+        Ok(())
+    }
+
+    /// A response to one query: the A record (TTL 60) of a known name,
+    /// NOERROR with no answer for other types, NXDOMAIN for other names.
+    fn reply(q: &[u8]) -> Option<(Vec<u8>, Duration)> {
+        let mut i = 12;
+        let mut labels = Vec::new();
+        loop {
+            let len = usize::from(*q.get(i)?);
+            i += 1;
+            if len == 0 {
+                break;
+            }
+            labels.push(String::from_utf8_lossy(q.get(i..i + len)?).to_ascii_lowercase());
+            i += len;
+        }
+        let qtype = u16::from_be_bytes([*q.get(i)?, *q.get(i + 1)?]);
+        let question = q.get(12..i + 4)?;
+        let found = answer_for(&labels.join("."));
+        let mut r = Vec::new();
+        r.extend_from_slice(&q[..2]);
+        let rcode = if found.is_some() { 0 } else { 3 };
+        r.extend_from_slice(&[0x81, 0x80 | rcode]);
+        let answers = u16::from(found.is_some() && qtype == 1);
+        r.extend_from_slice(&[0, 1]);
+        r.extend_from_slice(&answers.to_be_bytes());
+        r.extend_from_slice(&[0, 0, 0, 0]);
+        r.extend_from_slice(question);
+        let delay = found.map_or(Duration::ZERO, |(_, d)| d);
+        if let (Some((ip, _)), 1) = (found, answers) {
+            r.extend_from_slice(&[0xC0, 12, 0, 1, 0, 1, 0, 0, 0, 60, 0, 4]);
+            r.extend_from_slice(&ip.octets());
+        }
+        Some((r, delay))
+    }
+}
+
 fn start(sink_port: u16) -> Result<(Testnet, PathBuf)> {
     let base_dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR"))
         .join(format!("weft-net-exit-{}", std::process::id()));
@@ -35,9 +116,17 @@ fn start(sink_port: u16) -> Result<(Testnet, PathBuf)> {
     cfg.clients_choose_circuits = true;
     let mut w = WeftNode::new(env!("CARGO_BIN_EXE_weft"));
     w.connection_threads = Some(2);
+    // Beside the network's directory (which must hold only the network).
+    let resolv_conf = base_dir.with_extension("resolv.conf");
+    std::fs::write(
+        &resolv_conf,
+        "nameserver 127.53.0.1\noptions timeout:10 attempts:1\n",
+    )?;
+    w.extra_torrc = vec![format!("ServerDNSResolvConfFile {}", resolv_conf.display())];
     // Ports 80 and 443 make it a general-purpose exit (the Exit flag);
     // the sink's port is the one the streams use.
     w.exit_policy = vec![
+        "reject 10.0.0.0/8:*".into(),
         "accept *:80".into(),
         "accept *:443".into(),
         format!("accept *:{sink_port}"),
@@ -116,8 +205,101 @@ fn round(net: &Testnet, sink: &Sink, label: &str) -> Result<u64> {
     Ok(moved)
 }
 
+/// The DNS checks (see the module docs), through client0.
+fn dns_round(net: &Testnet, sink: &Sink) -> Result<()> {
+    let socks = net
+        .node("client0")?
+        .socks_addr()
+        .context("client0 SocksPort")?;
+    let port = sink.addr().port();
+    let timeout = Duration::from_secs(60);
+
+    // A name weft looks up and connects to.
+    let s = traffic::socks5_connect_host(socks, "fast.weft.test", port, "fast", timeout)
+        .context("[dns] stream to fast.weft.test")?;
+    let r = traffic::transfer(s, Direction::Both, 1 << 20, timeout)?;
+    eprintln!("[dns] fast.weft.test: {r}");
+
+    // A lookup that takes seconds holds only its stream: another stream
+    // (same circuit isolation, so the same circuit and worker) moves its
+    // bytes meanwhile.
+    let bulk = traffic::socks5_connect_host(socks, "fast.weft.test", port, "slow", timeout)?;
+    let t0 = Instant::now();
+    let slow = std::thread::spawn(move || {
+        traffic::socks5_connect_host(socks, "slow.weft.test", port, "slow", timeout)
+            .map(|s| (s, t0.elapsed()))
+    });
+    std::thread::sleep(Duration::from_millis(200));
+    let r = traffic::transfer(bulk, Direction::Both, 4 << 20, timeout)?;
+    let bulk_done = t0.elapsed();
+    let (s, slow_connected) = slow
+        .join()
+        .map_err(|_| anyhow::anyhow!("slow stream thread panicked"))?
+        .context("[dns] stream to slow.weft.test")?;
+    eprintln!(
+        "[dns] while slow.weft.test was looked up ({slow_connected:.2?}), another stream moved 8 MiB by {bulk_done:.2?}"
+    );
+    ensure!(
+        slow_connected >= dns::SLOW && bulk_done < dns::SLOW,
+        "a slow lookup held other streams: bulk done at {bulk_done:?}, slow connected at {slow_connected:?}"
+    );
+    ensure!(r.up_bytes == 4 << 20 && r.down_bytes == 4 << 20);
+    traffic::transfer(s, Direction::Both, 1 << 20, timeout)?;
+
+    // A name that resolves to an address the policy rejects: END
+    // EXITPOLICY with that address. (The client then remaps the name to
+    // the address and, weft being its only exit, tries again and again;
+    // the test closes the stream once it saw the END.)
+    let mut ctl = net.control("client0")?;
+    ctl.set_events(&["STREAM"])?;
+    let refused = std::thread::spawn(move || {
+        traffic::socks5_connect_host(
+            socks,
+            "rejected.weft.test",
+            port,
+            "rej",
+            Duration::from_secs(30),
+        )
+    });
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let mut id = None;
+    let mut seen = Vec::new();
+    while Instant::now() < deadline {
+        let Some(l) = ctl.next_event(Duration::from_secs(1))? else {
+            continue;
+        };
+        if id.is_none() && l.contains(" NEW ") && l.contains("rejected.weft.test") {
+            id = l.split_whitespace().nth(1).map(str::to_string);
+        }
+        let Some(i) = &id else { continue };
+        if l.starts_with(&format!("STREAM {i} ")) {
+            seen.push(l.clone());
+            if l.contains("REMOTE_REASON=EXITPOLICY") {
+                ctl.command(&format!("CLOSESTREAM {i} 1"))?;
+                break;
+            }
+        }
+    }
+    let r = refused
+        .join()
+        .map_err(|_| anyhow::anyhow!("refused stream thread panicked"))?;
+    ensure!(r.is_err(), "rejected.weft.test (10.0.0.1) was connected to");
+    ensure!(
+        seen.iter().any(|l| l.contains("REMOTE_REASON=EXITPOLICY")),
+        "no END EXITPOLICY for rejected.weft.test: {seen:?}"
+    );
+    ensure!(
+        seen.iter()
+            .any(|l| l.contains(" REMAP ") && l.contains("10.0.0.1")),
+        "the END did not carry the resolved address: {seen:?}"
+    );
+    eprintln!("[dns] rejected.weft.test refused with END EXITPOLICY");
+    Ok(())
+}
+
 #[test]
 fn stock_clients_use_weft_as_their_exit() -> Result<()> {
+    dns::start().context("starting the test's name server on 127.53.0.1:53")?;
     let sink_port = common::free_port();
     let sink = Sink::start_on(sink_port)?;
     let (mut net, base_dir) = start(sink_port)?;
@@ -135,6 +317,7 @@ fn stock_clients_use_weft_as_their_exit() -> Result<()> {
     net.wait_for_bootstrap(LISTING_BOUND)?;
 
     let mut moved = round(&net, &sink, "threads2")?;
+    dns_round(&net, &sink)?;
     for threads in [0, 1] {
         net.restart_weft(Some(threads), Vec::new())?;
         net.wait_until_listed(&[&fp], &["Running", "Valid", "Exit"], LISTING_BOUND)?;
@@ -157,5 +340,6 @@ fn stock_clients_use_weft_as_their_exit() -> Result<()> {
     ensure!(bad.is_empty(), "weft closed circuits: {bad:?}");
     net.stop()?;
     drop(net);
+    let _ = std::fs::remove_file(base_dir.with_extension("resolv.conf"));
     std::fs::remove_dir_all(&base_dir).with_context(|| format!("removing {}", base_dir.display()))
 }

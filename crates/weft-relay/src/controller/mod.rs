@@ -35,6 +35,7 @@ use self::metrics::{MetricsSnapshot, WorkerTotals};
 use crate::bwhist::{self, BandwidthHistory};
 use crate::context::{RelayConfig, SchedParams, SharedContext};
 use crate::messages::{ConnId, ControllerMsg, HalfRef, WorkerReport};
+use crate::resolver::Resolver;
 use crate::worker::{self, Worker, WorkerConfig, WorkerHandle, WorkerMsg};
 
 pub use self::registry::is_private;
@@ -71,6 +72,8 @@ struct Controller {
     cfg: RelayConfig,
     keys: RelayKeys,
     ctx: Arc<SharedContext>,
+    /// The exit's resolver (kept for rebuilt contexts).
+    resolver: Option<Resolver>,
     link: LinkKeys,
     link_created: SystemTime,
     workers: Vec<WorkerHandle>,
@@ -137,13 +140,17 @@ fn sched_params(cfg: &RelayConfig, p: &NetParams) -> SchedParams {
 
 /// The exit settings workers admit streams with, if the policy accepts
 /// anything.
-fn exit_settings(cfg: &RelayConfig) -> Option<Arc<crate::context::ExitSettings>> {
+fn exit_settings(
+    cfg: &RelayConfig,
+    resolver: Option<&Resolver>,
+) -> Option<Arc<crate::context::ExitSettings>> {
     if cfg.exit_policy.is_reject_star() {
         return None;
     }
     Some(Arc::new(crate::context::ExitSettings {
         policy: cfg.exit_policy.clone(),
         ipv6_exit: !cfg.exit_policy.rejects_all_of(true),
+        resolver: resolver.cloned(),
     }))
 }
 
@@ -167,6 +174,14 @@ async fn run_controller(cfg: RelayConfig) -> anyhow::Result<()> {
         keys.ed_id_base64()
     );
     let link = LinkKeys::generate(&keys, now)?;
+    // An exit looks names up on a resolver thread of its own, started
+    // once the workers it answers exist.
+    let (resolver, dns_requests) = if cfg.exit_policy.is_reject_star() {
+        (None, None)
+    } else {
+        let (r, q) = crate::resolver::channel();
+        (Some(r), Some(q))
+    };
     let ctx = Arc::new(
         SharedContext::build(
             &keys,
@@ -174,7 +189,7 @@ async fn run_controller(cfg: RelayConfig) -> anyhow::Result<()> {
             our_addrs(&cfg),
             &sched_params(&cfg, &NetParams::default()),
         )?
-        .with_exit(exit_settings(&cfg)),
+        .with_exit(exit_settings(&cfg, resolver.as_ref())),
     );
 
     let listener = std::net::TcpListener::bind(cfg.or_listen)
@@ -216,6 +231,14 @@ async fn run_controller(cfg: RelayConfig) -> anyhow::Result<()> {
             worker::spawn_thread(w, cfg.worker_sched_slice)?;
         }
     }
+    if let Some(q) = dns_requests {
+        let handles = workers.clone();
+        q.spawn(cfg.dns_resolv_conf.clone(), move |w, answer| {
+            if let Some(h) = handles.get(w) {
+                h.send(WorkerMsg::Resolved(answer));
+            }
+        })?;
+    }
     if let Some(w) = local_worker {
         tokio::task::spawn_local(local::drive_local_worker(w));
         info!("ConnectionThreads 0: connections run on the main thread");
@@ -255,6 +278,7 @@ async fn run_controller(cfg: RelayConfig) -> anyhow::Result<()> {
         cfg,
         keys,
         ctx,
+        resolver,
         link,
         link_created: now,
         workers,
@@ -645,7 +669,8 @@ impl Controller {
             &sched_params(&self.cfg, &dir.params),
         ) {
             Ok(ctx) => {
-                self.ctx = Arc::new(ctx.with_exit(exit_settings(&self.cfg)));
+                self.ctx =
+                    Arc::new(ctx.with_exit(exit_settings(&self.cfg, self.resolver.as_ref())));
                 for w in &self.workers {
                     w.send(WorkerMsg::NewContext(self.ctx.clone()));
                 }

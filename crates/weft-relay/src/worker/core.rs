@@ -109,6 +109,8 @@ pub(crate) enum Effect {
     Controller(ControllerMsg),
     /// Put this in worker `w`'s inbox (and wake it).
     Worker(usize, WorkerMsg),
+    /// Ask the resolver thread for a lookup.
+    Resolve(crate::resolver::DnsQuery),
 }
 
 /// Counters the core keeps (the driver adds its own for the report).

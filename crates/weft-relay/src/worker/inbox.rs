@@ -170,6 +170,8 @@ pub(crate) enum WorkerMsg {
         /// The cutoff age.
         min_age_ns: u64,
     },
+    /// The resolver's answer for one of our exit streams.
+    Resolved(crate::resolver::DnsAnswer),
     /// Send the last counters and stop.
     Shutdown,
 }
@@ -254,6 +256,7 @@ impl Worker {
                 self.core.set_context(c.clone());
                 self.ctx = c;
             }
+            WorkerMsg::Resolved(a) => self.core.stream_resolved(a),
             WorkerMsg::Shutdown => {
                 self.report();
                 let _ = self

@@ -504,6 +504,22 @@ impl Worker {
                         p.send(m);
                     }
                 }
+                Effect::Resolve(q) => {
+                    let sent = self
+                        .ctx
+                        .exit
+                        .as_ref()
+                        .and_then(|e| e.resolver.as_ref())
+                        .is_some_and(|r| r.query(q.clone()));
+                    if !sent {
+                        self.core.stream_resolved(crate::resolver::DnsAnswer {
+                            key: q.key,
+                            tag: q.tag,
+                            v4: Err(false),
+                            v6: Err(false),
+                        });
+                    }
+                }
             }
         }
         let before = self.to_read.len();

@@ -20,7 +20,7 @@
 //! a connection whose circuits have streams (it stays on its worker).
 
 use std::collections::{HashMap, VecDeque};
-use std::net::{IpAddr, SocketAddr};
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 
 use slab::Slab;
 use tracing::debug;
@@ -29,8 +29,10 @@ use weft_proto::circuit::exit::{self, Admission, ExitContext};
 use weft_proto::circuit::flow::{StreamFlow, DATA_MAX};
 use weft_proto::relay::{self, end_reason, relay_cmd};
 
-use super::core::Circuits;
+use super::core::{Circuits, Effect};
 use super::half::HalfRole;
+use crate::context::ExitSettings;
+use crate::resolver::{DnsAnswer, DnsQuery, FamilyAnswer};
 
 /// C Tor stops reading a stream's socket while its circuit has this many
 /// cells queued toward the client (`CELL_QUEUE_HIGHWATER_SIZE`).
@@ -59,6 +61,15 @@ pub(crate) enum StreamIo {
 /// Where a stream is in its life.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum State {
+    /// A BEGIN's host name is being looked up.
+    Resolving {
+        /// The BEGIN's port.
+        port: u16,
+        /// The BEGIN's flags.
+        flags: u32,
+    },
+    /// A RESOLVE is being looked up (no socket; answered with RESOLVED).
+    ResolveOnly,
     /// Waiting for the TCP connect.
     Connecting,
     /// Connected: bytes flow both ways.
@@ -75,6 +86,9 @@ struct ExitStream {
     /// Its connection (the driver's index).
     conn: usize,
     stream_id: u16,
+    /// Unique per worker: a late DNS answer for a stream that is gone
+    /// (its key reused) is recognised.
+    tag: u64,
     state: State,
     flow: StreamFlow,
     /// Where it connects (for CONNECTED).
@@ -97,6 +111,8 @@ pub(crate) struct Streams {
     want_write: Vec<usize>,
     /// Streams whose reading may go on (a window opened, connected).
     may_read: Vec<usize>,
+    /// The next stream's tag.
+    next_tag: u64,
     /// Streams opened, and refused or failed, since the start.
     pub(crate) opened: u64,
     pub(crate) refused: u64,
@@ -226,15 +242,17 @@ impl Circuits {
         self.reply(conn, slot, self.now_ns, &body);
     }
 
-    /// BEGIN: admit it as C Tor does, then connect (a literal address the
-    /// policy allows) or answer END.
-    fn begin(&mut self, conn: usize, slot: u32, stream_id: u16, data: &[u8]) {
-        let Some(settings) = self.ctx.exit.clone() else {
-            return;
-        };
+    /// What C Tor's admission needs to know, for a circuit from
+    /// connection `conn`; `f` gets it.
+    fn with_exit_ctx<T>(
+        &self,
+        conn: usize,
+        settings: &ExitSettings,
+        f: impl FnOnce(&ExitContext<'_>) -> T,
+    ) -> T {
         let prev_is_client = self.conn(conn).is_none_or(|c| c.client);
         let allows = |ip: IpAddr, port: u16| settings.policy.allows(ip, port);
-        let ectx = ExitContext {
+        f(&ExitContext {
             prev_is_client,
             // Known to be a relay: it authenticated as one. (C asks its
             // consensus; refuseunknownexits is not applied yet.)
@@ -244,66 +262,143 @@ impl Circuits {
             hibernating: false,
             allow_non_rfc953: false,
             allows: &allows,
+        })
+    }
+
+    /// A new stream in the table.
+    fn new_stream(&mut self, conn: usize, slot: u32, stream_id: u16, state: State) -> usize {
+        self.streams.next_tag += 1;
+        let tag = self.streams.next_tag;
+        self.streams.streams.insert(ExitStream {
+            slot,
+            conn,
+            stream_id,
+            tag,
+            state,
+            flow: StreamFlow::default(),
+            addr: IpAddr::V4(std::net::Ipv4Addr::UNSPECIFIED),
+            ttl: 0,
+            to_dest: VecDeque::new(),
+        })
+    }
+
+    /// Ask the resolver about `host` for stream `key`.
+    fn look_up(&mut self, key: usize, host: String, want_v6: bool) {
+        let tag = self.streams.streams[key].tag;
+        self.effects.push_back(Effect::Resolve(DnsQuery {
+            worker: self.me,
+            key,
+            tag,
+            host,
+            want_v6,
+        }));
+    }
+
+    /// BEGIN: admit it as C Tor does, then connect (a literal address the
+    /// policy allows), look the name up, or answer END.
+    fn begin(&mut self, conn: usize, slot: u32, stream_id: u16, data: &[u8]) {
+        let Some(settings) = self.ctx.exit.clone() else {
+            return;
         };
-        match exit::admit_begin(data, &ectx) {
+        match self.with_exit_ctx(conn, &settings, |e| exit::admit_begin(data, e)) {
             Admission::End(end) => {
                 self.streams.refused += 1;
                 self.send_on(conn, slot, relay_cmd::END, stream_id, &end);
             }
-            Admission::Resolve { host, .. } => {
-                debug!(
-                    "worker {}: no DNS yet; refusing a stream to {host}",
-                    self.me
-                );
-                self.streams.refused += 1;
-                self.send_on(
-                    conn,
-                    slot,
-                    relay_cmd::END,
-                    stream_id,
-                    &[end_reason::RESOLVEFAILED],
-                );
+            Admission::Resolve { host, port, flags } => {
+                let key = self.new_stream(conn, slot, stream_id, State::Resolving { port, flags });
+                self.streams.by_id.insert((slot, stream_id), key);
+                self.look_up(key, host, settings.ipv6_exit);
             }
             Admission::Connect { addr, ttl } => {
-                let key = self.streams.streams.insert(ExitStream {
-                    slot,
-                    conn,
-                    stream_id,
-                    state: State::Connecting,
-                    flow: StreamFlow::default(),
-                    addr: addr.ip(),
-                    ttl,
-                    to_dest: VecDeque::new(),
-                });
+                let key = self.new_stream(conn, slot, stream_id, State::Connecting);
+                self.connect(key, addr, ttl);
                 self.streams.by_id.insert((slot, stream_id), key);
-                self.streams.io.push_back(StreamIo::Connect { key, addr });
             }
         }
     }
 
-    /// RESOLVE: an IP literal is answered with itself; names wait for DNS
-    /// (an error answer until then).
+    /// Connect stream `key` to `addr` (already checked against the
+    /// policy); CONNECTED will report `ttl`.
+    fn connect(&mut self, key: usize, addr: SocketAddr, ttl: u32) {
+        let s = &mut self.streams.streams[key];
+        s.state = State::Connecting;
+        s.addr = addr.ip();
+        s.ttl = ttl;
+        self.streams.io.push_back(StreamIo::Connect { key, addr });
+    }
+
+    /// RESOLVE: an IP literal is answered with itself, a name after its
+    /// lookup. [C dns.c dns_resolve(), send_resolved_cell()]
     fn resolve(&mut self, conn: usize, slot: u32, stream_id: u16, data: &[u8]) {
         let name = data.split(|&b| b == 0).next().unwrap_or(&[]);
-        let ip = std::str::from_utf8(name)
-            .ok()
-            .and_then(weft_proto::circuit::edge::parse_ip);
-        let body = match ip {
-            Some(IpAddr::V4(a)) => {
-                let mut b = vec![4, 4];
-                b.extend_from_slice(&a.octets());
-                b.extend_from_slice(&exit::clip_dns_ttl(exit::MAX_DNS_TTL).to_be_bytes());
-                b
+        let Ok(name) = std::str::from_utf8(name) else {
+            return self.send_on(
+                conn,
+                slot,
+                relay_cmd::RESOLVED,
+                stream_id,
+                &resolved_error(false),
+            );
+        };
+        let name = name.to_ascii_lowercase();
+        let v6_ok = self.ctx.exit.as_ref().is_some_and(|e| e.ipv6_exit);
+        let body = match weft_proto::circuit::edge::parse_ip(&name) {
+            Some(IpAddr::V4(a)) => resolved_body(Ok((a, exit::MAX_DNS_TTL)), Err(false), false),
+            Some(IpAddr::V6(a)) => resolved_body(Err(false), Ok((a, exit::MAX_DNS_TTL)), true),
+            None if name.ends_with(".arpa") || name.is_empty() => resolved_error(false),
+            None => {
+                let key = self.new_stream(conn, slot, stream_id, State::ResolveOnly);
+                return self.look_up(key, name, v6_ok);
             }
-            Some(IpAddr::V6(a)) => {
-                let mut b = vec![6, 16];
-                b.extend_from_slice(&a.octets());
-                b.extend_from_slice(&exit::clip_dns_ttl(exit::MAX_DNS_TTL).to_be_bytes());
-                b
-            }
-            None => weft_proto::circuit::edge::resolved_error(),
         };
         self.send_on(conn, slot, relay_cmd::RESOLVED, stream_id, &body);
+    }
+
+    /// The resolver answered for stream `key`: connect to the address the
+    /// client accepts and the policy allows (checked again on the
+    /// resolved address: a name that resolves to a private address is
+    /// refused), or answer RESOLVED for a RESOLVE.
+    /// [C dns.c set_exitconn_info_from_resolve(); connection_edge.c
+    /// connection_exit_connect()]
+    pub(crate) fn stream_resolved(&mut self, a: DnsAnswer) {
+        let Some(s) = self.streams.streams.get(a.key) else {
+            return;
+        };
+        if s.tag != a.tag {
+            return;
+        }
+        let (conn, slot, sid, state) = (s.conn, s.slot, s.stream_id, s.state);
+        let Some(settings) = self.ctx.exit.clone() else {
+            return self.end_stream(a.key, &[end_reason::RESOLVEFAILED]);
+        };
+        match state {
+            State::ResolveOnly => {
+                let body = resolved_body(a.v4, a.v6, settings.ipv6_exit);
+                self.send_on(conn, slot, relay_cmd::RESOLVED, sid, &body);
+                self.free_stream(a.key);
+            }
+            State::Resolving { port, flags } => {
+                let chosen = self.with_exit_ctx(conn, &settings, |e| {
+                    exit::choose_address(a.v4, a.v6, port, flags, e).map(|(ip, ttl)| {
+                        let ttl = exit::clip_dns_ttl(ttl);
+                        exit::check_destination(ip, port, ttl, e).map(|addr| (addr, ttl))
+                    })
+                });
+                match chosen {
+                    Ok(Ok((addr, ttl))) => self.connect(a.key, addr, ttl),
+                    Ok(Err(end)) => {
+                        self.streams.refused += 1;
+                        self.end_stream(a.key, &end);
+                    }
+                    Err(_) => {
+                        self.streams.refused += 1;
+                        self.end_stream(a.key, &[end_reason::RESOLVEFAILED]);
+                    }
+                }
+            }
+            _ => {}
+        }
     }
 
     /// Stream `key`'s socket connected: CONNECTED, then bytes flow.
@@ -468,6 +563,37 @@ impl Circuits {
             self.streams.refused,
         )
     }
+}
+
+/// A RESOLVED body: an entry per family found (IPv6 only with
+/// IPv6Exit), each with its clipped TTL; or C Tor's error entry.
+fn resolved_body(v4: FamilyAnswer<Ipv4Addr>, v6: FamilyAnswer<Ipv6Addr>, v6_ok: bool) -> Vec<u8> {
+    let mut b = Vec::new();
+    if let Ok((a, ttl)) = v4 {
+        b.extend_from_slice(&[4, 4]);
+        b.extend_from_slice(&a.octets());
+        b.extend_from_slice(&exit::clip_dns_ttl(ttl).to_be_bytes());
+    }
+    if let (Ok((a, ttl)), true) = (v6, v6_ok) {
+        b.extend_from_slice(&[6, 16]);
+        b.extend_from_slice(&a.octets());
+        b.extend_from_slice(&exit::clip_dns_ttl(ttl).to_be_bytes());
+    }
+    if b.is_empty() {
+        let transient = matches!(v4, Err(true)) || matches!(v6, Err(true));
+        return resolved_error(transient);
+    }
+    b
+}
+
+/// C Tor's error answer: type 0xF0 (transient) or 0xF1, its message, a
+/// TTL.
+fn resolved_error(transient: bool) -> Vec<u8> {
+    let mut b = weft_proto::circuit::edge::resolved_error();
+    if transient {
+        b[0] = 0xF0;
+    }
+    b
 }
 
 /// C Tor's END reason for a socket error (`errno_to_stream_end_reason`).
