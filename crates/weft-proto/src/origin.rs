@@ -119,6 +119,12 @@ impl OriginCircuit {
         self.nonces.get(i)
     }
 
+    /// The running digest of the last cell hop `i` sent us (the tag a
+    /// SENDME v1 for that cell echoes).
+    pub fn last_backward_digest(&self, i: usize) -> Option<[u8; 20]> {
+        self.hops.get(i).map(|h| h.last_backward_digest())
+    }
+
     /// Start the first hop: the CREATE2 body (ntor) to send.
     pub fn create2(&mut self, first: &HopTarget) -> Result<Vec<u8>, OriginError> {
         if self.pending.is_some() {

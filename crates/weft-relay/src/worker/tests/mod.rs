@@ -28,6 +28,7 @@ use crate::ring::{ring, Consumer};
 mod limits;
 mod migrate;
 mod onion;
+mod streams;
 
 /// Bound on the steps of [`Net::settle`].
 const MAX_STEPS: usize = 200;
@@ -98,26 +99,43 @@ struct Net {
     /// The controller's onion-service tables (see `controller/onion.rs`).
     intro: std::collections::HashMap<[u8; 32], HalfRef>,
     rend: std::collections::HashMap<[u8; 20], HalfRef>,
+    /// Lookups the cores asked the resolver for.
+    lookups: Vec<crate::resolver::DnsQuery>,
 }
 
 impl Net {
     fn new(n: usize, ring_capacity: usize) -> Net {
+        Net::with_exit(n, ring_capacity, None)
+    }
+
+    /// A network whose relay is an exit with `exit` settings (None: not
+    /// an exit).
+    fn with_exit(
+        n: usize,
+        ring_capacity: usize,
+        exit: Option<Arc<crate::context::ExitSettings>>,
+    ) -> Net {
         let dir = tempfile::tempdir().unwrap();
         let relay = keys(&dir.path().join("weft"), "weft");
-        // One context (link keys, TLS contexts) per test process: RSA key
-        // generation would otherwise dominate the tests that build many
-        // networks.
+        // One link identity (link keys, TLS contexts) per test process and
+        // kind: RSA key generation would otherwise dominate the tests that
+        // build many networks.
         static CTX: std::sync::OnceLock<Arc<SharedContext>> = std::sync::OnceLock::new();
-        let ctx = CTX
-            .get_or_init(|| {
-                let link = LinkKeys::generate(&relay, SystemTime::now()).unwrap();
-                let sched = SchedParams {
-                    halflife_s: 30.0,
-                    ..SchedParams::default()
-                };
-                Arc::new(SharedContext::build(&relay, &link, vec![], &sched).unwrap())
-            })
-            .clone();
+        static EXIT_CTX: std::sync::OnceLock<Arc<SharedContext>> = std::sync::OnceLock::new();
+        let build = || {
+            let link = LinkKeys::generate(&relay, SystemTime::now()).unwrap();
+            let sched = SchedParams {
+                halflife_s: 30.0,
+                ..SchedParams::default()
+            };
+            SharedContext::build(&relay, &link, vec![], &sched).unwrap()
+        };
+        let ctx = match exit {
+            None => CTX.get_or_init(|| Arc::new(build())).clone(),
+            Some(e) => EXIT_CTX
+                .get_or_init(|| Arc::new(build().with_exit(Some(e))))
+                .clone(),
+        };
         let mut outs: Vec<Vec<Option<crate::ring::Producer<RingMsg>>>> =
             (0..n).map(|_| (0..n).map(|_| None).collect()).collect();
         let mut ins: Vec<Vec<Option<Consumer<RingMsg>>>> =
@@ -149,6 +167,7 @@ impl Net {
             controller: Vec::new(),
             intro: Default::default(),
             rend: Default::default(),
+            lookups: Vec::new(),
         }
     }
 
@@ -186,6 +205,7 @@ impl Net {
             match e {
                 Effect::Controller(m) => self.controller.push(m),
                 Effect::Worker(d, m) => self.inbox[d].push(m),
+                Effect::Resolve(q) => self.lookups.push(q),
             }
         }
     }

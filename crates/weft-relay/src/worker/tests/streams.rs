@@ -1,0 +1,402 @@
+//! The exit's stream room, driven through the core with a real client
+//! circuit: BEGIN admission and END bodies, the driver's connect and
+//! socket events played by hand, DATA both ways, and flow control — SENDME
+//! v1 tags sent and checked, windows a peer may not overrun (only its own
+//! circuit closes).
+
+use std::net::{IpAddr, SocketAddr};
+
+use weft_dir::exit_policy::{ExitPolicy, ExitPolicyOptions, OwnAddresses};
+use weft_proto::circuit::flow::sendme_v1_body;
+
+use super::*;
+use crate::context::ExitSettings;
+use crate::worker::streams::StreamIo;
+
+/// One worker whose relay is an exit with `reject 10.0.0.0/8:*`,
+/// `accept *:*` (no private-address rule: tests connect to loopback).
+fn exit_net() -> Net {
+    let opts = ExitPolicyOptions {
+        exit_relay: Some(true),
+        exit_policy: vec!["reject 10.0.0.0/8:*, accept *:*".into()],
+        reject_private: false,
+        ..ExitPolicyOptions::default()
+    };
+    let (policy, _) = ExitPolicy::from_options(&opts, &OwnAddresses::default()).unwrap();
+    let settings = ExitSettings {
+        policy,
+        ipv6_exit: false,
+        resolver: None,
+    };
+    Net::with_exit(1, 64, Some(Arc::new(settings)))
+}
+
+/// The peer opened the connection: its circuit IDs have the top bit set.
+/// Tests name circuits by their low bits.
+fn id(circ: u32) -> u32 {
+    circ | 0x8000_0000
+}
+
+/// A one-hop circuit from a relay (conn `conn`) to worker 0.
+fn circuit(net: &mut Net, conn: usize, circ: u32) -> OriginCircuit {
+    let circ = id(circ);
+    if net.cores[0].conn(conn).is_none() {
+        net.open(0, conn, false);
+    }
+    let mut c = OriginCircuit::new();
+    let create2 = c.create2(&target(&net.relay, 9001)).unwrap();
+    net.cell(0, conn, circ, cmd::CREATE2, &mut pad(&create2));
+    let out = net.written(0, conn);
+    let created = out.iter().find(|o| o.circ_id == circ).expect("CREATED2");
+    let hlen = usize::from(u16::from_be_bytes([created.body[0], created.body[1]]));
+    c.on_created2(&created.body[..2 + hlen]).unwrap();
+    c
+}
+
+/// Send a relay message on (conn, circ); returns the cell's SENDME tag.
+fn send(
+    net: &mut Net,
+    conn: usize,
+    circ: u32,
+    c: &mut OriginCircuit,
+    command: u8,
+    stream: u16,
+    data: &[u8],
+) -> [u8; 20] {
+    let mut b = [0u8; BODY_LEN];
+    let tag = c.send(0, command, stream, data, &mut b);
+    net.cell(0, conn, id(circ), cmd::RELAY, &mut b);
+    tag
+}
+
+/// What the client reads on (conn, circ): relay messages (command,
+/// stream, data, the digest after it) and whether a DESTROY came.
+#[allow(clippy::type_complexity)]
+fn read(
+    net: &mut Net,
+    conn: usize,
+    circ: u32,
+    c: &mut OriginCircuit,
+) -> (Vec<(u8, u16, Vec<u8>, [u8; 20])>, bool) {
+    let mut msgs = Vec::new();
+    let mut destroyed = false;
+    for o in net
+        .written(0, conn)
+        .into_iter()
+        .filter(|o| o.circ_id == id(circ))
+    {
+        if o.command == cmd::DESTROY {
+            destroyed = true;
+            continue;
+        }
+        let mut b = o.body;
+        if let Ok((_, h)) = c.on_backward(&mut b) {
+            let tag = c.last_backward_digest(0).unwrap();
+            msgs.push((h.command, h.stream_id, relay::data(&b, &h).to_vec(), tag));
+        }
+    }
+    (msgs, destroyed)
+}
+
+fn begin(target: &str) -> Vec<u8> {
+    let mut b = target.as_bytes().to_vec();
+    b.push(0);
+    b
+}
+
+/// BEGIN to 127.0.0.1:5000 on stream `sid`, connected by the "driver";
+/// returns the stream's key after CONNECTED was read.
+fn open_stream(net: &mut Net, conn: usize, circ: u32, c: &mut OriginCircuit, sid: u16) -> usize {
+    send(
+        net,
+        conn,
+        circ,
+        c,
+        relay_cmd::BEGIN,
+        sid,
+        &begin("127.0.0.1:5000"),
+    );
+    let Some(StreamIo::Connect { key, addr }) = net.cores[0].poll_stream_io() else {
+        panic!("no connect asked for");
+    };
+    assert_eq!(addr, SocketAddr::from(([127, 0, 0, 1], 5000)));
+    net.cores[0].stream_connected(key);
+    let (msgs, _) = read(net, conn, circ, c);
+    assert_eq!(msgs.len(), 1);
+    assert_eq!((msgs[0].0, msgs[0].1), (relay_cmd::CONNECTED, sid));
+    // Address and the TTL of an IP literal (C Tor's DEFAULT_DNS_TTL).
+    assert_eq!(msgs[0].2, [127, 0, 0, 1, 0, 0, 0x07, 0x08]);
+    key
+}
+
+#[test]
+fn a_begin_the_policy_refuses_gets_end_exitpolicy_with_the_address() {
+    let mut net = exit_net();
+    let mut c = circuit(&mut net, 1, 5);
+    send(
+        &mut net,
+        1,
+        5,
+        &mut c,
+        relay_cmd::BEGIN,
+        3,
+        &begin("10.1.2.3:80"),
+    );
+    let (msgs, destroyed) = read(&mut net, 1, 5, &mut c);
+    assert!(!destroyed);
+    assert_eq!(msgs.len(), 1);
+    assert_eq!((msgs[0].0, msgs[0].1), (relay_cmd::END, 3));
+    assert_eq!(msgs[0].2, [4, 10, 1, 2, 3, 0, 0, 0x07, 0x08]);
+    assert!(net.cores[0].poll_stream_io().is_none(), "no socket for it");
+    // A name is looked up (not refused, not connected yet).
+    send(
+        &mut net,
+        1,
+        5,
+        &mut c,
+        relay_cmd::BEGIN,
+        4,
+        &begin("example.com:443"),
+    );
+    assert_eq!(net.lookups.len(), 1);
+    assert_eq!(net.lookups[0].host, "example.com");
+    assert!(net.cores[0].poll_stream_io().is_none());
+}
+
+#[test]
+fn a_lookup_answer_is_checked_against_the_policy_again() {
+    let mut net = exit_net();
+    let mut c = circuit(&mut net, 1, 5);
+    send(
+        &mut net,
+        1,
+        5,
+        &mut c,
+        relay_cmd::BEGIN,
+        4,
+        &begin("internal.example:80"),
+    );
+    let q = net.lookups.pop().unwrap();
+    net.cores[0].stream_resolved(crate::resolver::DnsAnswer {
+        key: q.key,
+        tag: q.tag,
+        v4: Ok(("10.9.9.9".parse().unwrap(), 30)),
+        v6: Err(false),
+    });
+    net.collect(0);
+    let (msgs, _) = read(&mut net, 1, 5, &mut c);
+    // The clipped TTL (C Tor's 300 s for anything under 5 minutes).
+    assert_eq!(msgs[0].0, relay_cmd::END);
+    assert_eq!(msgs[0].2, [4, 10, 9, 9, 9, 0, 0, 0x01, 0x2C]);
+    assert!(
+        !matches!(
+            net.cores[0].poll_stream_io(),
+            Some(StreamIo::Connect { .. })
+        ),
+        "never connected"
+    );
+    // An allowed answer connects; a stale answer (wrong tag) is ignored.
+    send(
+        &mut net,
+        1,
+        5,
+        &mut c,
+        relay_cmd::BEGIN,
+        6,
+        &begin("ok.example:80"),
+    );
+    let q = net.lookups.pop().unwrap();
+    let answer = |tag| crate::resolver::DnsAnswer {
+        key: q.key,
+        tag,
+        v4: Ok(("127.0.0.1".parse().unwrap(), 7200)),
+        v6: Err(false),
+    };
+    net.cores[0].stream_resolved(answer(q.tag + 1));
+    assert!(net.cores[0].poll_stream_io().is_none());
+    net.cores[0].stream_resolved(answer(q.tag));
+    let Some(StreamIo::Connect { key, addr }) = net.cores[0].poll_stream_io() else {
+        panic!("no connect");
+    };
+    assert_eq!(addr.ip(), IpAddr::from([127, 0, 0, 1]));
+    net.cores[0].stream_connected(key);
+    let (msgs, _) = read(&mut net, 1, 5, &mut c);
+    assert_eq!(
+        msgs[0].2,
+        [127, 0, 0, 1, 0, 0, 0x0E, 0x10],
+        "TTL clipped to 3600"
+    );
+}
+
+#[test]
+fn bytes_flow_both_ways_in_data_cells() {
+    let mut net = exit_net();
+    let mut c = circuit(&mut net, 1, 5);
+    let key = open_stream(&mut net, 1, 5, &mut c, 9);
+    send(
+        &mut net,
+        1,
+        5,
+        &mut c,
+        relay_cmd::DATA,
+        9,
+        b"GET / HTTP/1.0\r\n\r\n",
+    );
+    let out: Vec<u8> = net.cores[0].stream_output(key).unwrap().drain(..).collect();
+    assert_eq!(out, b"GET / HTTP/1.0\r\n\r\n");
+    let reply: Vec<u8> = (0..1200u32).map(|i| i as u8).collect();
+    net.cores[0].stream_data_read(key, &reply);
+    let (msgs, _) = read(&mut net, 1, 5, &mut c);
+    let got: Vec<u8> = msgs
+        .iter()
+        .filter(|m| m.0 == relay_cmd::DATA && m.1 == 9)
+        .flat_map(|m| m.2.clone())
+        .collect();
+    assert_eq!(got, reply);
+    assert_eq!(msgs.len(), 3, "498 + 498 + 204 bytes");
+    // The destination closes: END DONE, the socket is closed.
+    net.cores[0].stream_eof(key);
+    let (msgs, _) = read(&mut net, 1, 5, &mut c);
+    assert_eq!(
+        (msgs[0].0, msgs[0].1, msgs[0].2.clone()),
+        (relay_cmd::END, 9, vec![6])
+    );
+    assert_eq!(net.cores[0].poll_stream_io(), Some(StreamIo::Close { key }));
+}
+
+#[test]
+fn the_exit_sends_sendme_v1_with_the_digest_of_the_hundredth_cell() {
+    let mut net = exit_net();
+    let mut c = circuit(&mut net, 1, 5);
+    let key = open_stream(&mut net, 1, 5, &mut c, 9);
+    let mut tags = Vec::new();
+    for _ in 0..100 {
+        tags.push(send(
+            &mut net,
+            1,
+            5,
+            &mut c,
+            relay_cmd::DATA,
+            9,
+            &[0x55; 498],
+        ));
+    }
+    let (msgs, destroyed) = read(&mut net, 1, 5, &mut c);
+    assert!(!destroyed);
+    let sendmes: Vec<_> = msgs.iter().filter(|m| m.0 == relay_cmd::SENDME).collect();
+    assert_eq!(sendmes.len(), 1, "one circuit SENDME per 100 cells");
+    assert_eq!(sendmes[0].1, 0);
+    assert_eq!(sendmes[0].2, sendme_v1_body(&tags[99]));
+    // Stream SENDMEs once the destination took the bytes.
+    net.cores[0].stream_output(key).unwrap().clear();
+    net.cores[0].stream_wrote(key);
+    let (msgs, _) = read(&mut net, 1, 5, &mut c);
+    let stream_sendmes = msgs
+        .iter()
+        .filter(|m| m.0 == relay_cmd::SENDME && m.1 == 9)
+        .count();
+    assert_eq!(stream_sendmes, 2, "500 - 100 ≤ 450: two stream SENDMEs");
+}
+
+#[test]
+fn the_exit_checks_the_clients_sendme_tags() {
+    let mut net = exit_net();
+    let mut c = circuit(&mut net, 1, 5);
+    let mut other = circuit(&mut net, 1, 7);
+    let key = open_stream(&mut net, 1, 5, &mut c, 9);
+    let other_key = open_stream(&mut net, 1, 7, &mut other, 2);
+    // 100 DATA cells toward the client; it keeps the 100th's digest.
+    net.cores[0].stream_data_read(key, &vec![7u8; 100 * 498]);
+    let (msgs, _) = read(&mut net, 1, 5, &mut c);
+    assert_eq!(msgs.len(), 100);
+    let good = msgs[99].3;
+    let budget = net.cores[0].stream_read_budget(key);
+    // A forged tag: this circuit closes, the other goes on.
+    let mut forged = good;
+    forged[0] ^= 1;
+    send(
+        &mut net,
+        1,
+        5,
+        &mut c,
+        relay_cmd::SENDME,
+        0,
+        &sendme_v1_body(&forged),
+    );
+    let (_, destroyed) = read(&mut net, 1, 5, &mut c);
+    assert!(destroyed, "a forged SENDME v1 closes its circuit");
+    assert_eq!(net.cores[0].poll_stream_io(), Some(StreamIo::Close { key }));
+    net.cores[0].stream_data_read(other_key, b"still here");
+    let (msgs, destroyed) = read(&mut net, 1, 7, &mut other);
+    assert!(!destroyed);
+    assert_eq!(msgs[0].2, b"still here");
+    assert!(budget > 0);
+
+    // The right tag opens the window again.
+    let mut c = circuit(&mut net, 1, 11);
+    let key = open_stream(&mut net, 1, 11, &mut c, 1);
+    net.cores[0].stream_data_read(key, &vec![7u8; 100 * 498]);
+    let (msgs, _) = read(&mut net, 1, 11, &mut c);
+    let circuit_budget_before = net.cores[0].stream_read_budget(key);
+    send(
+        &mut net,
+        1,
+        11,
+        &mut c,
+        relay_cmd::SENDME,
+        0,
+        &sendme_v1_body(&msgs[99].3),
+    );
+    let (_, destroyed) = read(&mut net, 1, 11, &mut c);
+    assert!(!destroyed);
+    // The stream's own window (400 left) is the limit now, as before.
+    assert_eq!(net.cores[0].stream_read_budget(key), circuit_budget_before);
+}
+
+#[test]
+fn data_past_the_stream_window_closes_only_that_circuit() {
+    let mut net = exit_net();
+    let mut c = circuit(&mut net, 1, 5);
+    let mut other = circuit(&mut net, 1, 7);
+    open_stream(&mut net, 1, 5, &mut c, 9);
+    let other_key = open_stream(&mut net, 1, 7, &mut other, 2);
+    // The destination takes nothing (no stream_wrote): no stream SENDME,
+    // so 500 cells is all the client may send.
+    for _ in 0..500 {
+        send(&mut net, 1, 5, &mut c, relay_cmd::DATA, 9, &[1; 498]);
+    }
+    let (_, destroyed) = read(&mut net, 1, 5, &mut c);
+    assert!(!destroyed);
+    send(&mut net, 1, 5, &mut c, relay_cmd::DATA, 9, &[1; 498]);
+    let (_, destroyed) = read(&mut net, 1, 5, &mut c);
+    assert!(destroyed, "the 501st cell breaks the window");
+    net.cores[0].stream_data_read(other_key, b"unaffected");
+    let (msgs, destroyed) = read(&mut net, 1, 7, &mut other);
+    assert!(!destroyed);
+    assert_eq!(msgs[0].2, b"unaffected");
+}
+
+#[test]
+fn a_circuit_that_closes_closes_its_streams_and_a_one_hop_client_gets_none() {
+    let mut net = exit_net();
+    let mut c = circuit(&mut net, 1, 5);
+    let key = open_stream(&mut net, 1, 5, &mut c, 9);
+    net.cell(0, 1, id(5), cmd::DESTROY, &mut pad(&[0]));
+    assert_eq!(net.cores[0].poll_stream_io(), Some(StreamIo::Close { key }));
+    // A client connection (not a relay): no exit streams for one-hop use.
+    net.cores[0].add_conn(2, 77, ([127, 0, 0, 1], 9100).into(), false, true);
+    let mut c = circuit(&mut net, 2, 5);
+    send(
+        &mut net,
+        2,
+        5,
+        &mut c,
+        relay_cmd::BEGIN,
+        1,
+        &begin("127.0.0.1:80"),
+    );
+    let (msgs, _) = read(&mut net, 2, 5, &mut c);
+    assert_eq!(msgs[0].0, relay_cmd::END);
+    assert_eq!(msgs[0].2, [13], "TORPROTOCOL");
+    assert!(net.cores[0].poll_stream_io().is_none());
+}
