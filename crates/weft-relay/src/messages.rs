@@ -165,6 +165,71 @@ impl OnionCounters {
     }
 }
 
+/// A worker's exit-stream counters (cumulative in the core, deltas in a
+/// report), after C Tor's `tor_relay_streams_total` and
+/// `tor_relay_exit_dns_*` metrics.
+#[derive(Debug, Default, Clone, Copy)]
+pub struct ExitCounters {
+    /// BEGINs admitted (counted after the policy check, as C Tor does).
+    pub begin: u64,
+    /// RESOLVEs received.
+    pub resolve: u64,
+    /// Lookups asked of the resolver.
+    pub dns_queries: u64,
+    /// Lookup answers: an address found.
+    pub dns_success: u64,
+    /// Lookup answers: the name does not exist (or has no address).
+    pub dns_notexist: u64,
+    /// Lookup answers: any other failure (time-out, server failure).
+    pub dns_failed: u64,
+    /// ENDs we sent, by END reason (index = reason, 0..16).
+    pub end_reasons: [u64; 16],
+    /// Bytes read from destinations (toward clients).
+    pub bytes_from_dest: u64,
+    /// Bytes written to destinations.
+    pub bytes_to_dest: u64,
+    /// Streams open now (a gauge: the latest report's).
+    pub open: u64,
+}
+
+impl ExitCounters {
+    /// `self - earlier` (the gauge is kept).
+    pub fn since(&self, e: &ExitCounters) -> ExitCounters {
+        let mut end_reasons = [0; 16];
+        for (i, r) in end_reasons.iter_mut().enumerate() {
+            *r = self.end_reasons[i] - e.end_reasons[i];
+        }
+        ExitCounters {
+            begin: self.begin - e.begin,
+            resolve: self.resolve - e.resolve,
+            dns_queries: self.dns_queries - e.dns_queries,
+            dns_success: self.dns_success - e.dns_success,
+            dns_notexist: self.dns_notexist - e.dns_notexist,
+            dns_failed: self.dns_failed - e.dns_failed,
+            end_reasons,
+            bytes_from_dest: self.bytes_from_dest - e.bytes_from_dest,
+            bytes_to_dest: self.bytes_to_dest - e.bytes_to_dest,
+            open: self.open,
+        }
+    }
+
+    /// Add `o` (gauges summed too: one worker's `o` at a time).
+    pub fn add(&mut self, o: &ExitCounters) {
+        self.begin += o.begin;
+        self.resolve += o.resolve;
+        self.dns_queries += o.dns_queries;
+        self.dns_success += o.dns_success;
+        self.dns_notexist += o.dns_notexist;
+        self.dns_failed += o.dns_failed;
+        for (r, x) in self.end_reasons.iter_mut().zip(o.end_reasons) {
+            *r += x;
+        }
+        self.bytes_from_dest += o.bytes_from_dest;
+        self.bytes_to_dest += o.bytes_to_dest;
+        self.open += o.open;
+    }
+}
+
 /// Per-worker counters reported to the controller every second.
 #[derive(Debug, Default, Clone, Copy)]
 pub struct WorkerReport {
@@ -207,6 +272,8 @@ pub struct WorkerReport {
     pub top_conns: [(ConnId, u64); 4],
     /// Introduction and rendezvous points.
     pub onion: OnionCounters,
+    /// Exit streams.
+    pub exit: ExitCounters,
     /// Resource limits: OOM, DoS, the handshake queue.
     pub limits: LimitReport,
 }

@@ -107,7 +107,27 @@ mod dns {
     }
 }
 
-fn start(sink_port: u16) -> Result<(Testnet, PathBuf)> {
+/// weft's extra torrc lines: its name server and its MetricsPort.
+fn weft_lines(resolv_conf: &std::path::Path, metrics_port: u16) -> Vec<String> {
+    vec![
+        format!("ServerDNSResolvConfFile {}", resolv_conf.display()),
+        format!("MetricsPort 127.0.0.1:{metrics_port}"),
+    ]
+}
+
+/// One value of weft's MetricsPort page (0 if the line is absent).
+fn metric(net: &Testnet, port: u16, line: &str) -> Result<f64> {
+    let dir = &net.weft().context("no weft")?.dir;
+    let token = common::metrics_token(dir)?;
+    let (status, body) = common::scrape_metrics(port, Some(&token))?;
+    ensure!(status == 200, "MetricsPort answered {status}");
+    Ok(body
+        .lines()
+        .find_map(|l| l.strip_prefix(line).and_then(|v| v.trim().parse().ok()))
+        .unwrap_or(0.0))
+}
+
+fn start(sink_port: u16, metrics_port: u16) -> Result<(Testnet, PathBuf)> {
     let base_dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR"))
         .join(format!("weft-net-exit-{}", std::process::id()));
     let mut cfg = TestnetConfig::new(&base_dir, 0);
@@ -122,7 +142,7 @@ fn start(sink_port: u16) -> Result<(Testnet, PathBuf)> {
         &resolv_conf,
         "nameserver 127.53.0.1\noptions timeout:10 attempts:1\n",
     )?;
-    w.extra_torrc = vec![format!("ServerDNSResolvConfFile {}", resolv_conf.display())];
+    w.extra_torrc = weft_lines(&resolv_conf, metrics_port);
     // Ports 80 and 443 make it a general-purpose exit (the Exit flag);
     // the sink's port is the one the streams use.
     w.exit_policy = vec![
@@ -302,7 +322,8 @@ fn stock_clients_use_weft_as_their_exit() -> Result<()> {
     dns::start().context("starting the test's name server on 127.53.0.1:53")?;
     let sink_port = common::free_port();
     let sink = Sink::start_on(sink_port)?;
-    let (mut net, base_dir) = start(sink_port)?;
+    let metrics_port = common::free_port();
+    let (mut net, base_dir) = start(sink_port, metrics_port)?;
     let stock: Vec<String> = net
         .nodes()
         .iter()
@@ -318,11 +339,43 @@ fn stock_clients_use_weft_as_their_exit() -> Result<()> {
 
     let mut moved = round(&net, &sink, "threads2")?;
     dns_round(&net, &sink)?;
+    // The MetricsPort counted them (counters are per run of weft).
+    std::thread::sleep(Duration::from_millis(1500));
+    let m = |l: &str| metric(&net, metrics_port, l);
+    let begins = m("weft_relay_streams_total{type=\"begin\"}")?;
+    let queries = m("weft_relay_exit_dns_query_total")?;
+    let found = m("weft_relay_exit_dns_error_total{reason=\"success\"}")?;
+    let policy_ends = m("weft_exit_stream_ends_total{reason=\"exitpolicy\"}")?;
+    eprintln!("[metrics] begin {begins}, DNS queries {queries} ({found} found), END EXITPOLICY {policy_ends}");
+    ensure!(begins >= (STREAMS + 3) as f64, "streams counted: {begins}");
+    ensure!(
+        queries >= 4.0 && found >= 3.0,
+        "DNS counted: {queries} / {found}"
+    );
+    ensure!(policy_ends >= 1.0, "END EXITPOLICY counted: {policy_ends}");
+    let resolv_conf = base_dir.with_extension("resolv.conf");
     for threads in [0, 1] {
-        net.restart_weft(Some(threads), Vec::new())?;
+        net.restart_weft(Some(threads), weft_lines(&resolv_conf, metrics_port))?;
         net.wait_until_listed(&[&fp], &["Running", "Valid", "Exit"], LISTING_BOUND)?;
         moved += round(&net, &sink, &format!("threads{threads}"))?;
     }
+    std::thread::sleep(Duration::from_millis(1500));
+    let from = metric(
+        &net,
+        metrics_port,
+        "weft_exit_stream_bytes_total{direction=\"from_destination\"}",
+    )?;
+    let to = metric(
+        &net,
+        metrics_port,
+        "weft_exit_stream_bytes_total{direction=\"to_destination\"}",
+    )?;
+    let want = (STREAMS as u64 * PER_STREAM) as f64;
+    eprintln!("[metrics] last run: {from} B from destinations, {to} B to them");
+    ensure!(
+        from >= want && to >= want,
+        "bytes counted: {from} / {to}, want {want}"
+    );
     ensure!(sink.errors().is_empty(), "sink errors: {:?}", sink.errors());
     ensure!(moved == 3 * STREAMS as u64 * 2 * PER_STREAM);
 

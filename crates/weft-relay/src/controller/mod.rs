@@ -560,6 +560,13 @@ impl Controller {
                     unknown_cookie: self.onion.unknown_cookie,
                 }
             },
+            exit: {
+                let mut e = crate::messages::ExitCounters::default();
+                for w in &self.worker_totals {
+                    e.add(&w.report.exit);
+                }
+                e
+            },
             limits: {
                 let mut counters = crate::messages::LimitReport::default();
                 for w in &self.worker_totals {

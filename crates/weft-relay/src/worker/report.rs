@@ -39,6 +39,8 @@ pub(crate) struct Counters {
     pub(crate) core: CoreCounters,
     /// The core's resource-limit counters as of this snapshot.
     pub(crate) limits: super::limits::LimitCounters,
+    /// The stream room's counters as of this snapshot.
+    pub(crate) exit: crate::messages::ExitCounters,
 }
 
 impl Worker {
@@ -47,6 +49,10 @@ impl Worker {
         self.counters.allocations = self.cfg.alloc_probe.map_or(0, |f| f());
         self.counters.core = self.core.counters;
         self.counters.limits = self.core.limit_counters;
+        self.counters.exit = self.core.streams.counters;
+        self.counters.exit.bytes_from_dest = self.counters.stream_read;
+        self.counters.exit.bytes_to_dest = self.counters.stream_written;
+        self.counters.exit.open = self.core.streams.len() as u64;
         let now = self.counters;
         let last = self.reported;
         self.reported = now;
@@ -70,6 +76,7 @@ impl Worker {
             migrations: now.core.migrations - last.core.migrations,
             top_conns: self.top_conns(),
             onion: now.core.onion.since(&last.core.onion),
+            exit: now.exit.since(&last.exit),
             limits: {
                 let (n, l) = (&now.limits, &last.limits);
                 crate::messages::LimitReport {

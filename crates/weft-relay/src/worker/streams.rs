@@ -32,6 +32,7 @@ use weft_proto::relay::{self, end_reason, relay_cmd};
 use super::core::{Circuits, Effect};
 use super::half::HalfRole;
 use crate::context::ExitSettings;
+use crate::messages::ExitCounters;
 use crate::resolver::{DnsAnswer, DnsQuery, FamilyAnswer};
 
 /// C Tor stops reading a stream's socket while its circuit has this many
@@ -116,6 +117,8 @@ pub(crate) struct Streams {
     /// Streams opened, and refused or failed, since the start.
     pub(crate) opened: u64,
     pub(crate) refused: u64,
+    /// What the MetricsPort shows (bytes are the driver's).
+    pub(crate) counters: ExitCounters,
 }
 
 impl Streams {
@@ -285,6 +288,7 @@ impl Circuits {
     /// Ask the resolver about `host` for stream `key`.
     fn look_up(&mut self, key: usize, host: String, want_v6: bool) {
         let tag = self.streams.streams[key].tag;
+        self.streams.counters.dns_queries += 1;
         self.effects.push_back(Effect::Resolve(DnsQuery {
             worker: self.me,
             key,
@@ -303,6 +307,7 @@ impl Circuits {
         match self.with_exit_ctx(conn, &settings, |e| exit::admit_begin(data, e)) {
             Admission::End(end) => {
                 self.streams.refused += 1;
+                self.count_end(&end);
                 self.send_on(conn, slot, relay_cmd::END, stream_id, &end);
             }
             Admission::Resolve { host, port, flags } => {
@@ -321,6 +326,7 @@ impl Circuits {
     /// Connect stream `key` to `addr` (already checked against the
     /// policy); CONNECTED will report `ttl`.
     fn connect(&mut self, key: usize, addr: SocketAddr, ttl: u32) {
+        self.streams.counters.begin += 1;
         let s = &mut self.streams.streams[key];
         s.state = State::Connecting;
         s.addr = addr.ip();
@@ -331,6 +337,7 @@ impl Circuits {
     /// RESOLVE: an IP literal is answered with itself, a name after its
     /// lookup. [C dns.c dns_resolve(), send_resolved_cell()]
     fn resolve(&mut self, conn: usize, slot: u32, stream_id: u16, data: &[u8]) {
+        self.streams.counters.resolve += 1;
         let name = data.split(|&b| b == 0).next().unwrap_or(&[]);
         let Ok(name) = std::str::from_utf8(name) else {
             return self.send_on(
@@ -362,6 +369,12 @@ impl Circuits {
     /// [C dns.c set_exitconn_info_from_resolve(); connection_edge.c
     /// connection_exit_connect()]
     pub(crate) fn stream_resolved(&mut self, a: DnsAnswer) {
+        let c = &mut self.streams.counters;
+        match (a.v4, a.v6) {
+            (Ok(_), _) | (_, Ok(_)) => c.dns_success += 1,
+            (Err(true), _) | (_, Err(true)) => c.dns_failed += 1,
+            _ => c.dns_notexist += 1,
+        }
         let Some(s) = self.streams.streams.get(a.key) else {
             return;
         };
@@ -452,9 +465,20 @@ impl Circuits {
         let (conn, slot, sid, state) = (s.conn, s.slot, s.stream_id, s.state);
         if state != State::Flushing {
             self.streams.by_id.remove(&(slot, sid));
+            self.count_end(body);
             self.send_on(conn, slot, relay_cmd::END, sid, body);
         }
         self.free_stream(key);
+    }
+
+    /// Count an END we send (its reason is the body's first byte).
+    fn count_end(&mut self, body: &[u8]) {
+        if let Some(r) = body
+            .first()
+            .and_then(|&r| self.streams.counters.end_reasons.get_mut(usize::from(r)))
+        {
+            *r += 1;
+        }
     }
 
     /// Forget stream `key` and have its socket closed.
