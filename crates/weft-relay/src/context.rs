@@ -142,6 +142,12 @@ pub struct ExitSettings {
     pub ipv6_exit: bool,
     /// Where host names are looked up (None: they fail).
     pub resolver: Option<crate::resolver::Resolver>,
+    /// The ORPorts of the relays in the consensus and the authorities'
+    /// ORPorts and DirPorts: an exit stream may not connect back into the
+    /// network (C Tor's re-entry rule) unless `allow_reentry`.
+    pub reentry: std::collections::HashSet<SocketAddr>,
+    /// The consensus's `allow-network-reentry`.
+    pub allow_reentry: bool,
 }
 
 /// Immutable snapshot shared by all workers.

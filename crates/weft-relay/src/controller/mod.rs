@@ -143,14 +143,31 @@ fn sched_params(cfg: &RelayConfig, p: &NetParams) -> SchedParams {
 fn exit_settings(
     cfg: &RelayConfig,
     resolver: Option<&Resolver>,
+    dir: Option<&DirState>,
 ) -> Option<Arc<crate::context::ExitSettings>> {
     if cfg.exit_policy.is_reject_star() {
         return None;
     }
+    // The re-entry set as C Tor's nodelist builds it: every listed relay's
+    // ORPort, the authorities' ORPorts and DirPorts.
+    let mut reentry = std::collections::HashSet::new();
+    for a in &cfg.authorities {
+        reentry.insert(SocketAddr::new(a.dir_addr.ip(), a.or_port));
+        reentry.insert(a.dir_addr);
+    }
+    if let Some(c) = dir.and_then(|d| d.consensus()) {
+        for r in &c.relays {
+            reentry.insert(SocketAddr::from((r.address, r.or_port)));
+        }
+    }
+    let allow_reentry =
+        dir.is_some_and(|d| d.params.get_clamped("allow-network-reentry", 0, 0, 1) == 1);
     Some(Arc::new(crate::context::ExitSettings {
         policy: cfg.exit_policy.clone(),
         ipv6_exit: !cfg.exit_policy.rejects_all_of(true),
         resolver: resolver.cloned(),
+        reentry,
+        allow_reentry,
     }))
 }
 
@@ -189,7 +206,7 @@ async fn run_controller(cfg: RelayConfig) -> anyhow::Result<()> {
             our_addrs(&cfg),
             &sched_params(&cfg, &NetParams::default()),
         )?
-        .with_exit(exit_settings(&cfg, resolver.as_ref())),
+        .with_exit(exit_settings(&cfg, resolver.as_ref(), None)),
     );
 
     let listener = std::net::TcpListener::bind(cfg.or_listen)
@@ -320,6 +337,9 @@ async fn run_controller(cfg: RelayConfig) -> anyhow::Result<()> {
                 let out = dir.on_event(ev);
                 if out.params_changed {
                     c.params_changed(&dir);
+                } else if out.relays_changed && c.resolver.is_some() {
+                    // An exit's re-entry set follows the consensus.
+                    c.rebuild_context(&dir);
                 }
                 if let Some((a, b)) = out.selftest {
                     c.launch_selftest(a, b);
@@ -676,8 +696,11 @@ impl Controller {
             &sched_params(&self.cfg, &dir.params),
         ) {
             Ok(ctx) => {
-                self.ctx =
-                    Arc::new(ctx.with_exit(exit_settings(&self.cfg, self.resolver.as_ref())));
+                self.ctx = Arc::new(ctx.with_exit(exit_settings(
+                    &self.cfg,
+                    self.resolver.as_ref(),
+                    Some(dir),
+                )));
                 for w in &self.workers {
                     w.send(WorkerMsg::NewContext(self.ctx.clone()));
                 }

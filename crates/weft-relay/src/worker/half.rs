@@ -168,6 +168,11 @@ impl HalfTable {
         self.entries.get_mut(slot as usize)?.half.as_mut()
     }
 
+    /// The live half at `slot`, to read.
+    pub fn at(&self, slot: u32) -> Option<&Half> {
+        self.entries.get(slot as usize)?.half.as_ref()
+    }
+
     /// The reference of the live half at `slot`.
     pub fn reference(&self, slot: u32) -> Option<HalfRef> {
         let e = self.entries.get(slot as usize)?;

@@ -193,17 +193,22 @@ impl Circuits {
     /// second move before the first one's marker passed would release its
     /// held cells on the wrong marker.
     pub(crate) fn can_detach(&mut self, idx: usize) -> bool {
-        let Some(c) = self.conn(idx) else {
-            return false;
-        };
-        if c.stall.is_some() || self.has_pending_creates(idx) {
+        if self.has_pending_creates(idx) {
             return false;
         }
-        // Not on the data path (a move every few seconds at most).
-        let slots: Vec<u32> = c.circuits.values().copied().collect();
-        let moving = slots
-            .into_iter()
-            .any(|s| self.halves.by_slot(s).is_some_and(|h| h.in_move()));
+        let Some(Some(c)) = self.conns.get(idx) else {
+            return false;
+        };
+        if c.stall.is_some() {
+            return false;
+        }
+        // Asked every round while a move waits (`Worker::retry_move`):
+        // nothing allocated.
+        let halves = &self.halves;
+        let moving = c
+            .circuits
+            .values()
+            .any(|&s| halves.at(s).is_some_and(|h| h.in_move()));
         !moving && !self.in_rendezvous(idx) && !self.streams.on_conn(idx)
     }
 

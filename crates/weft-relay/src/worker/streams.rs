@@ -317,8 +317,8 @@ impl Circuits {
             }
             Admission::Connect { addr, ttl } => {
                 let key = self.new_stream(conn, slot, stream_id, State::Connecting);
-                self.connect(key, addr, ttl);
                 self.streams.by_id.insert((slot, stream_id), key);
+                self.connect(key, addr, ttl);
             }
         }
     }
@@ -326,6 +326,19 @@ impl Circuits {
     /// Connect stream `key` to `addr` (already checked against the
     /// policy); CONNECTED will report `ttl`.
     fn connect(&mut self, key: usize, addr: SocketAddr, ttl: u32) {
+        let reentry = self
+            .ctx
+            .exit
+            .as_ref()
+            .is_some_and(|e| !e.allow_reentry && e.reentry.contains(&addr));
+        if reentry {
+            debug!(
+                "worker {}: a stream tried to connect back to relay address {addr}; refused",
+                self.me
+            );
+            self.streams.refused += 1;
+            return self.end_stream(key, &[end_reason::CONNECTREFUSED]);
+        }
         self.streams.counters.begin += 1;
         let s = &mut self.streams.streams[key];
         s.state = State::Connecting;

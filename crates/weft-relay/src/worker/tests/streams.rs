@@ -14,7 +14,8 @@ use crate::context::ExitSettings;
 use crate::worker::streams::StreamIo;
 
 /// One worker whose relay is an exit with `reject 10.0.0.0/8:*`,
-/// `accept *:*` (no private-address rule: tests connect to loopback).
+/// `accept *:*` (no private-address rule: tests connect to loopback), in
+/// a network with a relay at 127.0.0.1:9001.
 fn exit_net() -> Net {
     let opts = ExitPolicyOptions {
         exit_relay: Some(true),
@@ -27,6 +28,8 @@ fn exit_net() -> Net {
         policy,
         ipv6_exit: false,
         resolver: None,
+        reentry: [SocketAddr::from(([127, 0, 0, 1], 9001))].into(),
+        allow_reentry: false,
     };
     Net::with_exit(1, 64, Some(Arc::new(settings)))
 }
@@ -161,6 +164,46 @@ fn a_begin_the_policy_refuses_gets_end_exitpolicy_with_the_address() {
     assert_eq!(net.lookups.len(), 1);
     assert_eq!(net.lookups[0].host, "example.com");
     assert!(net.cores[0].poll_stream_io().is_none());
+}
+
+#[test]
+fn a_stream_may_not_connect_back_into_the_network() {
+    let mut net = exit_net();
+    let mut c = circuit(&mut net, 1, 5);
+    send(
+        &mut net,
+        1,
+        5,
+        &mut c,
+        relay_cmd::BEGIN,
+        3,
+        &begin("127.0.0.1:9001"),
+    );
+    let (msgs, destroyed) = read(&mut net, 1, 5, &mut c);
+    assert!(!destroyed);
+    assert_eq!(
+        (msgs[0].0, msgs[0].2.clone()),
+        (relay_cmd::END, vec![3]),
+        "CONNECTREFUSED"
+    );
+    assert!(!matches!(
+        net.cores[0].poll_stream_io(),
+        Some(StreamIo::Connect { .. })
+    ));
+    // The stream ID is free again: the same ID to another port connects.
+    send(
+        &mut net,
+        1,
+        5,
+        &mut c,
+        relay_cmd::BEGIN,
+        3,
+        &begin("127.0.0.1:9002"),
+    );
+    assert!(matches!(
+        net.cores[0].poll_stream_io(),
+        Some(StreamIo::Connect { .. })
+    ));
 }
 
 #[test]
