@@ -148,6 +148,11 @@ pub struct ExitSettings {
     pub reentry: std::collections::HashSet<SocketAddr>,
     /// The consensus's `allow-network-reentry`.
     pub allow_reentry: bool,
+    /// The RSA identities the consensus lists (None: no consensus yet).
+    pub known_relays: Option<std::collections::HashSet<[u8; 20]>>,
+    /// The consensus's `refuseunknownexits` (default on): streams only
+    /// from circuits whose previous hop the consensus lists.
+    pub refuse_unknown_exits: bool,
 }
 
 /// Immutable snapshot shared by all workers.

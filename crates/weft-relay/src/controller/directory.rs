@@ -72,7 +72,8 @@ pub enum DirEvent {
 pub struct DirOutcome {
     /// The network parameters changed (rebuild what depends on them).
     pub params_changed: bool,
-    /// The relays' ORPorts changed (an exit's re-entry set).
+    /// The relays or their ORPorts changed (an exit's re-entry set and
+    /// known relays).
     pub relays_changed: bool,
     /// Run the bandwidth self-test through these two relays.
     pub selftest: Option<(HopTarget, HopTarget)>,
@@ -391,9 +392,13 @@ impl DirState {
                             }
                         }
                         out.params_changed = c.params != self.params;
-                        let ports = |c: &ConsensusSummary| -> Vec<(std::net::Ipv4Addr, u16)> {
-                            c.relays.iter().map(|r| (r.address, r.or_port)).collect()
-                        };
+                        let ports =
+                            |c: &ConsensusSummary| -> Vec<([u8; 20], std::net::Ipv4Addr, u16)> {
+                                c.relays
+                                    .iter()
+                                    .map(|r| (r.rsa_identity, r.address, r.or_port))
+                                    .collect()
+                            };
                         out.relays_changed =
                             self.consensus.as_deref().map(ports) != Some(ports(&c));
                         self.params = c.params.clone();

@@ -160,14 +160,20 @@ fn exit_settings(
             reentry.insert(SocketAddr::from((r.address, r.or_port)));
         }
     }
-    let allow_reentry =
-        dir.is_some_and(|d| d.params.get_clamped("allow-network-reentry", 0, 0, 1) == 1);
+    let param = |name, default| dir.map_or(default, |d| d.params.get_clamped(name, default, 0, 1));
+    let allow_reentry = param("allow-network-reentry", 0) == 1;
+    let refuse_unknown_exits = param("refuseunknownexits", 1) == 1;
+    let known_relays = dir
+        .and_then(|d| d.consensus())
+        .map(|c| c.relays.iter().map(|r| r.rsa_identity).collect());
     Some(Arc::new(crate::context::ExitSettings {
         policy: cfg.exit_policy.clone(),
         ipv6_exit: !cfg.exit_policy.rejects_all_of(true),
         resolver: resolver.cloned(),
         reentry,
         allow_reentry,
+        known_relays,
+        refuse_unknown_exits,
     }))
 }
 

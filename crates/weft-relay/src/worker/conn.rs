@@ -270,6 +270,11 @@ impl Worker {
                 c.last_active = Instant::now();
                 let (id, addr, out) = (c.id, c.peer_addr, c.we_initiated);
                 self.core.add_conn(idx, id, addr, out, client);
+                if let (Some(cc), PeerKind::Relay { rsa_fp, .. }) =
+                    (self.core.conn_mut(idx), &opened.peer)
+                {
+                    cc.peer_rsa = Some(*rsa_fp);
+                }
                 let _ = self.controller.send(ControllerMsg::ConnOpened {
                     conn_id: id,
                     worker: self.id,

@@ -55,6 +55,9 @@ pub(crate) struct ConnCircuits {
     /// The peer did not authenticate as a relay (a client, or a bridge
     /// user): it may not open streams or introduce through us.
     pub(crate) client: bool,
+    /// The RSA identity the peer authenticated with, if a relay (an
+    /// exit's `refuseunknownexits` asks whether the consensus lists it).
+    pub(crate) peer_rsa: Option<[u8; 20]>,
     /// Circuit ID → slot of the half. A std HashMap (SipHash with a random
     /// key): the peer chooses these IDs.
     pub(crate) circuits: HashMap<u32, u32>,
@@ -260,6 +263,7 @@ impl Circuits {
             peer_addr,
             we_initiated,
             client,
+            peer_rsa: None,
             circuits: HashMap::new(),
             sched: ConnSched::new(self.ctx.halflife_s),
             stall: None,

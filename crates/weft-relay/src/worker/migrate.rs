@@ -142,6 +142,8 @@ pub(crate) struct MovedCircuits {
     pub(crate) we_initiated: bool,
     /// The peer is a client.
     pub(crate) client: bool,
+    /// The peer's RSA identity, if a relay.
+    pub(crate) peer_rsa: Option<[u8; 20]>,
     /// Its halves.
     pub(crate) halves: Vec<MovedHalf>,
     /// Its connection-level cells.
@@ -269,6 +271,7 @@ impl Circuits {
             peer_addr: c.peer_addr,
             we_initiated: c.we_initiated,
             client: c.client,
+            peer_rsa: c.peer_rsa,
             halves: moved,
             urgent,
         })
@@ -279,6 +282,9 @@ impl Circuits {
     pub(crate) fn attach(&mut self, idx: usize, m: MovedCircuits, from: u16) {
         let now = self.now_ns;
         self.add_conn(idx, m.id, m.peer_addr, m.we_initiated, m.client);
+        if let Some(c) = self.conn_mut(idx) {
+            c.peer_rsa = m.peer_rsa;
+        }
         let mut refs = Vec::with_capacity(m.halves.len());
         for mh in m.halves {
             let mut h = Half::new(idx, mh.circ_id, mh.role, mh.peer);

@@ -253,14 +253,20 @@ impl Circuits {
         settings: &ExitSettings,
         f: impl FnOnce(&ExitContext<'_>) -> T,
     ) -> T {
-        let prev_is_client = self.conn(conn).is_none_or(|c| c.client);
+        let c = self.conn(conn);
+        let prev_is_client = c.is_none_or(|c| c.client);
+        // As C's connection_or_digest_is_known_relay: listed in our
+        // consensus (before the first consensus, any relay).
+        let prev_is_known_relay = match (c.and_then(|c| c.peer_rsa), &settings.known_relays) {
+            (Some(id), Some(known)) => known.contains(&id),
+            (Some(_), None) => true,
+            (None, _) => false,
+        };
         let allows = |ip: IpAddr, port: u16| settings.policy.allows(ip, port);
         f(&ExitContext {
             prev_is_client,
-            // Known to be a relay: it authenticated as one. (C asks its
-            // consensus; refuseunknownexits is not applied yet.)
-            prev_is_known_relay: !prev_is_client,
-            refuse_unknown_exits: false,
+            prev_is_known_relay,
+            refuse_unknown_exits: settings.refuse_unknown_exits,
             ipv6_exit: settings.ipv6_exit,
             hibernating: false,
             allow_non_rfc953: false,

@@ -30,6 +30,8 @@ fn exit_net() -> Net {
         resolver: None,
         reentry: [SocketAddr::from(([127, 0, 0, 1], 9001))].into(),
         allow_reentry: false,
+        known_relays: Some([[0xAB; 20]].into()),
+        refuse_unknown_exits: true,
     };
     Net::with_exit(1, 64, Some(Arc::new(settings)))
 }
@@ -163,6 +165,30 @@ fn a_begin_the_policy_refuses_gets_end_exitpolicy_with_the_address() {
     );
     assert_eq!(net.lookups.len(), 1);
     assert_eq!(net.lookups[0].host, "example.com");
+    assert!(net.cores[0].poll_stream_io().is_none());
+}
+
+#[test]
+fn a_relay_the_consensus_does_not_list_gets_no_streams() {
+    let mut net = exit_net();
+    net.open(0, 3, false);
+    net.cores[0].conn_mut(3).unwrap().peer_rsa = Some([0xCD; 20]);
+    let mut c = circuit(&mut net, 3, 5);
+    send(
+        &mut net,
+        3,
+        5,
+        &mut c,
+        relay_cmd::BEGIN,
+        1,
+        &begin("127.0.0.1:80"),
+    );
+    let (msgs, _) = read(&mut net, 3, 5, &mut c);
+    assert_eq!(
+        (msgs[0].0, msgs[0].2.clone()),
+        (relay_cmd::END, vec![1]),
+        "MISC"
+    );
     assert!(net.cores[0].poll_stream_io().is_none());
 }
 
