@@ -52,6 +52,15 @@ pub struct DosOptions {
     pub conn_connect_defense_time: Option<u32>,
     /// DoSRefuseSingleHopClientRendezvous.
     pub refuse_single_hop_rend: AutoBool,
+    /// DoSStreamCreationEnabled.
+    pub stream_enabled: AutoBool,
+    /// DoSStreamCreationRate (streams per second per circuit).
+    pub stream_rate: Option<u32>,
+    /// DoSStreamCreationBurst.
+    pub stream_burst: Option<u32>,
+    /// DoSStreamCreationDefenseType (1 none, 2 refuse the stream, 3 close
+    /// the circuit).
+    pub stream_defense: Option<u32>,
 }
 
 /// The parameters in force.
@@ -83,6 +92,15 @@ pub struct DosParams {
     pub conn_connect_defense_time: u32,
     /// Silently drop ESTABLISH_RENDEZVOUS from one-hop clients.
     pub refuse_single_hop_rend: bool,
+    /// Stream-creation mitigation on (an exit's BEGIN and RESOLVE).
+    pub stream_enabled: bool,
+    /// Stream bucket refill per second, per circuit.
+    pub stream_rate: u32,
+    /// Stream bucket size.
+    pub stream_burst: u32,
+    /// What happens to a stream over the limit: 1 nothing, 2 refused
+    /// (END MISC, or a transient RESOLVED error), 3 its circuit closes.
+    pub stream_defense: u32,
 }
 
 impl DosParams {
@@ -134,6 +152,10 @@ impl DosParams {
                 o.refuse_single_hop_rend,
                 "DoSRefuseSingleHopClientRendezvous",
             ),
+            stream_enabled: auto(o.stream_enabled, "DoSStreamCreationEnabled"),
+            stream_rate: num(o.stream_rate, "DoSStreamCreationRate", 100, 1),
+            stream_burst: num(o.stream_burst, "DoSStreamCreationBurst", 300, 1),
+            stream_defense: num(o.stream_defense, "DoSStreamCreationDefenseType", 2, 1).min(3),
         }
     }
 }

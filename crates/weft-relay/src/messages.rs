@@ -190,6 +190,9 @@ pub struct ExitCounters {
     pub bytes_to_dest: u64,
     /// Streams open now (a gauge: the latest report's).
     pub open: u64,
+    /// BEGINs and RESOLVEs over the stream-creation limit
+    /// (`DoSStreamCreation*`).
+    pub dos_rejected: u64,
 }
 
 impl ExitCounters {
@@ -210,6 +213,7 @@ impl ExitCounters {
             bytes_from_dest: self.bytes_from_dest - e.bytes_from_dest,
             bytes_to_dest: self.bytes_to_dest - e.bytes_to_dest,
             open: self.open,
+            dos_rejected: self.dos_rejected - e.dos_rejected,
         }
     }
 
@@ -227,6 +231,7 @@ impl ExitCounters {
         self.bytes_from_dest += o.bytes_from_dest;
         self.bytes_to_dest += o.bytes_to_dest;
         self.open += o.open;
+        self.dos_rejected += o.dos_rejected;
     }
 }
 

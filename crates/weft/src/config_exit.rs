@@ -1,8 +1,9 @@
 //! The torrc options of the exit policy, with C Tor's syntax, defaults
 //! and meaning: `ExitRelay` (0, 1, auto), `ExitPolicy` (repeatable comma
 //! lists), `ExitPolicyRejectPrivate`, `ExitPolicyRejectLocalInterfaces`,
-//! `ReducedExitPolicy`, `IPv6Exit`; and the exit's `ServerDNSResolvConfFile`. The policy itself is built by
-//! [`weft_dir::exit_policy`]. weft's exit is not complete yet (no DNS, no
+//! `ReducedExitPolicy`, `IPv6Exit`; and the exit's
+//! `ServerDNSResolvConfFile`. The policy itself is built by
+//! [`weft_dir::exit_policy`]. weft's exit is not complete yet (no
 //! congestion control), so a configuration whose policy would accept
 //! anything is refused with a clear message outside a test network (a
 //! relay must never advertise an exit it cannot be); with
@@ -92,7 +93,7 @@ impl ExitOptions {
         }
         if !policy.is_reject_star() && testing {
             warnings.push(
-                "this relay is an exit; weft's exit streams are incomplete (no DNS lookups: streams to host names fail; no congestion control), allowed only because TestingTorNetwork is set".into(),
+                "this relay is an exit; weft's exit streams are incomplete (no congestion control yet), allowed only because TestingTorNetwork is set".into(),
             );
         } else if !policy.is_reject_star() {
             let first = policy
@@ -102,7 +103,7 @@ impl ExitOptions {
                 .map(|r| r.to_string())
                 .unwrap_or_default();
             return Err(format!(
-                "this configuration makes an exit (its policy accepts, e.g. '{first}'); weft's exit streams are incomplete (no DNS lookups, no congestion control) and run only in a test network (TestingTorNetwork 1): set ExitRelay 0 (or leave the exit options unset)"
+                "this configuration makes an exit (its policy accepts, e.g. '{first}'); weft's exit streams are incomplete (no congestion control yet) and run only in a test network (TestingTorNetwork 1): set ExitRelay 0 (or leave the exit options unset)"
             ));
         }
         Ok((policy, warnings))

@@ -107,6 +107,17 @@ impl LimitOptions {
                     d.conn_connect_defense_time = interval(val)?
                 }
                 "dosrefusesinglehopclientrendezvous" => d.refuse_single_hop_rend = auto_bool(val)?,
+                "dosstreamcreationenabled" => d.stream_enabled = auto_bool(val)?,
+                "dosstreamcreationrate" => d.stream_rate = count(val)?,
+                "dosstreamcreationburst" => d.stream_burst = count(val)?,
+                "dosstreamcreationdefensetype" => {
+                    d.stream_defense = match count(val)? {
+                        Some(n) if n > 3 => {
+                            return Err(format!("defense type must be 0, 1, 2 or 3, got {n}"))
+                        }
+                        n => n,
+                    }
+                }
                 "maxmeminqueues" => {
                     let b = bytes(val)?;
                     self.max_mem_in_queues = (b > 0).then_some(b);
@@ -158,6 +169,9 @@ mod tests {
             ("dosconnectionenabled", "auto"),
             ("dosconnectiondefensetype", "1"),
             ("dosrefusesinglehopclientrendezvous", "0"),
+            ("dosstreamcreationenabled", "1"),
+            ("dosstreamcreationrate", "10"),
+            ("dosstreamcreationdefensetype", "3"),
             ("maxmeminqueues", "100 MB"),
             ("connlimit", "2000"),
         ] {
@@ -170,6 +184,13 @@ mod tests {
         assert_eq!(o.dos.conn_enabled, AutoBool::Auto);
         assert_eq!(o.dos.conn_defense, Some(1));
         assert_eq!(o.dos.refuse_single_hop_rend, AutoBool::Off);
+        assert_eq!(o.dos.stream_enabled, AutoBool::On);
+        assert_eq!(o.dos.stream_rate, Some(10));
+        assert_eq!(o.dos.stream_defense, Some(3));
+        assert!(o
+            .take("dosstreamcreationdefensetype", "4", bytes)
+            .unwrap()
+            .is_err());
         assert_eq!(o.max_mem_in_queues, Some(100 << 20));
         assert_eq!(o.conn_limit, 2000);
         assert_eq!(o.take("orport", "9001", bytes), None);

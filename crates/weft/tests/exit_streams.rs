@@ -385,10 +385,15 @@ fn stock_clients_use_weft_as_their_exit() -> Result<()> {
         !log.is_empty(),
         "weft did not warn that its exit is incomplete"
     );
+    // No circuit closed for a flow-control or stream reason. (Circuits
+    // that close for other reasons are fine: the end of a bandwidth
+    // self-test, or a stock relay's reachability test asking weft to
+    // extend back to it, which C Tor refuses too.)
     let bad: Vec<String> = net
         .grep_logs("closing circuit")
         .into_iter()
         .filter(|l| l.starts_with("weft:"))
+        .filter(|l| !l.contains("extend failed") && !l.contains("self-test"))
         .collect();
     ensure!(bad.is_empty(), "weft closed circuits: {bad:?}");
     net.stop()?;

@@ -349,7 +349,7 @@ pub fn render(m: &MetricsSnapshot) -> String {
         m.extends.1
     );
     render_onion(&mut o, &m.onion);
-    render_limits(&mut o, &m.limits);
+    render_limits(&mut o, &m.limits, m.exit.dos_rejected);
     render_exit(&mut o, &m.exit);
     family(
         &mut o,
@@ -608,7 +608,7 @@ fn render_onion(o: &mut String, n: &OnionSnapshot) {
 /// The resource-limit families, after C Tor's (`tor_relay_load_oom_bytes_total`,
 /// `tor_relay_load_onionskins_total`, `tor_relay_dos_total`) with weft's
 /// prefix.
-fn render_limits(o: &mut String, l: &LimitsSnapshot) {
+fn render_limits(o: &mut String, l: &LimitsSnapshot, stream_rejected: u64) {
     let c = &l.counters;
     let gauges: [(&str, &str, u64); 4] = [
         (
@@ -690,6 +690,7 @@ fn render_limits(o: &mut String, l: &LimitsSnapshot) {
         ("conn_rejected", d.conn_connect_rejected),
         ("concurrent_conn_rejected", d.conn_rejected),
         ("single_hop_refused", c.single_hop_refused),
+        ("stream_rejected", stream_rejected),
     ] {
         let _ = writeln!(o, "weft_relay_dos_total{{type=\"{t}\"}} {v}");
     }

@@ -119,6 +119,9 @@ pub(crate) struct Streams {
     pub(crate) refused: u64,
     /// What the MetricsPort shows (bytes are the driver's).
     pub(crate) counters: ExitCounters,
+    /// Each exit circuit's stream-creation bucket (`DoSStreamCreation*`):
+    /// half slot → (tokens, second of the last refill).
+    limiter: HashMap<u32, (u32, u64)>,
 }
 
 impl Streams {
@@ -304,13 +307,77 @@ impl Circuits {
         }));
     }
 
+    /// C Tor's stream-creation limit (`dos_stream_new_begin_or_resolve_cell`):
+    /// a token bucket per circuit, refilled per second. Returns what to do
+    /// with a stream over the limit: None (go on), Some(2) refuse it,
+    /// Some(3) close the circuit.
+    fn stream_dos(&mut self, slot: u32) -> Option<u32> {
+        let d = self.ctx.dos;
+        if !d.stream_enabled {
+            return None;
+        }
+        let now = self.now_ns / 1_000_000_000;
+        let (tokens, last) = self
+            .streams
+            .limiter
+            .entry(slot)
+            .or_insert((d.stream_burst, now));
+        let refill = now
+            .saturating_sub(*last)
+            .saturating_mul(u64::from(d.stream_rate));
+        *tokens = (u64::from(*tokens) + refill).min(u64::from(d.stream_burst)) as u32;
+        *last = now;
+        if *tokens > 0 {
+            *tokens -= 1;
+            return None;
+        }
+        self.streams.counters.dos_rejected += 1;
+        (d.stream_defense >= 2).then_some(d.stream_defense)
+    }
+
     /// BEGIN: admit it as C Tor does, then connect (a literal address the
     /// policy allows), look the name up, or answer END.
     fn begin(&mut self, conn: usize, slot: u32, stream_id: u16, data: &[u8]) {
         let Some(settings) = self.ctx.exit.clone() else {
             return;
         };
-        match self.with_exit_ctx(conn, &settings, |e| exit::admit_begin(data, e)) {
+        let admission = self.with_exit_ctx(conn, &settings, |e| exit::admit_begin(data, e));
+        // C Tor applies the limit after its own refusals (parse, one-hop,
+        // unknown relay, address family) and before the lookup and the
+        // policy check.
+        let limited = match &admission {
+            Admission::Connect { .. } | Admission::Resolve { .. } => true,
+            Admission::End(e) => matches!(
+                e.first(),
+                Some(&end_reason::EXITPOLICY | &end_reason::RESOLVEFAILED)
+            ),
+        };
+        if limited {
+            match self.stream_dos(slot) {
+                Some(3) => {
+                    return self.close_circuit(
+                        conn,
+                        slot,
+                        destroy_reason::RESOURCELIMIT,
+                        "stream creation over DoSStreamCreationRate",
+                    )
+                }
+                // Not RESOURCELIMIT: a client would give up on us (C Tor).
+                Some(_) => {
+                    self.streams.refused += 1;
+                    self.count_end(&[end_reason::MISC]);
+                    return self.send_on(
+                        conn,
+                        slot,
+                        relay_cmd::END,
+                        stream_id,
+                        &[end_reason::MISC],
+                    );
+                }
+                None => {}
+            }
+        }
+        match admission {
             Admission::End(end) => {
                 self.streams.refused += 1;
                 self.count_end(&end);
@@ -357,6 +424,26 @@ impl Circuits {
     /// lookup. [C dns.c dns_resolve(), send_resolved_cell()]
     fn resolve(&mut self, conn: usize, slot: u32, stream_id: u16, data: &[u8]) {
         self.streams.counters.resolve += 1;
+        match self.stream_dos(slot) {
+            Some(3) => {
+                return self.close_circuit(
+                    conn,
+                    slot,
+                    destroy_reason::RESOURCELIMIT,
+                    "RESOLVE over DoSStreamCreationRate",
+                )
+            }
+            Some(_) => {
+                return self.send_on(
+                    conn,
+                    slot,
+                    relay_cmd::RESOLVED,
+                    stream_id,
+                    &resolved_error(true),
+                )
+            }
+            None => {}
+        }
         let name = data.split(|&b| b == 0).next().unwrap_or(&[]);
         let Ok(name) = std::str::from_utf8(name) else {
             return self.send_on(
@@ -512,6 +599,9 @@ impl Circuits {
 
     /// The circuit of the half at `slot` is gone: so are its streams.
     pub(crate) fn forget_streams(&mut self, slot: u32) {
+        if !self.streams.limiter.is_empty() {
+            self.streams.limiter.remove(&slot);
+        }
         if self.streams.streams.is_empty() {
             return;
         }

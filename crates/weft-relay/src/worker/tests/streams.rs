@@ -13,14 +13,14 @@ use super::*;
 use crate::context::ExitSettings;
 use crate::worker::streams::StreamIo;
 
-/// One worker whose relay is an exit with `reject 10.0.0.0/8:*`,
-/// `accept *:*` (no private-address rule: tests connect to loopback), in
-/// a network with a relay at 127.0.0.1:9001.
+/// One worker whose relay is an exit with `accept *:*` and the defaults
+/// (ExitPolicyRejectPrivate 1: private addresses refused), in a network
+/// with a relay at 198.51.100.1:9001. Tests connect to 198.51.100.x
+/// (documentation addresses: no socket is ever made here).
 fn exit_net() -> Net {
     let opts = ExitPolicyOptions {
         exit_relay: Some(true),
-        exit_policy: vec!["reject 10.0.0.0/8:*, accept *:*".into()],
-        reject_private: false,
+        exit_policy: vec!["accept *:*".into()],
         ..ExitPolicyOptions::default()
     };
     let (policy, _) = ExitPolicy::from_options(&opts, &OwnAddresses::default()).unwrap();
@@ -28,7 +28,7 @@ fn exit_net() -> Net {
         policy,
         ipv6_exit: false,
         resolver: None,
-        reentry: [SocketAddr::from(([127, 0, 0, 1], 9001))].into(),
+        reentry: [SocketAddr::from(([198, 51, 100, 1], 9001))].into(),
         allow_reentry: false,
         known_relays: Some([[0xAB; 20]].into()),
         refuse_unknown_exits: true,
@@ -109,7 +109,7 @@ fn begin(target: &str) -> Vec<u8> {
     b
 }
 
-/// BEGIN to 127.0.0.1:5000 on stream `sid`, connected by the "driver";
+/// BEGIN to 198.51.100.7:5000 on stream `sid`, connected by the "driver";
 /// returns the stream's key after CONNECTED was read.
 fn open_stream(net: &mut Net, conn: usize, circ: u32, c: &mut OriginCircuit, sid: u16) -> usize {
     send(
@@ -119,23 +119,24 @@ fn open_stream(net: &mut Net, conn: usize, circ: u32, c: &mut OriginCircuit, sid
         c,
         relay_cmd::BEGIN,
         sid,
-        &begin("127.0.0.1:5000"),
+        &begin("198.51.100.7:5000"),
     );
     let Some(StreamIo::Connect { key, addr }) = net.cores[0].poll_stream_io() else {
         panic!("no connect asked for");
     };
-    assert_eq!(addr, SocketAddr::from(([127, 0, 0, 1], 5000)));
+    assert_eq!(addr, SocketAddr::from(([198, 51, 100, 7], 5000)));
     net.cores[0].stream_connected(key);
     let (msgs, _) = read(net, conn, circ, c);
     assert_eq!(msgs.len(), 1);
     assert_eq!((msgs[0].0, msgs[0].1), (relay_cmd::CONNECTED, sid));
     // Address and the TTL of an IP literal (C Tor's DEFAULT_DNS_TTL).
-    assert_eq!(msgs[0].2, [127, 0, 0, 1, 0, 0, 0x07, 0x08]);
+    assert_eq!(msgs[0].2, [198, 51, 100, 7, 0, 0, 0x07, 0x08]);
     key
 }
 
 #[test]
 fn a_begin_the_policy_refuses_gets_end_exitpolicy_with_the_address() {
+    // 10.1.2.3: a private address, refused by default.
     let mut net = exit_net();
     let mut c = circuit(&mut net, 1, 5);
     send(
@@ -181,7 +182,7 @@ fn a_relay_the_consensus_does_not_list_gets_no_streams() {
         &mut c,
         relay_cmd::BEGIN,
         1,
-        &begin("127.0.0.1:80"),
+        &begin("198.51.100.7:80"),
     );
     let (msgs, _) = read(&mut net, 3, 5, &mut c);
     assert_eq!(
@@ -203,7 +204,7 @@ fn a_stream_may_not_connect_back_into_the_network() {
         &mut c,
         relay_cmd::BEGIN,
         3,
-        &begin("127.0.0.1:9001"),
+        &begin("198.51.100.1:9001"),
     );
     let (msgs, destroyed) = read(&mut net, 1, 5, &mut c);
     assert!(!destroyed);
@@ -224,7 +225,7 @@ fn a_stream_may_not_connect_back_into_the_network() {
         &mut c,
         relay_cmd::BEGIN,
         3,
-        &begin("127.0.0.1:9002"),
+        &begin("198.51.100.1:9002"),
     );
     assert!(matches!(
         net.cores[0].poll_stream_io(),
@@ -234,6 +235,8 @@ fn a_stream_may_not_connect_back_into_the_network() {
 
 #[test]
 fn a_lookup_answer_is_checked_against_the_policy_again() {
+    // A name that resolves to a private address is refused by the default
+    // ExitPolicyRejectPrivate rules, with the address in the END.
     let mut net = exit_net();
     let mut c = circuit(&mut net, 1, 5);
     send(
@@ -278,7 +281,7 @@ fn a_lookup_answer_is_checked_against_the_policy_again() {
     let answer = |tag| crate::resolver::DnsAnswer {
         key: q.key,
         tag,
-        v4: Ok(("127.0.0.1".parse().unwrap(), 7200)),
+        v4: Ok(("198.51.100.9".parse().unwrap(), 7200)),
         v6: Err(false),
     };
     net.cores[0].stream_resolved(answer(q.tag + 1));
@@ -287,12 +290,12 @@ fn a_lookup_answer_is_checked_against_the_policy_again() {
     let Some(StreamIo::Connect { key, addr }) = net.cores[0].poll_stream_io() else {
         panic!("no connect");
     };
-    assert_eq!(addr.ip(), IpAddr::from([127, 0, 0, 1]));
+    assert_eq!(addr.ip(), IpAddr::from([198, 51, 100, 9]));
     net.cores[0].stream_connected(key);
     let (msgs, _) = read(&mut net, 1, 5, &mut c);
     assert_eq!(
         msgs[0].2,
-        [127, 0, 0, 1, 0, 0, 0x0E, 0x10],
+        [198, 51, 100, 9, 0, 0, 0x0E, 0x10],
         "TTL clipped to 3600"
     );
 }
@@ -462,10 +465,117 @@ fn a_circuit_that_closes_closes_its_streams_and_a_one_hop_client_gets_none() {
         &mut c,
         relay_cmd::BEGIN,
         1,
-        &begin("127.0.0.1:80"),
+        &begin("198.51.100.7:80"),
     );
     let (msgs, _) = read(&mut net, 2, 5, &mut c);
     assert_eq!(msgs[0].0, relay_cmd::END);
     assert_eq!(msgs[0].2, [13], "TORPROTOCOL");
     assert!(net.cores[0].poll_stream_io().is_none());
+}
+
+/// Give worker 0 a context whose stream-creation limit is on: burst 2,
+/// one stream per second, `defense` (2 refuse, 3 close the circuit).
+fn limit_streams(net: &mut Net, defense: u32) {
+    let link = LinkKeys::generate(&net.relay, SystemTime::now()).unwrap();
+    let mut sched = SchedParams {
+        halflife_s: 30.0,
+        ..SchedParams::default()
+    };
+    sched.dos.stream_enabled = true;
+    sched.dos.stream_rate = 1;
+    sched.dos.stream_burst = 2;
+    sched.dos.stream_defense = defense;
+    let exit = net.cores[0].ctx.exit.clone();
+    let ctx = SharedContext::build(&net.relay, &link, vec![], &sched)
+        .unwrap()
+        .with_exit(exit);
+    net.cores[0].set_context(Arc::new(ctx));
+}
+
+#[test]
+fn streams_over_the_creation_limit_are_refused_or_close_their_circuit() {
+    let mut net = exit_net();
+    limit_streams(&mut net, 2);
+    let mut c = circuit(&mut net, 1, 5);
+    let mut connects = 0;
+    for sid in 1..=3 {
+        send(
+            &mut net,
+            1,
+            5,
+            &mut c,
+            relay_cmd::BEGIN,
+            sid,
+            &begin("198.51.100.7:80"),
+        );
+        while let Some(io) = net.cores[0].poll_stream_io() {
+            connects += usize::from(matches!(io, StreamIo::Connect { .. }));
+        }
+    }
+    assert_eq!(connects, 2, "the burst");
+    let (msgs, destroyed) = read(&mut net, 1, 5, &mut c);
+    assert!(!destroyed);
+    let ends: Vec<_> = msgs.iter().filter(|m| m.0 == relay_cmd::END).collect();
+    assert_eq!(
+        (ends.len(), ends[0].1, ends[0].2.clone()),
+        (1, 3, vec![1]),
+        "END MISC"
+    );
+    // A RESOLVE over the limit: a transient error.
+    send(
+        &mut net,
+        1,
+        5,
+        &mut c,
+        relay_cmd::RESOLVE,
+        4,
+        b"198.51.100.7\0",
+    );
+    let (msgs, _) = read(&mut net, 1, 5, &mut c);
+    assert_eq!((msgs[0].0, msgs[0].2[0]), (relay_cmd::RESOLVED, 0xF0));
+    // A second later the bucket has a token again.
+    net.cores[0].set_now(1_000_000_000);
+    send(
+        &mut net,
+        1,
+        5,
+        &mut c,
+        relay_cmd::BEGIN,
+        5,
+        &begin("198.51.100.7:80"),
+    );
+    assert!(matches!(
+        net.cores[0].poll_stream_io(),
+        Some(StreamIo::Connect { .. })
+    ));
+
+    // Defense 3: the circuit closes, another circuit does not.
+    let mut net = exit_net();
+    limit_streams(&mut net, 3);
+    let mut c = circuit(&mut net, 1, 5);
+    let mut other = circuit(&mut net, 1, 7);
+    for sid in 1..=3 {
+        send(
+            &mut net,
+            1,
+            5,
+            &mut c,
+            relay_cmd::BEGIN,
+            sid,
+            &begin("198.51.100.7:80"),
+        );
+    }
+    let (_, destroyed) = read(&mut net, 1, 5, &mut c);
+    assert!(destroyed, "RESOURCELIMIT");
+    send(
+        &mut net,
+        1,
+        7,
+        &mut other,
+        relay_cmd::BEGIN,
+        1,
+        &begin("198.51.100.7:80"),
+    );
+    let (_, destroyed) = read(&mut net, 1, 7, &mut other);
+    assert!(!destroyed);
 }
