@@ -155,6 +155,7 @@ fn the_circuit_core_is_sans_io() {
         "inbox.rs",
         "io.rs",
         "report.rs",
+        "stream_io.rs",
         "tests.rs",
         "tests",
     ];

@@ -23,7 +23,7 @@
 //!
 //! After any input, drain `poll_effect` and `take_resumed`; after a round,
 //! `publish`. Every module in this folder but `mod.rs`, `conn.rs`,
-//! `inbox.rs`, `io.rs` and `report.rs` is part of this core and may not
+//! `inbox.rs`, `io.rs`, `report.rs` and `stream_io.rs` is part of this core and may not
 //! use sockets, mio, clocks or threads.
 
 use std::collections::{HashMap, VecDeque};
