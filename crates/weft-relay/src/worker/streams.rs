@@ -42,6 +42,12 @@ pub(crate) const QUEUE_HIGHWATER: usize = 256;
 /// destination are below this (`connection_outbuf_too_full`: 10 cells).
 const OUTBUF_FULL: usize = 10 * DATA_MAX;
 
+/// Most lookups one worker waits for at once: a client flooding BEGINs
+/// or RESOLVEs to names a slow server answers cannot grow the table
+/// without bound; over it, lookups fail at once (RESOLVEFAILED, or a
+/// transient RESOLVED error).
+pub(crate) const MAX_PENDING_LOOKUPS: usize = 4096;
+
 /// What the driver must do with a stream's socket.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum StreamIo {
@@ -114,6 +120,8 @@ pub(crate) struct Streams {
     may_read: Vec<usize>,
     /// The next stream's tag.
     next_tag: u64,
+    /// Lookups asked and not answered yet.
+    pending_lookups: usize,
     /// Streams opened, and refused or failed, since the start.
     pub(crate) opened: u64,
     pub(crate) refused: u64,
@@ -294,9 +302,20 @@ impl Circuits {
         })
     }
 
-    /// Ask the resolver about `host` for stream `key`.
+    /// Ask the resolver about `host` for stream `key` (or fail the lookup
+    /// at once when too many wait).
     fn look_up(&mut self, key: usize, host: String, want_v6: bool) {
         let tag = self.streams.streams[key].tag;
+        self.streams.pending_lookups += 1;
+        if self.streams.pending_lookups > MAX_PENDING_LOOKUPS {
+            debug!("worker {}: too many lookups waiting; failing one", self.me);
+            return self.stream_resolved(DnsAnswer {
+                key,
+                tag,
+                v4: Err(true),
+                v6: Err(true),
+            });
+        }
         self.streams.counters.dns_queries += 1;
         self.effects.push_back(Effect::Resolve(DnsQuery {
             worker: self.me,
@@ -335,6 +354,16 @@ impl Circuits {
         (d.stream_defense >= 2).then_some(d.stream_defense)
     }
 
+    /// Defense 3 of the stream-creation limit: the circuit closes.
+    fn close_for_stream_dos(&mut self, conn: usize, slot: u32) {
+        self.close_circuit(
+            conn,
+            slot,
+            destroy_reason::RESOURCELIMIT,
+            "streams over DoSStreamCreationRate",
+        );
+    }
+
     /// BEGIN: admit it as C Tor does, then connect (a literal address the
     /// policy allows), look the name up, or answer END.
     fn begin(&mut self, conn: usize, slot: u32, stream_id: u16, data: &[u8]) {
@@ -354,14 +383,7 @@ impl Circuits {
         };
         if limited {
             match self.stream_dos(slot) {
-                Some(3) => {
-                    return self.close_circuit(
-                        conn,
-                        slot,
-                        destroy_reason::RESOURCELIMIT,
-                        "stream creation over DoSStreamCreationRate",
-                    )
-                }
+                Some(3) => return self.close_for_stream_dos(conn, slot),
                 // Not RESOURCELIMIT: a client would give up on us (C Tor).
                 Some(_) => {
                     self.streams.refused += 1;
@@ -425,14 +447,7 @@ impl Circuits {
     fn resolve(&mut self, conn: usize, slot: u32, stream_id: u16, data: &[u8]) {
         self.streams.counters.resolve += 1;
         match self.stream_dos(slot) {
-            Some(3) => {
-                return self.close_circuit(
-                    conn,
-                    slot,
-                    destroy_reason::RESOURCELIMIT,
-                    "RESOLVE over DoSStreamCreationRate",
-                )
-            }
+            Some(3) => return self.close_for_stream_dos(conn, slot),
             Some(_) => {
                 return self.send_on(
                     conn,
@@ -475,6 +490,7 @@ impl Circuits {
     /// [C dns.c set_exitconn_info_from_resolve(); connection_edge.c
     /// connection_exit_connect()]
     pub(crate) fn stream_resolved(&mut self, a: DnsAnswer) {
+        self.streams.pending_lookups = self.streams.pending_lookups.saturating_sub(1);
         let c = &mut self.streams.counters;
         match (a.v4, a.v6) {
             (Ok(_), _) | (_, Ok(_)) => c.dns_success += 1,

@@ -105,37 +105,22 @@ struct Net {
 
 impl Net {
     fn new(n: usize, ring_capacity: usize) -> Net {
-        Net::with_exit(n, ring_capacity, None)
-    }
-
-    /// A network whose relay is an exit with `exit` settings (None: not
-    /// an exit).
-    fn with_exit(
-        n: usize,
-        ring_capacity: usize,
-        exit: Option<Arc<crate::context::ExitSettings>>,
-    ) -> Net {
         let dir = tempfile::tempdir().unwrap();
         let relay = keys(&dir.path().join("weft"), "weft");
-        // One link identity (link keys, TLS contexts) per test process and
-        // kind: RSA key generation would otherwise dominate the tests that
-        // build many networks.
+        // One context (link keys, TLS contexts) per test process: RSA key
+        // generation would otherwise dominate the tests that build many
+        // networks. (Exit tests give their core an exit context.)
         static CTX: std::sync::OnceLock<Arc<SharedContext>> = std::sync::OnceLock::new();
-        static EXIT_CTX: std::sync::OnceLock<Arc<SharedContext>> = std::sync::OnceLock::new();
-        let build = || {
-            let link = LinkKeys::generate(&relay, SystemTime::now()).unwrap();
-            let sched = SchedParams {
-                halflife_s: 30.0,
-                ..SchedParams::default()
-            };
-            SharedContext::build(&relay, &link, vec![], &sched).unwrap()
-        };
-        let ctx = match exit {
-            None => CTX.get_or_init(|| Arc::new(build())).clone(),
-            Some(e) => EXIT_CTX
-                .get_or_init(|| Arc::new(build().with_exit(Some(e))))
-                .clone(),
-        };
+        let ctx = CTX
+            .get_or_init(|| {
+                let link = LinkKeys::generate(&relay, SystemTime::now()).unwrap();
+                let sched = SchedParams {
+                    halflife_s: 30.0,
+                    ..SchedParams::default()
+                };
+                Arc::new(SharedContext::build(&relay, &link, vec![], &sched).unwrap())
+            })
+            .clone();
         let mut outs: Vec<Vec<Option<crate::ring::Producer<RingMsg>>>> =
             (0..n).map(|_| (0..n).map(|_| None).collect()).collect();
         let mut ins: Vec<Vec<Option<Consumer<RingMsg>>>> =

@@ -33,7 +33,21 @@ fn exit_net() -> Net {
         known_relays: Some([[0xAB; 20]].into()),
         refuse_unknown_exits: true,
     };
-    Net::with_exit(1, 64, Some(Arc::new(settings)))
+    static EXIT_CTX: std::sync::OnceLock<Arc<SharedContext>> = std::sync::OnceLock::new();
+    let mut net = Net::new(1, 64);
+    let ctx = EXIT_CTX
+        .get_or_init(|| {
+            let link = LinkKeys::generate(&net.relay, SystemTime::now()).unwrap();
+            let sched = SchedParams {
+                halflife_s: 30.0,
+                ..SchedParams::default()
+            };
+            let ctx = SharedContext::build(&net.relay, &link, vec![], &sched).unwrap();
+            Arc::new(ctx.with_exit(Some(Arc::new(settings))))
+        })
+        .clone();
+    net.cores[0].set_context(ctx);
+    net
 }
 
 /// The peer opened the connection: its circuit IDs have the top bit set.
@@ -578,4 +592,57 @@ fn streams_over_the_creation_limit_are_refused_or_close_their_circuit() {
     );
     let (_, destroyed) = read(&mut net, 1, 7, &mut other);
     assert!(!destroyed);
+}
+
+#[test]
+fn lookups_waiting_at_once_are_bounded() {
+    use crate::worker::streams::MAX_PENDING_LOOKUPS;
+    let mut net = exit_net();
+    let mut c = circuit(&mut net, 1, 5);
+    for sid in 1..=MAX_PENDING_LOOKUPS as u16 + 1 {
+        send(
+            &mut net,
+            1,
+            5,
+            &mut c,
+            relay_cmd::RESOLVE,
+            sid,
+            b"slow.example\0",
+        );
+        if sid % 512 == 0 {
+            let _ = read(&mut net, 1, 5, &mut c);
+        }
+    }
+    assert_eq!(
+        net.lookups.len(),
+        MAX_PENDING_LOOKUPS,
+        "one over the bound was not asked"
+    );
+    let (msgs, destroyed) = read(&mut net, 1, 5, &mut c);
+    assert!(!destroyed);
+    let last = msgs.last().unwrap();
+    assert_eq!(
+        (last.0, last.2[0]),
+        (relay_cmd::RESOLVED, 0xF0),
+        "a transient error at once"
+    );
+    // Answers free room again.
+    let q = net.lookups.pop().unwrap();
+    net.cores[0].stream_resolved(crate::resolver::DnsAnswer {
+        key: q.key,
+        tag: q.tag,
+        v4: Err(false),
+        v6: Err(false),
+    });
+    net.collect(0);
+    send(
+        &mut net,
+        1,
+        5,
+        &mut c,
+        relay_cmd::RESOLVE,
+        9000,
+        b"again.example\0",
+    );
+    assert_eq!(net.lookups.len(), MAX_PENDING_LOOKUPS);
 }
