@@ -422,6 +422,29 @@ pub fn client_finish(
     Ok((sm, km))
 }
 
+/// What [`client_finish_with_nonce`] gives: the server message, the tor1
+/// key material and the circuit nonce KH.
+pub type ClientFinished = (
+    Vec<u8>,
+    [u8; KEY_MATERIAL_LEN],
+    [u8; crate::ntor::NONCE_LEN],
+);
+
+/// [`client_finish`], also returning the circuit nonce KH (the 20 bytes of
+/// KEYSTREAM after the key material, as C Tor keeps them).
+pub fn client_finish_with_nonce(
+    state: &NtorV3ClientState,
+    reply: &[u8],
+) -> Result<ClientFinished, HandshakeError> {
+    let mut ks = [0u8; KEY_MATERIAL_LEN + crate::ntor::NONCE_LEN];
+    let sm = client_finish_xof(state, reply, &mut ks)?;
+    let mut km = [0u8; KEY_MATERIAL_LEN];
+    km.copy_from_slice(&ks[..KEY_MATERIAL_LEN]);
+    let mut nonce = [0u8; crate::ntor::NONCE_LEN];
+    nonce.copy_from_slice(&ks[KEY_MATERIAL_LEN..]);
+    Ok((sm, km, nonce))
+}
+
 /// [`client_finish`], writing as much KEYSTREAM as `keystream` holds.
 fn client_finish_xof(
     state: &NtorV3ClientState,

@@ -99,7 +99,7 @@ pub fn circuit_half(keys: &HandshakeKeys, data: &[u8]) {
     let mut create = [0u8; BODY_LEN];
     let n = data.len().min(BODY_LEN);
     create[..n].copy_from_slice(&data[..n]);
-    let _ = circuit::answer_create2(keys, &create);
+    let _ = circuit::answer_create2(keys, &create, None);
     let Ok((_, mut half)) = circuit::answer_create_fast(&[1u8; 20]) else {
         return;
     };
@@ -190,10 +190,16 @@ pub fn onion_cells(data: &[u8]) {
 /// encryption: each chunk of the input is (relay command, flags, data...),
 /// sent as the client would (so the half recognizes it) on one circuit.
 /// Flags: bits 0–1 stream ID, 2 AllowNonearlyExtend, 3 one-hop client,
-/// 4 INTRODUCE2 limit on, 5 RELAY_EARLY.
+/// 4 INTRODUCE2 limit on, 5 RELAY_EARLY, 6 refuse one-hop rendezvous,
+/// 7 exit. The first byte's top bit: the circuit negotiated congestion
+/// control. Each stream cell at the exit also sends a DATA cell back, so
+/// SENDMEs meet kept digests and Vegas runs.
 pub fn recognized_cells(data: &[u8]) {
     let km = [7u8; 72];
     let mut half = circuit::KeyedHalf::new(&km, [9u8; 20]);
+    if data.first().is_some_and(|b| b & 0x80 != 0) {
+        half.enable_congestion_control(circuit::congestion::CcParams::default());
+    }
     let mut client = weft_crypto::relay_crypto::Tor1ClientLayer::from_key_material(&km);
     for chunk in data.chunks(2 + crate::relay::RELAY_DATA_MAX).take(32) {
         let [command, flags, payload @ ..] = chunk else {
@@ -209,15 +215,28 @@ pub fn recognized_cells(data: &[u8]) {
             refuse_single_hop_rend: flags & 64 != 0,
             now_s: u64::from(*flags),
             exit: flags & 128 != 0,
-            sendme_accept_min: flags & 1,
         };
         let cell = if flags & 32 != 0 {
             cmd::RELAY_EARLY
         } else {
             cmd::RELAY
         };
-        if let ForwardAction::Close { .. } = half.on_forward(cell, &mut body, &ctx) {
-            break;
+        match half.on_forward(cell, &mut body, &ctx) {
+            ForwardAction::Close { .. } => break,
+            ForwardAction::CircuitSendme => {
+                let now_us = u64::from(*flags) * 1000;
+                if half
+                    .circuit_sendme_received(&body, flags & 1, now_us, flags & 2 != 0)
+                    .is_err()
+                {
+                    break;
+                }
+            }
+            ForwardAction::Stream { .. } if half.can_package() => {
+                let mut out = [0u8; BODY_LEN];
+                half.originate_data(&mut out, 1, payload, u64::from(*command) * 1000);
+            }
+            _ => {}
         }
     }
 }

@@ -58,7 +58,15 @@ pub struct OriginCircuit {
     hops: Vec<Tor1ClientLayer>,
     keys: Vec<Zeroizing<[u8; KEY_MATERIAL_LEN]>>,
     nonces: Vec<[u8; ntor::NONCE_LEN]>,
-    pending: Option<NtorClientState>,
+    pending: Option<Pending>,
+    /// The ntor-v3 server message of each hop (empty for ntor).
+    server_messages: Vec<Vec<u8>>,
+}
+
+/// A handshake waiting for its CREATED2.
+enum Pending {
+    Ntor(NtorClientState),
+    NtorV3(Box<weft_crypto::ntor_v3::NtorV3ClientState>),
 }
 
 impl Default for OriginCircuit {
@@ -94,6 +102,7 @@ impl OriginCircuit {
             keys: Vec::new(),
             nonces: Vec::new(),
             pending: None,
+            server_messages: Vec::new(),
         }
     }
 
@@ -131,8 +140,43 @@ impl OriginCircuit {
             return Err(OriginError::AlreadyPending);
         }
         let (st, body) = ntor_create2(first);
-        self.pending = Some(st);
+        self.pending = Some(Pending::Ntor(st));
         Ok(body)
+    }
+
+    /// Start the first hop with ntor-v3, sending `client_message` (an
+    /// extension list, e.g. `[1, 1, 0]` to ask for congestion control):
+    /// the CREATE2 body. The relay's answer is [`Self::server_message`].
+    pub fn create2_ntor_v3(
+        &mut self,
+        first: &HopTarget,
+        client_message: &[u8],
+    ) -> Result<Vec<u8>, OriginError> {
+        if self.pending.is_some() {
+            return Err(OriginError::AlreadyPending);
+        }
+        let ed = first
+            .ed_id
+            .ok_or(OriginError::Malformed("ntor-v3 needs an Ed25519 ID"))?;
+        let b = x25519_dalek::PublicKey::from(first.ntor_key);
+        let (st, onion) = weft_crypto::ntor_v3::client_start(
+            &ed,
+            &b,
+            client_message,
+            b"circuit extend",
+            weft_crypto::random_array(),
+        );
+        let mut body = Vec::with_capacity(4 + onion.len());
+        body.extend_from_slice(&3u16.to_be_bytes());
+        body.extend_from_slice(&(onion.len() as u16).to_be_bytes());
+        body.extend_from_slice(&onion);
+        self.pending = Some(Pending::NtorV3(Box::new(st)));
+        Ok(body)
+    }
+
+    /// The ntor-v3 server message of hop `i` (empty for an ntor hop).
+    pub fn server_message(&self, i: usize) -> Option<&[u8]> {
+        self.server_messages.get(i).map(|m| &m[..])
     }
 
     /// The CREATED2 body for our CREATE2 (HLEN | HDATA): the hop is built.
@@ -149,8 +193,19 @@ impl OriginCircuit {
 
     fn finish(&mut self, hdata: &[u8]) -> Result<(), OriginError> {
         let st = self.pending.take().ok_or(OriginError::NotPending)?;
-        let (km, nonce) = ntor::client_finish_with_nonce(&st, hdata)
-            .map_err(|e| OriginError::Handshake(e.to_string()))?;
+        let fail = |e: weft_crypto::ntor::HandshakeError| OriginError::Handshake(e.to_string());
+        let (km, nonce, msg) = match st {
+            Pending::Ntor(st) => {
+                let (km, nonce) = ntor::client_finish_with_nonce(&st, hdata).map_err(fail)?;
+                (km, nonce, Vec::new())
+            }
+            Pending::NtorV3(st) => {
+                let (msg, km, nonce) =
+                    weft_crypto::ntor_v3::client_finish_with_nonce(&st, hdata).map_err(fail)?;
+                (km, nonce, msg)
+            }
+        };
+        self.server_messages.push(msg);
         self.nonces.push(nonce);
         self.hops.push(Tor1ClientLayer::from_key_material(&km));
         self.keys.push(Zeroizing::new(km));
@@ -172,6 +227,7 @@ impl OriginCircuit {
             return Err(OriginError::AlreadyPending);
         }
         let (st, create2) = ntor_create2(next);
+        let st = Pending::Ntor(st);
         let e = Extend2 {
             ipv4: Some(next.addr),
             ipv6: None,
@@ -265,7 +321,7 @@ mod tests {
         let (k2, t2) = relay(d2.path(), 2);
         let mut c = OriginCircuit::new();
         let create = c.create2(&t1).unwrap();
-        let (created, mut h1, _) = circuit::answer_create2(&k1, &create).unwrap();
+        let (created, mut h1, _) = circuit::answer_create2(&k1, &create, None).unwrap();
         c.on_created2(&created).unwrap();
         assert_eq!(c.len(), 1);
 
@@ -277,7 +333,7 @@ mod tests {
             panic!("not an extend");
         };
         assert_eq!((req.rsa_id, req.ed_id), (t2.rsa_id, t2.ed_id));
-        let (created2, mut h2, _) = circuit::answer_create2(&k2, &req.create2).unwrap();
+        let (created2, mut h2, _) = circuit::answer_create2(&k2, &req.create2, None).unwrap();
         let mut back = [0u8; BODY_LEN];
         h1.extended(&mut back, &created2);
         let (hop, h) = c.on_backward(&mut back).unwrap();

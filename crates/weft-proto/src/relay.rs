@@ -27,6 +27,10 @@ pub mod relay_cmd {
     pub const BEGIN_DIR: u8 = 13;
     pub const EXTEND2: u8 = 14;
     pub const EXTENDED2: u8 = 15;
+    /// Stream flow control with congestion control (proposal 324 §4).
+    pub const XOFF: u8 = 43;
+    /// See [`XOFF`].
+    pub const XON: u8 = 44;
 }
 
 /// END reasons used here. [tor-spec §6.3]

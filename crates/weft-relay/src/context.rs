@@ -117,6 +117,8 @@ pub struct SchedParams {
     pub dos: crate::dos::DosParams,
     /// The consensus's `sendme_accept_min_version` (default 0).
     pub sendme_accept_min: u8,
+    /// Congestion control (the consensus's `cc_*` parameters).
+    pub cc: weft_proto::circuit::congestion::CcParams,
 }
 
 impl Default for SchedParams {
@@ -129,6 +131,7 @@ impl Default for SchedParams {
             intro_dos: (false, 25, 200),
             dos: crate::dos::DosParams::default(),
             sendme_accept_min: 0,
+            cc: Default::default(),
         }
     }
 }
@@ -186,6 +189,9 @@ pub struct SharedContext {
     pub exit: Option<Arc<ExitSettings>>,
     /// The consensus's `sendme_accept_min_version`.
     pub sendme_accept_min: u8,
+    /// Congestion control offered to clients that ask (the consensus's
+    /// `cc_*` parameters).
+    pub cc: weft_proto::circuit::congestion::CcParams,
     /// When the snapshot was made.
     pub created: SystemTime,
 }
@@ -219,6 +225,7 @@ impl SharedContext {
             dos: sched.dos,
             exit: None,
             sendme_accept_min: sched.sendme_accept_min,
+            cc: sched.cc,
             created: SystemTime::now(),
         })
     }

@@ -193,6 +193,45 @@ pub struct ExitCounters {
     /// BEGINs and RESOLVEs over the stream-creation limit
     /// (`DoSStreamCreation*`).
     pub dos_rejected: u64,
+    /// Congestion control and XON/XOFF.
+    pub cc: CcCounters,
+}
+
+/// Congestion-control events at the exit (C Tor's
+/// `tor_relay_congestion_control_total` rows).
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct CcCounters {
+    /// Circuits whose client negotiated congestion control.
+    pub circs_created: u64,
+    /// Circuits that left slow start.
+    pub exited_slow_start: u64,
+    /// Minimum-RTT resets (cwnd stuck at its minimum).
+    pub rtt_reset: u64,
+    /// SENDMEs whose RTT could not be measured (clock stall or jump).
+    pub clock_stalls: u64,
+    /// XOFF / XON we sent, and received.
+    pub xoff_sent: u64,
+    /// See `xoff_sent`.
+    pub xon_sent: u64,
+    /// See `xoff_sent`.
+    pub xoff_received: u64,
+    /// See `xoff_sent`.
+    pub xon_received: u64,
+}
+
+impl CcCounters {
+    fn zip(&self, o: &CcCounters, f: impl Fn(u64, u64) -> u64) -> CcCounters {
+        CcCounters {
+            circs_created: f(self.circs_created, o.circs_created),
+            exited_slow_start: f(self.exited_slow_start, o.exited_slow_start),
+            rtt_reset: f(self.rtt_reset, o.rtt_reset),
+            clock_stalls: f(self.clock_stalls, o.clock_stalls),
+            xoff_sent: f(self.xoff_sent, o.xoff_sent),
+            xon_sent: f(self.xon_sent, o.xon_sent),
+            xoff_received: f(self.xoff_received, o.xoff_received),
+            xon_received: f(self.xon_received, o.xon_received),
+        }
+    }
 }
 
 impl ExitCounters {
@@ -214,6 +253,7 @@ impl ExitCounters {
             bytes_to_dest: self.bytes_to_dest - e.bytes_to_dest,
             open: self.open,
             dos_rejected: self.dos_rejected - e.dos_rejected,
+            cc: self.cc.zip(&e.cc, |a, b| a - b),
         }
     }
 
@@ -232,6 +272,7 @@ impl ExitCounters {
         self.bytes_to_dest += o.bytes_to_dest;
         self.open += o.open;
         self.dos_rejected += o.dos_rejected;
+        self.cc = self.cc.zip(&o.cc, |a, b| a + b);
     }
 }
 

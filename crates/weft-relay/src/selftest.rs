@@ -183,7 +183,7 @@ mod tests {
             })
             .collect();
         let (mut t, create2) = SelfTestCircuit::new(&hops[0], hops[1..].to_vec(), 5, 0).unwrap();
-        let (created, mut a, _) = circuit::answer_create2(&keys[0], &create2).unwrap();
+        let (created, mut a, _) = circuit::answer_create2(&keys[0], &create2, None).unwrap();
         let TestStep::Extend(mut cell) = t.on_created2(&created).unwrap() else {
             panic!()
         };
@@ -193,7 +193,7 @@ mod tests {
             panic!()
         };
         assert_eq!(req.rsa_id, hops[1].rsa_id);
-        let (c2, mut b, _) = circuit::answer_create2(&keys[1], &req.create2).unwrap();
+        let (c2, mut b, _) = circuit::answer_create2(&keys[1], &req.create2, None).unwrap();
         let mut back = [0u8; BODY_LEN];
         a.extended(&mut back, &c2);
         let TestStep::Extend(mut cell) = t.on_relay(&mut back).unwrap() else {
@@ -214,7 +214,7 @@ mod tests {
             req.rsa_id, hops[2].rsa_id,
             "the last hop is the relay itself"
         );
-        let (c3, mut me, _) = circuit::answer_create2(&keys[2], &req.create2).unwrap();
+        let (c3, mut me, _) = circuit::answer_create2(&keys[2], &req.create2, None).unwrap();
         let mut back = [0u8; BODY_LEN];
         b.extended(&mut back, &c3);
         a.on_backward(&mut back);

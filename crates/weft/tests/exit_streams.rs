@@ -353,6 +353,13 @@ fn stock_clients_use_weft_as_their_exit() -> Result<()> {
         "DNS counted: {queries} / {found}"
     );
     ensure!(policy_ends >= 1.0, "END EXITPOLICY counted: {policy_ends}");
+    // weft advertises FlowCtrl=2 and Relay=4, so the clients asked for
+    // congestion control in their ntor-v3 handshakes and got it: their
+    // streams above ran under Vegas and XON/XOFF.
+    let cc =
+        m("weft_relay_congestion_control_total{state=\"cc_circuits\",action=\"circs_created\"}")?;
+    eprintln!("[metrics] circuits with congestion control: {cc}");
+    ensure!(cc >= 1.0, "no client negotiated congestion control");
     let resolv_conf = base_dir.with_extension("resolv.conf");
     for threads in [0, 1] {
         net.restart_weft(Some(threads), weft_lines(&resolv_conf, metrics_port))?;

@@ -133,7 +133,11 @@ impl LoadThread<'_> {
                 continue;
             };
             let sink = self.sink_conns[s].sink;
-            match weft_proto::circuit::answer_create2(&self.sinks[sink].ident.handshake, &body) {
+            match weft_proto::circuit::answer_create2(
+                &self.sinks[sink].ident.handshake,
+                &body,
+                None,
+            ) {
                 Ok((reply, _half, _)) => {
                     self.sink_conns[s]
                         .link

@@ -9,6 +9,9 @@
 //! connection_edge_package_raw_inbuf(), handle_relay_msg();
 //! congestion_control_common.c circuit_sent_cell_for_sendme()]
 
+use std::collections::VecDeque;
+
+use super::congestion::{CcParams, SendmeOutcome, Vegas};
 use crate::relay::RELAY_DATA_MAX;
 
 /// A circuit's windows start here (and may never exceed it).
@@ -21,7 +24,7 @@ pub const STREAMWINDOW_START: i32 = 500;
 pub const STREAMWINDOW_INCREMENT: i32 = 50;
 /// The SENDME v1 tag: a tor1 running digest.
 pub const TAG_LEN: usize = 20;
-/// At most this many SENDMEs can be outstanding (window / increment).
+/// At most this many SENDMEs can be outstanding with fixed windows.
 const MAX_TAGS: usize = (CIRCWINDOW_START / CIRCWINDOW_INCREMENT) as usize;
 /// Payload of DATA cells: the most a stream packages into one cell.
 pub const DATA_MAX: usize = RELAY_DATA_MAX;
@@ -73,16 +76,22 @@ pub fn sendme_v1_body(tag: &[u8; TAG_LEN]) -> [u8; 3 + TAG_LEN] {
     b
 }
 
-/// A circuit's windows at its last hop, with the digests of the cells
-/// whose SENDMEs we wait for.
+/// A circuit's windows at its last hop, with the digests (and send times)
+/// of the cells whose SENDMEs we wait for. Fixed windows, or TOR_VEGAS
+/// when the client negotiated congestion control ([`super::congestion`]).
 #[derive(Debug, Clone)]
 pub struct CircuitFlow {
     package: i32,
     deliver: i32,
-    /// Tags of sent cells a SENDME must echo, oldest first (a ring).
-    tags: [[u8; TAG_LEN]; MAX_TAGS],
-    first_tag: usize,
-    n_tags: usize,
+    /// Cells per SENDME we send: 100, or the negotiated `sendme_inc`.
+    deliver_inc: i32,
+    /// Tags of sent cells a SENDME must echo, with when they were sent
+    /// (µs), oldest first. Grows to the most SENDMEs outstanding at once
+    /// (10 with fixed windows; cwnd / sendme_inc with congestion control)
+    /// and keeps its room.
+    tags: VecDeque<([u8; TAG_LEN], u64)>,
+    /// Congestion control, when negotiated.
+    cc: Option<Vegas>,
 }
 
 impl Default for CircuitFlow {
@@ -90,22 +99,39 @@ impl Default for CircuitFlow {
         CircuitFlow {
             package: CIRCWINDOW_START,
             deliver: CIRCWINDOW_START,
-            tags: [[0; TAG_LEN]; MAX_TAGS],
-            first_tag: 0,
-            n_tags: 0,
+            deliver_inc: CIRCWINDOW_INCREMENT,
+            tags: VecDeque::with_capacity(MAX_TAGS),
+            cc: None,
         }
     }
 }
 
 impl CircuitFlow {
+    /// A circuit whose client negotiated congestion control.
+    pub fn with_congestion_control(p: CcParams) -> Self {
+        CircuitFlow {
+            deliver_inc: i32::from(p.sendme_inc.max(1)),
+            cc: Some(Vegas::new(p)),
+            ..CircuitFlow::default()
+        }
+    }
+
+    /// The congestion-control state, if negotiated.
+    pub fn congestion(&self) -> Option<&Vegas> {
+        self.cc.as_ref()
+    }
+
     /// May we send a DATA cell now?
     pub fn can_package(&self) -> bool {
-        self.package > 0
+        self.package_window() > 0
     }
 
     /// Cells we may still package before a SENDME.
     pub fn package_window(&self) -> i32 {
-        self.package
+        match &self.cc {
+            Some(v) => i32::try_from(v.package_window()).unwrap_or(i32::MAX),
+            None => self.package,
+        }
     }
 
     /// The deliver window (for tests and logs).
@@ -116,47 +142,61 @@ impl CircuitFlow {
     /// True if the DATA cell about to be sent is the last of an increment:
     /// its digest must be kept for the SENDME that acknowledges it.
     pub fn next_data_needs_tag(&self) -> bool {
-        self.package != CIRCWINDOW_START && (self.package - 1) % CIRCWINDOW_INCREMENT == 0
-    }
-
-    /// A DATA cell was sent; `tag` is its digest if
-    /// [`next_data_needs_tag`](Self::next_data_needs_tag) said so.
-    pub fn data_sent(&mut self, tag: Option<[u8; TAG_LEN]>) {
-        if let Some(t) = tag {
-            if self.n_tags < MAX_TAGS {
-                self.tags[(self.first_tag + self.n_tags) % MAX_TAGS] = t;
-                self.n_tags += 1;
+        match &self.cc {
+            Some(v) => v.next_cell_needs_tag(),
+            None => {
+                self.package != CIRCWINDOW_START && (self.package - 1) % CIRCWINDOW_INCREMENT == 0
             }
         }
-        self.package -= 1;
     }
 
-    /// A circuit-level SENDME arrived with `data`: check it against the
-    /// oldest kept digest and open the package window. `accept_min` is the
-    /// consensus's `sendme_accept_min_version` (default 0; 1 on the live
-    /// network).
-    pub fn sendme_received(&mut self, data: &[u8], accept_min: u8) -> Result<(), FlowError> {
-        if self.package + CIRCWINDOW_INCREMENT > CIRCWINDOW_START {
+    /// A DATA cell was sent at `now_us`; `tag` is its digest if
+    /// [`next_data_needs_tag`](Self::next_data_needs_tag) said so.
+    pub fn data_sent(&mut self, tag: Option<[u8; TAG_LEN]>, now_us: u64) {
+        if let Some(t) = tag {
+            self.tags.push_back((t, now_us));
+        }
+        match &mut self.cc {
+            Some(v) => v.cell_sent(),
+            None => self.package -= 1,
+        }
+    }
+
+    /// A circuit-level SENDME arrived with `data` at `now_us`: check it
+    /// against the oldest kept digest, then open the package window (or
+    /// let Vegas move the congestion window; `blocked`: the circuit's
+    /// cells wait for its connection). `accept_min` is the consensus's
+    /// `sendme_accept_min_version` (default 0; 1 on the live network).
+    pub fn sendme_received(
+        &mut self,
+        data: &[u8],
+        accept_min: u8,
+        now_us: u64,
+        blocked: bool,
+    ) -> Result<Option<SendmeOutcome>, FlowError> {
+        if self.cc.is_none() && self.package + CIRCWINDOW_INCREMENT > CIRCWINDOW_START {
             return Err(FlowError::UnexpectedSendme("circuit"));
         }
         let tag = parse_sendme(data)?;
         if accept_min > 1 {
             return Err(FlowError::BadSendme(accept_min));
         }
-        if self.n_tags == 0 {
+        let Some((expected, sent_us)) = self.tags.pop_front() else {
             return Err(FlowError::NoDigest);
-        }
-        let expected = self.tags[self.first_tag];
-        self.first_tag = (self.first_tag + 1) % MAX_TAGS;
-        self.n_tags -= 1;
+        };
         match tag {
             None if accept_min > 0 => return Err(FlowError::BadSendme(0)),
             None => {}
             Some(t) if t != expected => return Err(FlowError::TagMismatch),
             Some(_) => {}
         }
-        self.package += CIRCWINDOW_INCREMENT;
-        Ok(())
+        match &mut self.cc {
+            Some(v) => Ok(Some(v.sendme_received(sent_us, now_us, blocked))),
+            None => {
+                self.package += CIRCWINDOW_INCREMENT;
+                Ok(None)
+            }
+        }
     }
 
     /// A DATA cell arrived. Ok(true) if a circuit-level SENDME is due now
@@ -167,19 +207,35 @@ impl CircuitFlow {
         if self.deliver < 0 {
             return Err(FlowError::DeliverWindow("circuit"));
         }
-        if self.deliver <= CIRCWINDOW_START - CIRCWINDOW_INCREMENT {
-            self.deliver += CIRCWINDOW_INCREMENT;
+        if self.deliver <= CIRCWINDOW_START - self.deliver_inc {
+            self.deliver += self.deliver_inc;
             return Ok(true);
         }
         Ok(false)
     }
 }
 
-/// A stream's windows.
+/// XOFF is sent once the bytes waiting for the destination stayed over
+/// the limit this long (C's `XOFF_GRACE_PERIOD_USEC`).
+pub const XOFF_GRACE_US: u64 = 5000;
+
+/// A stream's flow control: windows (500 cells, SENDME per 50) on a
+/// circuit without congestion control; XON/XOFF on one with it (no stream
+/// windows, no stream SENDMEs). [proposal 324 §4; C
+/// congestion_control_flow.c]
 #[derive(Debug, Clone, Copy)]
 pub struct StreamFlow {
     package: i32,
     deliver: i32,
+    /// The circuit negotiated congestion control: XON/XOFF.
+    xon_xoff: bool,
+    /// We sent XOFF and no XON since.
+    xoff_sent: bool,
+    /// The client sent XOFF and no XON since: do not read the socket.
+    xoff_received: bool,
+    /// When the waiting bytes went over the XOFF limit (µs; 0: they are
+    /// not over it).
+    grace_start_us: u64,
 }
 
 impl Default for StreamFlow {
@@ -187,28 +243,60 @@ impl Default for StreamFlow {
         StreamFlow {
             package: STREAMWINDOW_START,
             deliver: STREAMWINDOW_START,
+            xon_xoff: false,
+            xoff_sent: false,
+            xoff_received: false,
+            grace_start_us: 0,
         }
     }
 }
 
 impl StreamFlow {
-    /// May the stream send a DATA cell now?
-    pub fn can_package(&self) -> bool {
-        self.package > 0
+    /// A stream on a circuit with congestion control.
+    pub fn with_xon_xoff() -> Self {
+        StreamFlow {
+            xon_xoff: true,
+            ..StreamFlow::default()
+        }
     }
 
-    /// Cells the stream may still package.
+    /// True on a circuit with congestion control.
+    pub fn uses_xon_xoff(&self) -> bool {
+        self.xon_xoff
+    }
+
+    /// May the stream send a DATA cell now?
+    pub fn can_package(&self) -> bool {
+        if self.xon_xoff {
+            !self.xoff_received
+        } else {
+            self.package > 0
+        }
+    }
+
+    /// Cells the stream may still package (no limit of its own under
+    /// XON/XOFF: the circuit's congestion window decides).
     pub fn package_window(&self) -> i32 {
-        self.package
+        match (self.xon_xoff, self.xoff_received) {
+            (true, false) => i32::MAX,
+            (true, true) => 0,
+            (false, _) => self.package,
+        }
     }
 
     /// A DATA cell of this stream was sent.
     pub fn data_sent(&mut self) {
-        self.package -= 1;
+        if !self.xon_xoff {
+            self.package -= 1;
+        }
     }
 
     /// A stream-level SENDME arrived.
     pub fn sendme_received(&mut self) -> Result<(), FlowError> {
+        if self.xon_xoff {
+            // C: "Congestion control got stream sendme".
+            return Err(FlowError::UnexpectedSendme("stream (congestion control)"));
+        }
         if self.package + STREAMWINDOW_INCREMENT > STREAMWINDOW_START {
             return Err(FlowError::UnexpectedSendme("stream"));
         }
@@ -218,6 +306,9 @@ impl StreamFlow {
 
     /// A DATA cell of this stream arrived.
     pub fn data_received(&mut self) -> Result<(), FlowError> {
+        if self.xon_xoff {
+            return Ok(());
+        }
         self.deliver -= 1;
         if self.deliver < 0 {
             return Err(FlowError::DeliverWindow("stream"));
@@ -229,12 +320,86 @@ impl StreamFlow {
     /// taken the data (C Tor waits while the socket's buffer is too full);
     /// the window is credited for them.
     pub fn sendmes_due(&mut self) -> u32 {
+        if self.xon_xoff {
+            return 0;
+        }
         let mut n = 0;
         while self.deliver <= STREAMWINDOW_START - STREAMWINDOW_INCREMENT {
             self.deliver += STREAMWINDOW_INCREMENT;
             n += 1;
         }
         n
+    }
+
+    /// `buffered` bytes wait for the destination after a DATA cell arrived
+    /// at `now_us`: true if XOFF must be sent now (over `limit` for longer
+    /// than the grace period). C's `flow_control_decide_xoff`.
+    pub fn decide_xoff(&mut self, buffered: usize, limit: usize, now_us: u64) -> bool {
+        if !self.xon_xoff {
+            return false;
+        }
+        if buffered <= limit {
+            self.grace_start_us = 0;
+            return false;
+        }
+        if self.xoff_sent {
+            return false;
+        }
+        if self.grace_start_us == 0 {
+            self.grace_start_us = now_us.max(1);
+            return false;
+        }
+        if now_us > self.grace_start_us + XOFF_GRACE_US {
+            self.grace_start_us = 0;
+            self.xoff_sent = true;
+            return true;
+        }
+        false
+    }
+
+    /// The destination took bytes and `buffered` still wait: true if XON
+    /// must be sent now (after our XOFF, once everything went out). C's
+    /// `flow_control_decide_xon`, without the advisory rate (our XONs
+    /// carry rate 0, "unlimited", as C's do before it measured one).
+    pub fn decide_xon(&mut self, buffered: usize) -> bool {
+        if self.xon_xoff && self.xoff_sent && buffered == 0 {
+            self.xoff_sent = false;
+            return true;
+        }
+        false
+    }
+
+    /// The client sent XOFF: true if reading stops now (C ignores an XOFF
+    /// on a circuit without congestion control, or a second one).
+    pub fn xoff_received(&mut self) -> bool {
+        if !self.xon_xoff || self.xoff_received {
+            return false;
+        }
+        self.xoff_received = true;
+        true
+    }
+
+    /// The client sent XON with `body`: true if reading may resume. A
+    /// malformed XON, or one without congestion control, is ignored.
+    pub fn xon_received(&mut self, body: &[u8]) -> bool {
+        if !self.xon_xoff || parse_xon(body).is_none() {
+            return false;
+        }
+        std::mem::take(&mut self.xoff_received)
+    }
+}
+
+/// The XOFF body: version 0.
+pub const XOFF_BODY: [u8; 1] = [0];
+/// Our XON body: version 0, rate 0 kB/s (no advisory rate).
+pub const XON_BODY: [u8; 5] = [0, 0, 0, 0, 0];
+
+/// An XON body: version 0 and the advisory drain rate (kB/s).
+/// [trunnel flow_control_cells.trunnel]
+pub fn parse_xon(body: &[u8]) -> Option<u32> {
+    match body {
+        [0, a, b, c, d, ..] => Some(u32::from_be_bytes([*a, *b, *c, *d])),
+        _ => None,
     }
 }
 
@@ -257,7 +422,7 @@ mod tests {
             if let Some(t) = t {
                 kept.push(t);
             }
-            f.data_sent(t);
+            f.data_sent(t, 0);
         }
         kept
     }
@@ -274,7 +439,9 @@ mod tests {
         assert_eq!(kept[9], tag(1000u32 as u8));
         assert!(!f.can_package());
         for t in &kept {
-            f.sendme_received(&sendme_v1_body(t), 1).unwrap();
+            f.sendme_received(&sendme_v1_body(t), 1, 0, false)
+                .map(|_| ())
+                .unwrap();
         }
         assert_eq!(f.package_window(), 1000);
     }
@@ -285,33 +452,40 @@ mod tests {
         let mut i = 0;
         // Nothing sent: no SENDME may come.
         assert_eq!(
-            f.sendme_received(&sendme_v1_body(&tag(1)), 0),
+            f.sendme_received(&sendme_v1_body(&tag(1)), 0, 0, false)
+                .map(|_| ()),
             Err(FlowError::UnexpectedSendme("circuit"))
         );
         let kept = send(&mut f, 200, &mut i);
         assert_eq!(
-            f.sendme_received(&sendme_v1_body(&tag(0xEE)), 0),
+            f.sendme_received(&sendme_v1_body(&tag(0xEE)), 0, 0, false)
+                .map(|_| ()),
             Err(FlowError::TagMismatch)
         );
         // v0 only where the consensus accepts it.
-        assert_eq!(f.sendme_received(&[], 1), Err(FlowError::BadSendme(0)));
+        assert_eq!(
+            f.sendme_received(&[], 1, 0, false).map(|_| ()),
+            Err(FlowError::BadSendme(0))
+        );
         assert_eq!(f.package_window(), 800);
         // Both tags were used up by the refused SENDMEs (as C pops them).
         assert_eq!(
-            f.sendme_received(&sendme_v1_body(&kept[0]), 0),
+            f.sendme_received(&sendme_v1_body(&kept[0]), 0, 0, false)
+                .map(|_| ()),
             Err(FlowError::NoDigest)
         );
         assert_eq!(
-            f.sendme_received(&[2, 0, 0], 0),
+            f.sendme_received(&[2, 0, 0], 0, 0, false).map(|_| ()),
             Err(FlowError::BadSendme(2))
         );
         assert_eq!(
-            f.sendme_received(&[1, 0, 19, 0, 0], 0),
+            f.sendme_received(&[1, 0, 19, 0, 0], 0, 0, false)
+                .map(|_| ()),
             Err(FlowError::BadSendme(1))
         );
         let kept = send(&mut f, 100, &mut i);
         assert_eq!(kept.len(), 1);
-        f.sendme_received(&[], 0).unwrap();
+        f.sendme_received(&[], 0, 0, false).map(|_| ()).unwrap();
         assert_eq!(f.package_window(), 800);
     }
 
@@ -378,5 +552,77 @@ mod tests {
             f.data_received().unwrap();
         }
         assert_eq!(f.sendmes_due(), 2);
+    }
+
+    #[test]
+    fn with_congestion_control_sendmes_come_every_sendme_inc_cells() {
+        let p = CcParams::default();
+        let mut f = CircuitFlow::with_congestion_control(p);
+        // The deliver side: a SENDME per 31 cells.
+        let due = (0..310).filter(|_| f.data_received().unwrap()).count();
+        assert_eq!(due, 10);
+        // The package side: cwnd 124, a tag on cells 31, 62, 93 and 124
+        // (inflight 30, 61, ...), each timed.
+        let mut i = 0;
+        let kept = send(&mut f, 124, &mut i);
+        assert_eq!(kept.len(), 4);
+        assert!(!f.can_package());
+        for (n, t) in kept.iter().enumerate() {
+            let out = f
+                .sendme_received(&sendme_v1_body(t), 1, 10_000 + n as u64, false)
+                .unwrap();
+            assert!(out.is_some());
+        }
+        // Slow start with no queue: the window grew.
+        assert!(f.package_window() > 124, "{}", f.package_window());
+        // The digests are still checked.
+        let kept = send(&mut f, 31, &mut i);
+        assert_eq!(kept.len(), 1);
+        assert_eq!(
+            f.sendme_received(&sendme_v1_body(&tag(0xEE)), 1, 20_000, false)
+                .map(|_| ()),
+            Err(FlowError::TagMismatch)
+        );
+        assert_eq!(
+            f.sendme_received(&sendme_v1_body(&tag(0xEE)), 1, 20_000, false)
+                .map(|_| ()),
+            Err(FlowError::NoDigest)
+        );
+    }
+
+    #[test]
+    fn xon_xoff_replaces_the_stream_windows() {
+        let mut f = StreamFlow::with_xon_xoff();
+        for _ in 0..2000 {
+            f.data_received().unwrap();
+            f.data_sent();
+        }
+        assert_eq!(f.sendmes_due(), 0);
+        assert!(f.can_package());
+        assert!(f.sendme_received().is_err());
+        // XOFF only after the grace period over the limit.
+        assert!(!f.decide_xoff(1000, 500, 100));
+        assert!(!f.decide_xoff(1000, 500, 100 + XOFF_GRACE_US));
+        assert!(f.decide_xoff(1000, 500, 101 + XOFF_GRACE_US));
+        assert!(!f.decide_xoff(1000, 500, 200 + XOFF_GRACE_US), "once");
+        assert!(!f.decide_xon(10));
+        assert!(f.decide_xon(0));
+        assert!(!f.decide_xon(0));
+        // Back under the limit: the grace period starts again.
+        assert!(!f.decide_xoff(10, 500, 1));
+        assert!(!f.decide_xoff(1000, 500, 1_000_000));
+        // The client's XOFF stops reading until its XON.
+        assert!(f.xoff_received());
+        assert!(!f.xoff_received());
+        assert!(!f.can_package());
+        assert!(!f.xon_received(&[1, 0, 0, 0, 0]), "bad version ignored");
+        assert!(!f.xon_received(&[0, 0]), "short ignored");
+        assert!(f.xon_received(&XON_BODY));
+        assert!(f.can_package());
+        // Without congestion control XON/XOFF are ignored.
+        let mut w = StreamFlow::default();
+        assert!(!w.xoff_received());
+        assert!(!w.decide_xoff(1 << 20, 500, 1 << 30));
+        assert!(w.can_package());
     }
 }

@@ -4,6 +4,7 @@
 
 use weft_crypto::ntor::{NtorSecretKey, NONCE_LEN};
 
+use super::congestion::{self, CcParams};
 use super::KeyedHalf;
 use crate::relay;
 
@@ -43,11 +44,15 @@ pub enum HandshakeKind {
 }
 
 /// Answer a CREATE2 body: returns the CREATED2 body and the new keyed half
-/// (with the circuit nonce KH that follows the key material).
-/// [tor-spec §5.1; protocol-notes §4]
+/// (with the circuit nonce KH that follows the key material). `cc`: the
+/// consensus's congestion-control parameters; an ntor-v3 client that asks
+/// for congestion control gets it when they enable it (the reply carries
+/// our `sendme_inc`, the half runs Vegas).
+/// [tor-spec §5.1; protocol-notes §4; proposal 324 §2.1]
 pub fn answer_create2(
     keys: &HandshakeKeys,
     body: &[u8],
+    cc: Option<&CcParams>,
 ) -> Result<(Vec<u8>, KeyedHalf, HandshakeKind), CreateError> {
     let c = relay::parse_create2(body)?;
     let seed: [u8; 32] = weft_crypto::random_array();
@@ -68,23 +73,38 @@ pub fn answer_create2(
             ))
         }
         3 => {
-            // We do not implement congestion control or CGO, so the reply
-            // is an empty extension list (the single byte 0), whatever the
-            // client asked for. [protocol-notes §4.3]
+            // The client's message is an extension list: congestion
+            // control is the one we may accept (no CGO: a subprotocol
+            // request is ignored, so the client sees tor1). A malformed
+            // list fails the handshake, as in C. [protocol-notes §4.3]
+            let mut accepted = None;
+            let mut malformed = false;
             let r = weft_crypto::ntor_v3::server_handshake(
                 &key_refs,
                 &keys.ed_id,
                 c.hdata,
                 b"circuit extend",
                 seed,
-                |_client_msg| vec![0u8],
+                |client_msg| {
+                    match congestion::client_requests_cc(client_msg) {
+                        Ok(true) => accepted = cc.filter(|p| p.enabled).copied(),
+                        Ok(false) => {}
+                        Err(_) => malformed = true,
+                    }
+                    congestion::server_reply(accepted.map(|p| p.sendme_inc))
+                },
             )
             .map_err(|e| CreateError::Handshake(e.to_string()))?;
-            Ok((
-                relay::created2_body(&r.reply),
-                KeyedHalf::new(&r.key_material, r.nonce),
-                HandshakeKind::NtorV3,
-            ))
+            if malformed {
+                return Err(CreateError::Handshake(
+                    "malformed ntor-v3 extension list".into(),
+                ));
+            }
+            let mut half = KeyedHalf::new(&r.key_material, r.nonce);
+            if let Some(p) = accepted {
+                half.enable_congestion_control(p);
+            }
+            Ok((relay::created2_body(&r.reply), half, HandshakeKind::NtorV3))
         }
         t => Err(CreateError::UnsupportedType(t)),
     }

@@ -14,8 +14,8 @@
 //! | EXTEND (v1) | refused | close (PROTOCOL) |
 //! | TRUNCATE | TRUNCATED built | [`ForwardAction::Truncate`] |
 //! | BEGIN, BEGIN_DIR, RESOLVE | answered as a non-exit ([`edge`]) | [`ForwardAction::Reply`] |
-//! | BEGIN, RESOLVE, DATA, END, stream SENDME at an exit | DATA counted in the circuit's deliver window ([`flow`]) | [`ForwardAction::Stream`] → weft-relay `worker/streams.rs` |
-//! | circuit SENDME at an exit | checked against the kept digest ([`flow`]) | [`ForwardAction::CircuitSendme`] → `worker/streams.rs` |
+//! | BEGIN, RESOLVE, DATA, END, stream SENDME, XOFF, XON at an exit | DATA counted in the circuit's deliver window ([`flow`]) | [`ForwardAction::Stream`] → weft-relay `worker/streams.rs`, `worker/stream_flow.rs` |
+//! | circuit SENDME at an exit | — | [`ForwardAction::CircuitSendme`] → `worker/stream_flow.rs`, which checks it with [`KeyedHalf::circuit_sendme_received`] (digest, then the fixed window or Vegas, [`congestion`]) |
 //! | ESTABLISH_INTRO, INTRODUCE1, ESTABLISH_RENDEZVOUS, RENDEZVOUS1 | checked ([`crate::onion`]), [`Purpose`] changed | `IntroEstablished`, `Introduce`, `EstablishRendezvous`, `Rendezvous1` → weft-relay `worker/onion.rs` |
 //! | DROP, anything else | — | [`ForwardAction::Drop`] (C Tor drops unknown commands) |
 //!
@@ -24,6 +24,7 @@
 //! [`ForwardAction`] that the worker's dispatch hands to the room that
 //! owns that concern.
 
+pub mod congestion;
 pub mod edge;
 pub mod exit;
 pub mod flow;
@@ -109,8 +110,6 @@ pub struct ForwardCtx {
     /// something): stream commands go to the stream room instead of the
     /// non-exit answers of [`edge`].
     pub exit: bool,
-    /// The consensus's `sendme_accept_min_version`.
-    pub sendme_accept_min: u8,
 }
 
 /// What to do with a cell moving away from the client, after
@@ -172,8 +171,9 @@ pub enum ForwardAction {
         /// ([`KeyedHalf::originate_circuit_sendme`]).
         circuit_sendme: bool,
     },
-    /// A valid circuit-level SENDME opened the package window: streams
-    /// that waited for it may read again.
+    /// A circuit-level SENDME at an exit: the caller checks it with
+    /// [`KeyedHalf::circuit_sendme_received`] (its clock and queue), then
+    /// streams that waited for the window may read again.
     CircuitSendme,
     /// An ESTABLISH_RENDEZVOUS from a one-hop client, dropped without an
     /// answer (DoSRefuseSingleHopClientRendezvous; counted).
@@ -288,10 +288,12 @@ impl KeyedHalf {
             | relay_cmd::RESOLVE
             | relay_cmd::DATA
             | relay_cmd::END
-            | relay_cmd::SENDME)
+            | relay_cmd::SENDME
+            | relay_cmd::XOFF
+            | relay_cmd::XON)
                 if ctx.exit && self.is_plain_edge() =>
             {
-                self.exit_stream_cell(c, h.stream_id, body, &h, ctx)
+                self.exit_stream_cell(c, h.stream_id)
             }
             relay_cmd::BEGIN => {
                 let end = edge::end_for_begin(relay::data(body, &h), self.prev_is_client);
@@ -332,28 +334,17 @@ impl KeyedHalf {
         }
     }
 
-    /// A stream command at an exit: flow control here, the rest in the
-    /// stream room.
-    fn exit_stream_cell(
-        &mut self,
-        command: u8,
-        stream_id: u16,
-        body: &[u8; BODY_LEN],
-        h: &relay::RelayHeader,
-        ctx: &ForwardCtx,
-    ) -> ForwardAction {
+    /// A stream command at an exit: the circuit's deliver window here, the
+    /// rest in the stream room (a circuit-level SENDME is checked by
+    /// [`Self::circuit_sendme_received`], which needs the caller's clock
+    /// and queue).
+    fn exit_stream_cell(&mut self, command: u8, stream_id: u16) -> ForwardAction {
         if stream_id == 0 {
             if command != relay_cmd::SENDME {
                 // C: "Relay command with zero stream_id. Dropping."
                 return ForwardAction::Drop;
             }
-            return match self
-                .flow()
-                .sendme_received(relay::data(body, h), ctx.sendme_accept_min)
-            {
-                Ok(()) => ForwardAction::CircuitSendme,
-                Err(e) => ForwardAction::close(e.to_string()),
-            };
+            return ForwardAction::CircuitSendme;
         }
         let mut circuit_sendme = false;
         if command == relay_cmd::DATA {
@@ -374,6 +365,36 @@ impl KeyedHalf {
         self.flow.get_or_insert_with(Default::default)
     }
 
+    /// The client negotiated congestion control in its handshake: the
+    /// circuit runs Vegas instead of the fixed package window.
+    pub fn enable_congestion_control(&mut self, p: congestion::CcParams) {
+        self.flow = Some(Box::new(flow::CircuitFlow::with_congestion_control(p)));
+    }
+
+    /// The circuit's congestion control, if negotiated.
+    pub fn congestion(&self) -> Option<&congestion::Vegas> {
+        self.flow.as_ref().and_then(|f| f.congestion())
+    }
+
+    /// The circuit-level SENDME in `body` ([`ForwardAction::CircuitSendme`])
+    /// arrived at `now_us`: check its digest and open the window (Vegas:
+    /// move cwnd; `blocked`: the circuit's cells wait for its
+    /// connection). An error closes the circuit (TORPROTOCOL).
+    pub fn circuit_sendme_received(
+        &mut self,
+        body: &[u8; BODY_LEN],
+        accept_min: u8,
+        now_us: u64,
+        blocked: bool,
+    ) -> Result<Option<congestion::SendmeOutcome>, flow::FlowError> {
+        let data = match relay::parse_header(body) {
+            Ok(h) => relay::data(body, &h),
+            Err(_) => &[],
+        };
+        self.flow()
+            .sendme_received(data, accept_min, now_us, blocked)
+    }
+
     /// May a stream of this circuit send a DATA cell now?
     pub fn can_package(&self) -> bool {
         self.flow.as_ref().is_none_or(|f| f.can_package())
@@ -386,14 +407,21 @@ impl KeyedHalf {
             .map_or(flow::CIRCWINDOW_START, |f| f.package_window())
     }
 
-    /// Build an encrypted DATA cell toward the client in `body`, counted in
-    /// the circuit's package window (its digest kept if a SENDME will
-    /// acknowledge it). The caller checked [`Self::can_package`].
-    pub fn originate_data(&mut self, body: &mut [u8; BODY_LEN], stream_id: u16, data: &[u8]) {
+    /// Build an encrypted DATA cell toward the client in `body` at
+    /// `now_us`, counted in the circuit's package window (its digest and
+    /// time kept if a SENDME will acknowledge it). The caller checked
+    /// [`Self::can_package`].
+    pub fn originate_data(
+        &mut self,
+        body: &mut [u8; BODY_LEN],
+        stream_id: u16,
+        data: &[u8],
+        now_us: u64,
+    ) {
         relay::build(body, relay_cmd::DATA, stream_id, data);
         let needs_tag = self.flow().next_data_needs_tag();
         let tag = self.crypto.originate_backward(body);
-        self.flow().data_sent(needs_tag.then_some(tag));
+        self.flow().data_sent(needs_tag.then_some(tag), now_us);
     }
 
     /// Build a circuit-level SENDME v1 toward the client in `body`,

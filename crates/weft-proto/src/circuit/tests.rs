@@ -21,7 +21,7 @@ fn circuit() -> (OriginCircuit, KeyedHalf) {
     };
     let mut client = OriginCircuit::new();
     let create2 = client.create2(&t).unwrap();
-    let (created2, half, _) = answer_create2(&keys, &create2).unwrap();
+    let (created2, half, _) = answer_create2(&keys, &create2, None).unwrap();
     client.on_created2(&created2).unwrap();
     (client, half)
 }
@@ -303,4 +303,44 @@ fn rendezvous_cells_change_the_purpose() {
     );
     assert_eq!(a, ForwardAction::Rendezvous1 { cookie: [6u8; 20] });
     assert_eq!(half.purpose, Purpose::Joining);
+}
+
+/// ntor-v3 with a client message: congestion control is accepted when
+/// asked for and enabled, with our sendme_inc; other answers are empty.
+#[test]
+fn ntor_v3_negotiates_congestion_control() {
+    let dir = tempfile::tempdir().unwrap();
+    let (_, keys, _) = crate::fuzzing::test_identity(dir.path());
+    let t = HopTarget {
+        rsa_id: keys.rsa_fp,
+        ed_id: Some(keys.ed_id),
+        ntor_key: keys.ntor[0].public.to_bytes(),
+        addr: SocketAddrV4::new([127, 0, 0, 1].into(), 9001),
+    };
+    let on = congestion::CcParams::default();
+    let off = congestion::CcParams {
+        enabled: false,
+        ..on
+    };
+    for (msg, cc, want, negotiated) in [
+        (&[1u8, 1, 0][..], Some(&on), &[1u8, 2, 1, 31][..], true),
+        (&[1, 1, 0], Some(&off), &[0], false),
+        (&[1, 1, 0], None, &[0], false),
+        (&[0], Some(&on), &[0], false),
+        // A subprotocol request we do not do, then CC: CC only.
+        (&[2, 1, 0, 3, 2, 2, 5], Some(&on), &[1, 2, 1, 31], true),
+    ] {
+        let mut client = OriginCircuit::new();
+        let create2 = client.create2_ntor_v3(&t, msg).unwrap();
+        let (created2, half, kind) = answer_create2(&keys, &create2, cc).unwrap();
+        assert_eq!(kind, HandshakeKind::NtorV3);
+        client.on_created2(&created2).unwrap();
+        assert_eq!(client.server_message(0).unwrap(), want, "{msg:?}");
+        assert_eq!(half.congestion().is_some(), negotiated);
+        assert_eq!(client.nonce(0), Some(&half.nonce));
+    }
+    // A malformed extension list fails the handshake.
+    let mut client = OriginCircuit::new();
+    let create2 = client.create2_ntor_v3(&t, &[2, 1, 0]).unwrap();
+    assert!(answer_create2(&keys, &create2, Some(&on)).is_err());
 }

@@ -32,11 +32,12 @@ use crate::context::{DirAuthority, RelayConfig};
 /// hs_client.c client_rendezvous_circ_has_opened, hs_service.c
 /// pick_intro_point]
 ///
-/// `FlowCtrl=1`: authenticated SENDMEs (proposal 289), which an exit's
-/// streams send and check (`weft-proto` `circuit/flow.rs`). Not
-/// `FlowCtrl=2` (congestion control) yet.
+/// `FlowCtrl=1-2`: authenticated SENDMEs (proposal 289), which an exit's
+/// streams send and check (`weft-proto` `circuit/flow.rs`), and congestion
+/// control with XON/XOFF (proposal 324, `circuit/congestion.rs`): with
+/// `Relay=4` (ntor-v3) it makes clients ask an exit for congestion control.
 pub const PROTO: &str =
-    "Cons=1-2 Desc=1-2 FlowCtrl=1 HSIntro=4-5 HSRend=1-2 Link=4-5 LinkAuth=3 Microdesc=1-2 Relay=2,4";
+    "Cons=1-2 Desc=1-2 FlowCtrl=1-2 HSIntro=4-5 HSRend=1-2 Link=4-5 LinkAuth=3 Microdesc=1-2 Relay=2,4";
 
 /// Results of background directory work, handled on the controller.
 #[derive(Debug)]

@@ -117,7 +117,7 @@ impl WorkerTotals {
     }
 }
 
-fn family(out: &mut String, name: &str, kind: &str, help: &str) {
+pub(super) fn family(out: &mut String, name: &str, kind: &str, help: &str) {
     let _ = writeln!(out, "# HELP {name} {help}");
     let _ = writeln!(out, "# TYPE {name} {kind}");
 }
@@ -350,7 +350,7 @@ pub fn render(m: &MetricsSnapshot) -> String {
     );
     render_onion(&mut o, &m.onion);
     render_limits(&mut o, &m.limits, m.exit.dos_rejected);
-    render_exit(&mut o, &m.exit);
+    super::exit_metrics::render_exit(&mut o, &m.exit);
     family(
         &mut o,
         "weft_uptime_seconds",
@@ -459,7 +459,7 @@ pub async fn serve_one(
 
 /// END reasons by number, as C Tor names them in its logs
 /// (`stream_end_reason_to_string`), lower-cased.
-const END_REASON_NAMES: [&str; 16] = [
+pub(super) const END_REASON_NAMES: [&str; 16] = [
     "",
     "misc",
     "resolvefailed",
@@ -477,74 +477,6 @@ const END_REASON_NAMES: [&str; 16] = [
     "notdirectory",
     "",
 ];
-
-/// The exit families: C Tor's `tor_relay_streams_total` and
-/// `tor_relay_exit_dns_*` with weft's prefix, and weft's own (ENDs by
-/// reason, bytes to and from destinations, open streams).
-fn render_exit(o: &mut String, e: &crate::messages::ExitCounters) {
-    family(
-        o,
-        "weft_relay_streams_total",
-        "counter",
-        "Total number of streams.",
-    );
-    for (t, v) in [("begin", e.begin), ("begin_dir", 0), ("resolve", e.resolve)] {
-        let _ = writeln!(o, "weft_relay_streams_total{{type=\"{t}\"}} {v}");
-    }
-    family(
-        o,
-        "weft_relay_exit_dns_query_total",
-        "counter",
-        "Total number of DNS queries done by this relay.",
-    );
-    let _ = writeln!(o, "weft_relay_exit_dns_query_total {}", e.dns_queries);
-    family(
-        o,
-        "weft_relay_exit_dns_error_total",
-        "counter",
-        "Total number of DNS answers by outcome.",
-    );
-    for (r, v) in [
-        ("success", e.dns_success),
-        ("notexist", e.dns_notexist),
-        ("unknown", e.dns_failed),
-    ] {
-        let _ = writeln!(o, "weft_relay_exit_dns_error_total{{reason=\"{r}\"}} {v}");
-    }
-    family(
-        o,
-        "weft_exit_stream_ends_total",
-        "counter",
-        "END cells this exit sent, by reason.",
-    );
-    for (i, v) in e.end_reasons.iter().enumerate() {
-        if *v > 0 && !END_REASON_NAMES[i].is_empty() {
-            let _ = writeln!(
-                o,
-                "weft_exit_stream_ends_total{{reason=\"{}\"}} {v}",
-                END_REASON_NAMES[i]
-            );
-        }
-    }
-    family(
-        o,
-        "weft_exit_stream_bytes_total",
-        "counter",
-        "Bytes exit streams moved to and from their destinations.",
-    );
-    let _ = writeln!(
-        o,
-        "weft_exit_stream_bytes_total{{direction=\"from_destination\"}} {}",
-        e.bytes_from_dest
-    );
-    let _ = writeln!(
-        o,
-        "weft_exit_stream_bytes_total{{direction=\"to_destination\"}} {}",
-        e.bytes_to_dest
-    );
-    family(o, "weft_exit_streams", "gauge", "Exit streams open now.");
-    let _ = writeln!(o, "weft_exit_streams {}", e.open);
-}
 
 /// The onion-service families, named after C Tor's relay metrics
 /// (`tor_relay_est_intro_actions_total`, …) with weft's prefix.

@@ -13,6 +13,7 @@
 
 mod balance;
 pub mod directory;
+mod exit_metrics;
 mod limits;
 mod local;
 pub mod metrics;
@@ -27,6 +28,7 @@ use std::time::{Duration, Instant, SystemTime};
 use tokio::sync::mpsc::unbounded_channel;
 use tracing::{debug, error, info, warn};
 use weft_crypto::keys::{LinkKeys, RelayKeys, TLS_CONTEXT_LIFETIME};
+use weft_proto::circuit::congestion::CcParams;
 use weft_proto::link::PeerKind;
 use weft_proto::origin::HopTarget;
 
@@ -135,6 +137,7 @@ fn sched_params(cfg: &RelayConfig, p: &NetParams) -> SchedParams {
             p.get_clamped(name, d, min, max)
         }),
         sendme_accept_min: p.get_clamped("sendme_accept_min_version", 0, 0, 255) as u8,
+        cc: CcParams::from_consensus(|name, d, min, max| p.get_clamped(name, d, min, max)),
     }
 }
 

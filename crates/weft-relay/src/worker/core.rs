@@ -231,7 +231,6 @@ impl Circuits {
                 refuse_single_hop_rend: ctx.dos.refuse_single_hop_rend,
                 now_s: 0,
                 exit: ctx.exit.is_some(),
-                sendme_accept_min: ctx.sendme_accept_min,
             },
             ctx,
             streams: Default::default(),
@@ -322,7 +321,6 @@ impl Circuits {
         self.fctx.intro_dos = ctx.intro_dos;
         self.fctx.refuse_single_hop_rend = ctx.dos.refuse_single_hop_rend;
         self.fctx.exit = ctx.exit.is_some();
-        self.fctx.sendme_accept_min = ctx.sendme_accept_min;
         self.ctx = ctx;
     }
 

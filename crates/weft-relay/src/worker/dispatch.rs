@@ -269,7 +269,7 @@ impl Circuits {
                 Handed::Done
             }
             ForwardAction::CircuitSendme => {
-                self.circuit_window_opened(slot);
+                self.circuit_sendme(conn, slot, body);
                 Handed::Done
             }
             ForwardAction::RefusedSingleHopRendezvous => {
@@ -372,7 +372,7 @@ impl Circuits {
         let result = match command {
             cmd::CREATE2 => {
                 self.limit_counters.onionskins_processed += 1;
-                circuit::answer_create2(&self.ctx.handshake, body)
+                circuit::answer_create2(&self.ctx.handshake, body, Some(&self.ctx.cc))
                     .map(|(r, h, _)| (cmd::CREATED2, r, h))
             }
             cmd::CREATE_FAST => {
@@ -383,6 +383,9 @@ impl Circuits {
         match result {
             Ok((reply_cmd, reply, mut half)) => {
                 half.prev_is_client = client;
+                if half.congestion().is_some() {
+                    self.streams.counters.cc.circs_created += 1;
+                }
                 self.queue_urgent(conn, circ_id, reply_cmd, &reply);
                 let r = self
                     .halves

@@ -46,6 +46,7 @@ pub(crate) mod onion;
 pub(crate) mod origin;
 pub(crate) mod report;
 pub(crate) mod sched;
+pub(crate) mod stream_flow;
 pub(crate) mod stream_io;
 pub(crate) mod streams;
 #[cfg(test)]

@@ -9,22 +9,23 @@
 //! its destination; it asks the driver to connect and close sockets
 //! ([`StreamIo`]) and is told what the sockets did (connected, failed,
 //! bytes read, EOF, bytes written). Admission is weft-proto's
-//! `circuit::exit` (C Tor 0.4.9's rules), windows are `circuit::flow`.
+//! `circuit::exit` (C Tor 0.4.9's rules); flow control (windows, SENDMEs,
+//! XON/XOFF under congestion control) is [`super::stream_flow`].
 //! [C connection_edge.c connection_exit_begin_conn(),
-//! connection_exit_connect(), connection_edge_package_raw_inbuf(),
-//! connection_edge_end(); relay.c handle_relay_msg()]
+//! connection_exit_connect(), connection_edge_end(); dns.c]
 //!
-//! Not built yet (issue 12): DNS (a name gets END RESOLVEFAILED), RESOLVE
-//! of names, congestion control and XON/XOFF, stream DoS limits, exit
-//! metrics, connect timeouts of our own (the kernel's apply), and moving
-//! a connection whose circuits have streams (it stays on its worker).
+//! Connects have no timer of their own, as in C Tor: the kernel's applies,
+//! and a client that gives up first sends END, which closes the pending
+//! socket. Not built yet (issue 12): stream buffers counted in
+//! MaxMemInQueues, and moving a connection whose circuits have streams
+//! (it stays on its worker).
 
 use std::collections::{HashMap, VecDeque};
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 
 use slab::Slab;
 use tracing::debug;
-use weft_proto::cell::{cmd, destroy_reason, BODY_LEN};
+use weft_proto::cell::{destroy_reason, BODY_LEN};
 use weft_proto::circuit::exit::{self, Admission, ExitContext};
 use weft_proto::circuit::flow::{StreamFlow, DATA_MAX};
 use weft_proto::relay::{self, end_reason, relay_cmd};
@@ -40,7 +41,7 @@ use crate::resolver::{DnsAnswer, DnsQuery, FamilyAnswer};
 pub(crate) const QUEUE_HIGHWATER: usize = 256;
 /// C Tor sends stream SENDMEs only while the bytes waiting for the
 /// destination are below this (`connection_outbuf_too_full`: 10 cells).
-const OUTBUF_FULL: usize = 10 * DATA_MAX;
+pub(super) const OUTBUF_FULL: usize = 10 * DATA_MAX;
 
 /// Most lookups one worker waits for at once: a client flooding BEGINs
 /// or RESOLVEs to names a slow server answers cannot grow the table
@@ -67,7 +68,7 @@ pub(crate) enum StreamIo {
 
 /// Where a stream is in its life.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum State {
+pub(super) enum State {
     /// A BEGIN's host name is being looked up.
     Resolving {
         /// The BEGIN's port.
@@ -87,37 +88,37 @@ enum State {
 }
 
 /// One exit stream.
-struct ExitStream {
+pub(super) struct ExitStream {
     /// Slot of its circuit's keyed half.
-    slot: u32,
+    pub(super) slot: u32,
     /// Its connection (the driver's index).
-    conn: usize,
-    stream_id: u16,
+    pub(super) conn: usize,
+    pub(super) stream_id: u16,
     /// Unique per worker: a late DNS answer for a stream that is gone
     /// (its key reused) is recognised.
     tag: u64,
-    state: State,
-    flow: StreamFlow,
+    pub(super) state: State,
+    pub(super) flow: StreamFlow,
     /// Where it connects (for CONNECTED).
     addr: IpAddr,
     /// The TTL CONNECTED reports.
     ttl: u32,
     /// Bytes from the client waiting for the destination.
-    to_dest: VecDeque<u8>,
+    pub(super) to_dest: VecDeque<u8>,
 }
 
 /// Every exit stream of a worker.
 #[derive(Default)]
 pub(crate) struct Streams {
-    streams: Slab<ExitStream>,
+    pub(super) streams: Slab<ExitStream>,
     /// (half slot, stream ID) → key.
     by_id: HashMap<(u32, u16), usize>,
     /// Socket work for the driver, in order.
     io: VecDeque<StreamIo>,
     /// Streams with bytes (or a close) for their destination.
-    want_write: Vec<usize>,
+    pub(super) want_write: Vec<usize>,
     /// Streams whose reading may go on (a window opened, connected).
-    may_read: Vec<usize>,
+    pub(super) may_read: Vec<usize>,
     /// The next stream's tag.
     next_tag: u64,
     /// Lookups asked and not answered yet.
@@ -192,16 +193,7 @@ impl Circuits {
             }
             (relay_cmd::RESOLVE, _) => self.resolve(conn, slot, stream_id, relay::data(body, &h)),
             (relay_cmd::DATA, Some(key)) => {
-                let s = &mut self.streams.streams[key];
-                if let Err(e) = s.flow.data_received() {
-                    self.close_circuit(conn, slot, destroy_reason::PROTOCOL, &e.to_string());
-                    return;
-                }
-                if s.state == State::Flushing {
-                    return;
-                }
-                s.to_dest.extend(relay::data(body, &h));
-                self.streams.want_write.push(key);
+                self.stream_data(conn, slot, key, relay::data(body, &h))
             }
             (relay_cmd::END, Some(key)) => {
                 let s = &mut self.streams.streams[key];
@@ -213,15 +205,11 @@ impl Circuits {
                     self.free_stream(key);
                 }
             }
-            (relay_cmd::SENDME, Some(key)) => {
-                if let Err(e) = self.streams.streams[key].flow.sendme_received() {
-                    self.close_circuit(conn, slot, destroy_reason::PROTOCOL, &e.to_string());
-                    return;
-                }
-                self.streams.may_read.push(key);
-            }
-            // DATA, END or SENDME for a stream we do not have (closed
-            // already, or never opened): dropped, as C Tor does.
+            (relay_cmd::SENDME, Some(key)) => self.stream_sendme(conn, slot, key),
+            (relay_cmd::XOFF, Some(key)) => self.stream_xoff(key),
+            (relay_cmd::XON, Some(key)) => self.stream_xon(key, relay::data(body, &h)),
+            // DATA, END, SENDME, XON or XOFF for a stream we do not have
+            // (closed already, or never opened): dropped, as C Tor does.
             _ => debug!(
                 "worker {}: {} for unknown stream {stream_id} dropped",
                 self.me,
@@ -230,18 +218,8 @@ impl Circuits {
         }
     }
 
-    /// A circuit-level SENDME opened the window of the half at `slot`:
-    /// its streams may read again.
-    pub(crate) fn circuit_window_opened(&mut self, slot: u32) {
-        for (key, s) in self.streams.streams.iter() {
-            if s.slot == slot && s.state == State::Open {
-                self.streams.may_read.push(key);
-            }
-        }
-    }
-
     /// The keyed half at `slot`, if it is one.
-    fn keyed(&mut self, slot: u32) -> Option<&mut weft_proto::circuit::KeyedHalf> {
+    pub(super) fn keyed(&mut self, slot: u32) -> Option<&mut weft_proto::circuit::KeyedHalf> {
         match &mut self.halves.by_slot(slot)?.role {
             HalfRole::Keyed(k) => Some(k),
             _ => None,
@@ -249,7 +227,14 @@ impl Circuits {
     }
 
     /// Send a relay message we originate on the keyed half at `slot`.
-    fn send_on(&mut self, conn: usize, slot: u32, command: u8, stream_id: u16, data: &[u8]) {
+    pub(super) fn send_on(
+        &mut self,
+        conn: usize,
+        slot: u32,
+        command: u8,
+        stream_id: u16,
+        data: &[u8],
+    ) {
         let mut body = [0u8; BODY_LEN];
         let Some(k) = self.keyed(slot) else { return };
         k.originate(&mut body, command, stream_id, data);
@@ -287,6 +272,11 @@ impl Circuits {
 
     /// A new stream in the table.
     fn new_stream(&mut self, conn: usize, slot: u32, stream_id: u16, state: State) -> usize {
+        // XON/XOFF on a circuit with congestion control, else windows.
+        let flow = match self.keyed(slot) {
+            Some(k) if k.congestion().is_some() => StreamFlow::with_xon_xoff(),
+            _ => StreamFlow::default(),
+        };
         self.streams.next_tag += 1;
         let tag = self.streams.next_tag;
         self.streams.streams.insert(ExitStream {
@@ -295,7 +285,7 @@ impl Circuits {
             stream_id,
             tag,
             state,
-            flow: StreamFlow::default(),
+            flow,
             addr: IpAddr::V4(std::net::Ipv4Addr::UNSPECIFIED),
             ttl: 0,
             to_dest: VecDeque::new(),
@@ -604,7 +594,7 @@ impl Circuits {
     }
 
     /// Forget stream `key` and have its socket closed.
-    fn free_stream(&mut self, key: usize) {
+    pub(super) fn free_stream(&mut self, key: usize) {
         if let Some(s) = self.streams.streams.try_remove(key) {
             if self.streams.by_id.get(&(s.slot, s.stream_id)) == Some(&key) {
                 self.streams.by_id.remove(&(s.slot, s.stream_id));
@@ -630,76 +620,6 @@ impl Circuits {
             .collect();
         for k in keys {
             self.free_stream(k);
-        }
-    }
-
-    /// How many bytes stream `key` may read from its socket now: what its
-    /// window, its circuit's window and its circuit's queue allow.
-    pub(crate) fn stream_read_budget(&mut self, key: usize) -> usize {
-        let Some(s) = self.streams.streams.get(key) else {
-            return 0;
-        };
-        if s.state != State::Open || !s.flow.can_package() {
-            return 0;
-        }
-        let (slot, stream_window) = (s.slot, s.flow.package_window());
-        let Some(h) = self.halves.by_slot(slot) else {
-            return 0;
-        };
-        let queued = h.queue.len();
-        let HalfRole::Keyed(k) = &h.role else {
-            return 0;
-        };
-        let cells = stream_window
-            .min(k.package_window())
-            .min(QUEUE_HIGHWATER as i32 - queued as i32);
-        usize::try_from(cells).unwrap_or(0) * DATA_MAX
-    }
-
-    /// Bytes stream `key` read from its socket (within its read budget):
-    /// DATA cells toward the client.
-    pub(crate) fn stream_data_read(&mut self, key: usize, mut data: &[u8]) {
-        while !data.is_empty() {
-            let Some(s) = self.streams.streams.get_mut(key) else {
-                return;
-            };
-            let (conn, slot, sid) = (s.conn, s.slot, s.stream_id);
-            s.flow.data_sent();
-            let n = data.len().min(DATA_MAX);
-            let mut body = [0u8; BODY_LEN];
-            let Some(k) = self.keyed(slot) else { return };
-            k.originate_data(&mut body, sid, &data[..n]);
-            let now = self.now_ns;
-            self.enqueue(conn, slot, cmd::RELAY, now, now, &body);
-            data = &data[n..];
-        }
-    }
-
-    /// The bytes waiting for stream `key`'s destination (the driver writes
-    /// from the front and drains what the socket took).
-    pub(crate) fn stream_output(&mut self, key: usize) -> Option<&mut VecDeque<u8>> {
-        self.streams.streams.get_mut(key).map(|s| &mut s.to_dest)
-    }
-
-    /// The driver wrote to stream `key`'s socket: a stream that the client
-    /// ended closes once everything went out; an open one sends the
-    /// stream SENDMEs the destination's pace allows.
-    pub(crate) fn stream_wrote(&mut self, key: usize) {
-        let Some(s) = self.streams.streams.get_mut(key) else {
-            return;
-        };
-        if s.state == State::Flushing {
-            if s.to_dest.is_empty() {
-                self.free_stream(key);
-            }
-            return;
-        }
-        if s.to_dest.len() >= OUTBUF_FULL {
-            return;
-        }
-        let (conn, slot, sid) = (s.conn, s.slot, s.stream_id);
-        for _ in 0..s.flow.sendmes_due() {
-            self.send_on(conn, slot, relay_cmd::SENDME, sid, &[]);
         }
     }
 

@@ -25,6 +25,7 @@ use crate::link_io::CellIn;
 use crate::messages::{ControllerMsg, HalfRef, RingMsg};
 use crate::ring::{ring, Consumer};
 
+mod congestion;
 mod limits;
 mod migrate;
 mod onion;

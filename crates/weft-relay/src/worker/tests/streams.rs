@@ -17,7 +17,7 @@ use crate::worker::streams::StreamIo;
 /// (ExitPolicyRejectPrivate 1: private addresses refused), in a network
 /// with a relay at 198.51.100.1:9001. Tests connect to 198.51.100.x
 /// (documentation addresses: no socket is ever made here).
-fn exit_net() -> Net {
+pub(super) fn exit_net() -> Net {
     let opts = ExitPolicyOptions {
         exit_relay: Some(true),
         exit_policy: vec!["accept *:*".into()],
@@ -52,12 +52,12 @@ fn exit_net() -> Net {
 
 /// The peer opened the connection: its circuit IDs have the top bit set.
 /// Tests name circuits by their low bits.
-fn id(circ: u32) -> u32 {
+pub(super) fn id(circ: u32) -> u32 {
     circ | 0x8000_0000
 }
 
 /// A one-hop circuit from a relay (conn `conn`) to worker 0.
-fn circuit(net: &mut Net, conn: usize, circ: u32) -> OriginCircuit {
+pub(super) fn circuit(net: &mut Net, conn: usize, circ: u32) -> OriginCircuit {
     let circ = id(circ);
     if net.cores[0].conn(conn).is_none() {
         net.open(0, conn, false);
@@ -73,7 +73,7 @@ fn circuit(net: &mut Net, conn: usize, circ: u32) -> OriginCircuit {
 }
 
 /// Send a relay message on (conn, circ); returns the cell's SENDME tag.
-fn send(
+pub(super) fn send(
     net: &mut Net,
     conn: usize,
     circ: u32,
@@ -91,7 +91,7 @@ fn send(
 /// What the client reads on (conn, circ): relay messages (command,
 /// stream, data, the digest after it) and whether a DESTROY came.
 #[allow(clippy::type_complexity)]
-fn read(
+pub(super) fn read(
     net: &mut Net,
     conn: usize,
     circ: u32,
@@ -117,7 +117,7 @@ fn read(
     (msgs, destroyed)
 }
 
-fn begin(target: &str) -> Vec<u8> {
+pub(super) fn begin(target: &str) -> Vec<u8> {
     let mut b = target.as_bytes().to_vec();
     b.push(0);
     b
@@ -125,7 +125,13 @@ fn begin(target: &str) -> Vec<u8> {
 
 /// BEGIN to 198.51.100.7:5000 on stream `sid`, connected by the "driver";
 /// returns the stream's key after CONNECTED was read.
-fn open_stream(net: &mut Net, conn: usize, circ: u32, c: &mut OriginCircuit, sid: u16) -> usize {
+pub(super) fn open_stream(
+    net: &mut Net,
+    conn: usize,
+    circ: u32,
+    c: &mut OriginCircuit,
+    sid: u16,
+) -> usize {
     send(
         net,
         conn,

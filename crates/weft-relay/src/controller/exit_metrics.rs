@@ -1,0 +1,97 @@
+//! The exit's MetricsPort families: streams, DNS, END reasons, bytes, and
+//! congestion control, in C Tor's metric naming with weft's prefix where
+//! C has one (`tor_relay_streams_total` → `weft_relay_streams_total`).
+
+use std::fmt::Write as _;
+
+use super::metrics::{family, END_REASON_NAMES};
+
+/// The exit families: C Tor's `tor_relay_streams_total` and
+/// `tor_relay_exit_dns_*` with weft's prefix, and weft's own (ENDs by
+/// reason, bytes to and from destinations, open streams).
+pub(super) fn render_exit(o: &mut String, e: &crate::messages::ExitCounters) {
+    family(
+        o,
+        "weft_relay_streams_total",
+        "counter",
+        "Total number of streams.",
+    );
+    for (t, v) in [("begin", e.begin), ("begin_dir", 0), ("resolve", e.resolve)] {
+        let _ = writeln!(o, "weft_relay_streams_total{{type=\"{t}\"}} {v}");
+    }
+    family(
+        o,
+        "weft_relay_exit_dns_query_total",
+        "counter",
+        "Total number of DNS queries done by this relay.",
+    );
+    let _ = writeln!(o, "weft_relay_exit_dns_query_total {}", e.dns_queries);
+    family(
+        o,
+        "weft_relay_exit_dns_error_total",
+        "counter",
+        "Total number of DNS answers by outcome.",
+    );
+    for (r, v) in [
+        ("success", e.dns_success),
+        ("notexist", e.dns_notexist),
+        ("unknown", e.dns_failed),
+    ] {
+        let _ = writeln!(o, "weft_relay_exit_dns_error_total{{reason=\"{r}\"}} {v}");
+    }
+    family(
+        o,
+        "weft_exit_stream_ends_total",
+        "counter",
+        "END cells this exit sent, by reason.",
+    );
+    for (i, v) in e.end_reasons.iter().enumerate() {
+        if *v > 0 && !END_REASON_NAMES[i].is_empty() {
+            let _ = writeln!(
+                o,
+                "weft_exit_stream_ends_total{{reason=\"{}\"}} {v}",
+                END_REASON_NAMES[i]
+            );
+        }
+    }
+    family(
+        o,
+        "weft_exit_stream_bytes_total",
+        "counter",
+        "Bytes exit streams moved to and from their destinations.",
+    );
+    let _ = writeln!(
+        o,
+        "weft_exit_stream_bytes_total{{direction=\"from_destination\"}} {}",
+        e.bytes_from_dest
+    );
+    let _ = writeln!(
+        o,
+        "weft_exit_stream_bytes_total{{direction=\"to_destination\"}} {}",
+        e.bytes_to_dest
+    );
+    family(o, "weft_exit_streams", "gauge", "Exit streams open now.");
+    let _ = writeln!(o, "weft_exit_streams {}", e.open);
+    let c = &e.cc;
+    family(
+        o,
+        "weft_relay_congestion_control_total",
+        "counter",
+        "Congestion control at the exit (proposal 324), as C Tor's family.",
+    );
+    for (state, action, v) in [
+        ("cc_circuits", "circs_created", c.circs_created),
+        ("cc_circuits", "circs_exited_ss", c.exited_slow_start),
+        ("starvation", "rtt_reset", c.rtt_reset),
+        ("clock_stalls", "rtt_skipped", c.clock_stalls),
+        ("flow_control", "xoff_num_sent", c.xoff_sent),
+        ("flow_control", "xon_num_sent", c.xon_sent),
+        ("flow_control", "xoff_num_received", c.xoff_received),
+        ("flow_control", "xon_num_received", c.xon_received),
+    ] {
+        let _ = writeln!(
+            o,
+            "weft_relay_congestion_control_total{{state=\"{state}\",action=\"{action}\"}} {v}"
+        );
+    }
+}

@@ -1,0 +1,221 @@
+//! The exit streams' flow control (part of the sans-IO circuit core): how
+//! far a stream's socket may be read (its window or XON/XOFF, its
+//! circuit's package or congestion window, its circuit's queue), the DATA
+//! cells that reading makes, the bytes waiting for the destination, and
+//! the SENDMEs, XOFFs and XONs that follow from them. The rules are
+//! weft-proto's `circuit::flow` and `circuit::congestion`; this file
+//! applies them to a worker's streams.
+//! [C relay.c connection_edge_package_raw_inbuf(), handle_relay_msg();
+//! sendme.c; congestion_control_flow.c]
+
+use std::collections::VecDeque;
+
+use tracing::debug;
+use weft_proto::cell::{cmd, destroy_reason, BODY_LEN};
+use weft_proto::circuit::flow::{DATA_MAX, XOFF_BODY, XON_BODY};
+use weft_proto::relay::relay_cmd;
+
+use super::core::Circuits;
+use super::half::HalfRole;
+use super::streams::{State, OUTBUF_FULL, QUEUE_HIGHWATER};
+
+/// A circuit counts as blocked on its connection (a congestion signal
+/// for Vegas) while this many of its cells wait there: C's default
+/// `orconn_high` (32 KiB) in cells.
+const BLOCKED_QUEUE: usize = 32 * 1024 / 514;
+
+/// Most bytes one stream may hold for its destination. Without congestion
+/// control the stream window bounds them (500 cells); with it, a client
+/// keeps sending until our XOFF reaches it — up to its congestion window
+/// (at most `cc_ss_max` cells in slow start) — so the cap leaves room for
+/// that; a client that sends past it ignores XOFF and loses its circuit.
+fn max_to_dest(xoff_limit: usize, ss_cwnd_max: u64) -> usize {
+    xoff_limit + 2 * usize::try_from(ss_cwnd_max).unwrap_or(usize::MAX / 4) * DATA_MAX
+}
+
+impl Circuits {
+    /// The round's clock in µs (what Vegas and XOFF's grace period use).
+    fn now_us(&self) -> u64 {
+        self.now_ns / 1000
+    }
+
+    /// DATA for stream `key` of the half at `slot`: its bytes wait for the
+    /// destination; XOFF when they pile up (congestion control).
+    pub(super) fn stream_data(&mut self, conn: usize, slot: u32, key: usize, data: &[u8]) {
+        let now_us = self.now_us();
+        let limit = self.ctx.cc.xoff_exit_bytes;
+        let cap = max_to_dest(limit, self.ctx.cc.ss_cwnd_max);
+        let s = &mut self.streams.streams[key];
+        if let Err(e) = s.flow.data_received() {
+            self.close_circuit(conn, slot, destroy_reason::PROTOCOL, &e.to_string());
+            return;
+        }
+        if s.state == State::Flushing {
+            return;
+        }
+        let xoff = s.flow.decide_xoff(s.to_dest.len(), limit, now_us);
+        s.to_dest.extend(data);
+        let over = s.to_dest.len() > cap;
+        let sid = s.stream_id;
+        self.streams.want_write.push(key);
+        if over {
+            self.close_circuit(
+                conn,
+                slot,
+                destroy_reason::RESOURCELIMIT,
+                "a stream's client kept sending after XOFF",
+            );
+            return;
+        }
+        if xoff {
+            self.streams.counters.cc.xoff_sent += 1;
+            self.send_on(conn, slot, relay_cmd::XOFF, sid, &XOFF_BODY);
+        }
+    }
+
+    /// A stream-level SENDME: the stream's window opens (an error without
+    /// stream windows, or past the window, closes the circuit).
+    pub(super) fn stream_sendme(&mut self, conn: usize, slot: u32, key: usize) {
+        if let Err(e) = self.streams.streams[key].flow.sendme_received() {
+            self.close_circuit(conn, slot, destroy_reason::PROTOCOL, &e.to_string());
+            return;
+        }
+        self.streams.may_read.push(key);
+    }
+
+    /// The client sent XOFF for stream `key`: stop reading its socket
+    /// (ignored, as C ignores it, without congestion control or twice).
+    pub(super) fn stream_xoff(&mut self, key: usize) {
+        if self.streams.streams[key].flow.xoff_received() {
+            self.streams.counters.cc.xoff_received += 1;
+        }
+    }
+
+    /// The client sent XON for stream `key`: read again. Its advisory
+    /// rate is not applied (the circuit's congestion window still bounds
+    /// the stream).
+    pub(super) fn stream_xon(&mut self, key: usize, data: &[u8]) {
+        let s = &mut self.streams.streams[key];
+        if s.flow.uses_xon_xoff() && weft_proto::circuit::flow::parse_xon(data).is_some() {
+            self.streams.counters.cc.xon_received += 1;
+        }
+        if s.flow.xon_received(data) && s.state == State::Open {
+            self.streams.may_read.push(key);
+        }
+    }
+
+    /// A circuit-level SENDME on the half at `slot` (its decrypted message
+    /// in `body`): checked against the kept digest, then the window (or
+    /// Vegas) opens and the circuit's streams may read again. A bad one
+    /// closes the circuit.
+    pub(crate) fn circuit_sendme(&mut self, conn: usize, slot: u32, body: &[u8; BODY_LEN]) {
+        let now_us = self.now_us();
+        let accept_min = self.ctx.sendme_accept_min;
+        let Some(h) = self.halves.by_slot(slot) else {
+            return;
+        };
+        let blocked = h.queue.len() >= BLOCKED_QUEUE;
+        let HalfRole::Keyed(k) = &mut h.role else {
+            return;
+        };
+        match k.circuit_sendme_received(body, accept_min, now_us, blocked) {
+            Ok(outcome) => {
+                if let Some(o) = outcome {
+                    let c = &mut self.streams.counters.cc;
+                    c.exited_slow_start += u64::from(o.exited_slow_start);
+                    c.rtt_reset += u64::from(o.rtt_reset);
+                    c.clock_stalls += u64::from(o.clock_stalled);
+                }
+                self.circuit_window_opened(slot);
+            }
+            Err(e) => self.close_circuit(conn, slot, destroy_reason::PROTOCOL, &e.to_string()),
+        }
+    }
+
+    /// The window of the half at `slot` opened: its streams may read again.
+    fn circuit_window_opened(&mut self, slot: u32) {
+        for (key, s) in self.streams.streams.iter() {
+            if s.slot == slot && s.state == State::Open {
+                self.streams.may_read.push(key);
+            }
+        }
+    }
+
+    /// How many bytes stream `key` may read from its socket now: what its
+    /// window (or XON/XOFF), its circuit's window (or congestion window)
+    /// and its circuit's queue allow.
+    pub(crate) fn stream_read_budget(&mut self, key: usize) -> usize {
+        let Some(s) = self.streams.streams.get(key) else {
+            return 0;
+        };
+        if s.state != State::Open || !s.flow.can_package() {
+            return 0;
+        }
+        let (slot, stream_window) = (s.slot, s.flow.package_window());
+        let Some(h) = self.halves.by_slot(slot) else {
+            return 0;
+        };
+        let queued = h.queue.len();
+        let HalfRole::Keyed(k) = &h.role else {
+            return 0;
+        };
+        let cells = stream_window
+            .min(k.package_window())
+            .min(QUEUE_HIGHWATER as i32 - queued as i32);
+        usize::try_from(cells).unwrap_or(0) * DATA_MAX
+    }
+
+    /// Bytes stream `key` read from its socket (within its read budget):
+    /// DATA cells toward the client.
+    pub(crate) fn stream_data_read(&mut self, key: usize, mut data: &[u8]) {
+        let now_us = self.now_us();
+        while !data.is_empty() {
+            let Some(s) = self.streams.streams.get_mut(key) else {
+                return;
+            };
+            let (conn, slot, sid) = (s.conn, s.slot, s.stream_id);
+            s.flow.data_sent();
+            let n = data.len().min(DATA_MAX);
+            let mut body = [0u8; BODY_LEN];
+            let Some(k) = self.keyed(slot) else { return };
+            k.originate_data(&mut body, sid, &data[..n], now_us);
+            let now = self.now_ns;
+            self.enqueue(conn, slot, cmd::RELAY, now, now, &body);
+            data = &data[n..];
+        }
+    }
+
+    /// The bytes waiting for stream `key`'s destination (the driver writes
+    /// from the front and drains what the socket took).
+    pub(crate) fn stream_output(&mut self, key: usize) -> Option<&mut VecDeque<u8>> {
+        self.streams.streams.get_mut(key).map(|s| &mut s.to_dest)
+    }
+
+    /// The driver wrote to stream `key`'s socket: a stream that the client
+    /// ended closes once everything went out; an open one sends the
+    /// stream SENDMEs the destination's pace allows, or XON once the
+    /// bytes after an XOFF are gone.
+    pub(crate) fn stream_wrote(&mut self, key: usize) {
+        let Some(s) = self.streams.streams.get_mut(key) else {
+            return;
+        };
+        if s.state == State::Flushing {
+            if s.to_dest.is_empty() {
+                self.free_stream(key);
+            }
+            return;
+        }
+        let (conn, slot, sid) = (s.conn, s.slot, s.stream_id);
+        if s.flow.decide_xon(s.to_dest.len()) {
+            debug!("worker {}: XON for stream {sid}", self.me);
+            self.streams.counters.cc.xon_sent += 1;
+            return self.send_on(conn, slot, relay_cmd::XON, sid, &XON_BODY);
+        }
+        if s.to_dest.len() >= OUTBUF_FULL {
+            return;
+        }
+        for _ in 0..s.flow.sendmes_due() {
+            self.send_on(conn, slot, relay_cmd::SENDME, sid, &[]);
+        }
+    }
+}
