@@ -38,6 +38,10 @@ pub struct TestnetConfig {
     /// as an ordinary user's tor does; needed for onion-service connections.
     /// Default false: tests attach streams with ATTACHSTREAM.
     pub clients_choose_circuits: bool,
+    /// The authorities' `ConsensusParams` (e.g.
+    /// `sendme_accept_min_version=1 cc_alg=0`); empty: none, the
+    /// defaults of every parameter apply.
+    pub consensus_params: String,
 }
 
 impl TestnetConfig {
@@ -76,6 +80,7 @@ impl Default for TestnetConfig {
             weft: None,
             onion_services: 0,
             clients_choose_circuits: false,
+            consensus_params: String::new(),
         }
     }
 }

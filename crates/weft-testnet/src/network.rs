@@ -309,6 +309,7 @@ impl Testnet {
                 .collect(),
             onion_services: self.config.onion_services,
             clients_choose_circuits: self.config.clients_choose_circuits,
+            consensus_params: self.config.consensus_params.clone(),
             weft_exit_policy: self
                 .config
                 .weft

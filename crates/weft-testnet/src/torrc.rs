@@ -44,6 +44,8 @@ pub(crate) struct NetFacts {
     pub(crate) clients_choose_circuits: bool,
     /// weft's exit policy lines (empty: weft is not an exit).
     pub(crate) weft_exit_policy: Vec<String>,
+    /// The authorities' ConsensusParams (empty: none).
+    pub(crate) consensus_params: String,
 }
 
 /// The ports one node listens on.
@@ -184,6 +186,9 @@ pub(crate) fn stock_torrc(
             let _ = writeln!(a, "{k} {v}");
         }
         let _ = writeln!(a, "AuthDirFastGuarantee {AUTH_DIR_FAST_GUARANTEE} bytes");
+        if !facts.consensus_params.is_empty() {
+            let _ = writeln!(a, "ConsensusParams {}", facts.consensus_params);
+        }
         if !facts.weft_exit_policy.is_empty() {
             // Clients that pick their own circuits sample only Stable
             // guards; in a young network the stock relays are not Stable

@@ -8,13 +8,21 @@
 //! ConnectionThreads 2, 0 and 1 (weft restarted between them). What weft
 //! answered is checked in its log and in the client's stream events.
 //!
+//! Flow control: the authorities require SENDME v1 (`sendme_accept_min_version=1`,
+//! as on the live network), so a client closes its circuit if weft stops
+//! authenticating its SENDMEs, and every transfer stalls if weft stops
+//! sending them. weft advertises `FlowCtrl=1-2`: with the consensus
+//! defaults the clients negotiate congestion control (Vegas, XON/XOFF) in
+//! ntor-v3 and the MetricsPort counts it; a second network with `cc_alg=0`
+//! runs the fixed windows.
+//!
 //! DNS: weft's `ServerDNSResolvConfFile` names a name server the test
 //! runs on 127.53.0.1:53 ([`dns`]): a name is looked up and connected to;
 //! a name whose answer takes seconds holds only its own stream while
 //! another stream's bytes flow on the same worker; a name that resolves
 //! to an address the exit policy rejects gets END EXITPOLICY.
 //!
-//! Networks live in `target/tmp/weft-net-exit-<pid>/`, kept on failure.
+//! Networks live in `target/tmp/weft-net-exit-<label>-<pid>/`, kept on failure.
 
 mod common;
 
@@ -53,9 +61,15 @@ mod dns {
     }
 
     /// Serve A queries until the process ends (each answer on a thread of
-    /// its own, so a slow one delays nobody else).
+    /// its own, so a slow one delays nobody else). Once per process.
     pub fn start() -> std::io::Result<()> {
+        static STARTED: std::sync::Mutex<bool> = std::sync::Mutex::new(false);
+        let mut started = STARTED.lock().unwrap_or_else(|e| e.into_inner());
+        if *started {
+            return Ok(());
+        }
         let sock = UdpSocket::bind(ADDR)?;
+        *started = true;
         std::thread::spawn(move || {
             let mut buf = [0u8; 512];
             while let Ok((n, from)) = sock.recv_from(&mut buf) {
@@ -127,10 +141,17 @@ fn metric(net: &Testnet, port: u16, line: &str) -> Result<f64> {
         .unwrap_or(0.0))
 }
 
-fn start(sink_port: u16, metrics_port: u16) -> Result<(Testnet, PathBuf)> {
+/// The network `label`; `params`: the authorities' ConsensusParams.
+fn start(
+    sink_port: u16,
+    metrics_port: u16,
+    label: &str,
+    params: &str,
+) -> Result<(Testnet, PathBuf)> {
     let base_dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR"))
-        .join(format!("weft-net-exit-{}", std::process::id()));
+        .join(format!("weft-net-exit-{label}-{}", std::process::id()));
     let mut cfg = TestnetConfig::new(&base_dir, 0);
+    cfg.consensus_params = params.into();
     cfg.exits = 0;
     cfg.clients = 1;
     cfg.clients_choose_circuits = true;
@@ -323,7 +344,9 @@ fn stock_clients_use_weft_as_their_exit() -> Result<()> {
     let sink_port = common::free_port();
     let sink = Sink::start_on(sink_port)?;
     let metrics_port = common::free_port();
-    let (mut net, base_dir) = start(sink_port, metrics_port)?;
+    // SENDME v1 required both ways, as on the live network: a client
+    // refuses an unauthenticated SENDME from weft, and weft one from it.
+    let (mut net, base_dir) = start(sink_port, metrics_port, "cc", "sendme_accept_min_version=1")?;
     let stock: Vec<String> = net
         .nodes()
         .iter()
@@ -392,10 +415,18 @@ fn stock_clients_use_weft_as_their_exit() -> Result<()> {
         !log.is_empty(),
         "weft did not warn that its exit is incomplete"
     );
-    // No circuit closed for a flow-control or stream reason. (Circuits
-    // that close for other reasons are fine: the end of a bandwidth
-    // self-test, or a stock relay's reachability test asking weft to
-    // extend back to it, which C Tor refuses too.)
+    no_bad_closes(&net)?;
+    net.stop()?;
+    drop(net);
+    let _ = std::fs::remove_file(base_dir.with_extension("resolv.conf"));
+    std::fs::remove_dir_all(&base_dir).with_context(|| format!("removing {}", base_dir.display()))
+}
+
+/// No circuit closed for a flow-control or stream reason. (Circuits that
+/// close for other reasons are fine: the end of a bandwidth self-test, or
+/// a stock relay's reachability test asking weft to extend back to it,
+/// which C Tor refuses too.)
+fn no_bad_closes(net: &Testnet) -> Result<()> {
     let bad: Vec<String> = net
         .grep_logs("closing circuit")
         .into_iter()
@@ -403,6 +434,41 @@ fn stock_clients_use_weft_as_their_exit() -> Result<()> {
         .filter(|l| !l.contains("extend failed") && !l.contains("self-test"))
         .collect();
     ensure!(bad.is_empty(), "weft closed circuits: {bad:?}");
+    Ok(())
+}
+
+/// The same clients with congestion control off in the consensus
+/// (`cc_alg=0`): they ask for none, and the fixed windows (circuit 1000 /
+/// 100, stream 500 / 50) with SENDME v1 carry the streams.
+#[test]
+fn stock_clients_use_the_fixed_windows_without_congestion_control() -> Result<()> {
+    dns::start().context("starting the test's name server on 127.53.0.1:53")?;
+    let sink_port = common::free_port();
+    let sink = Sink::start_on(sink_port)?;
+    let metrics_port = common::free_port();
+    let (mut net, base_dir) = start(
+        sink_port,
+        metrics_port,
+        "fixed",
+        "cc_alg=0 sendme_accept_min_version=1",
+    )?;
+    let fp = weft_fp(&net)?;
+    net.wait_until_listed(&[&fp], &["Running", "Valid", "Exit"], LISTING_BOUND)?;
+    net.wait_for_bootstrap(LISTING_BOUND)?;
+    let moved = round(&net, &sink, "fixed-windows")?;
+    ensure!(moved == STREAMS as u64 * 2 * PER_STREAM);
+    std::thread::sleep(Duration::from_millis(1500));
+    let cc = metric(
+        &net,
+        metrics_port,
+        "weft_relay_congestion_control_total{state=\"cc_circuits\",action=\"circs_created\"}",
+    )?;
+    ensure!(
+        cc == 0.0,
+        "congestion control negotiated with cc_alg=0: {cc}"
+    );
+    ensure!(sink.errors().is_empty(), "sink errors: {:?}", sink.errors());
+    no_bad_closes(&net)?;
     net.stop()?;
     drop(net);
     let _ = std::fs::remove_file(base_dir.with_extension("resolv.conf"));
