@@ -109,9 +109,9 @@ fn build_with_retries(ctl: &mut weft_testnet::ControlClient, path: &[&String]) -
 }
 
 /// weft's MetricsPort and bearer token in the network.
-struct WeftMetrics {
-    port: u16,
-    cookie: std::path::PathBuf,
+pub(crate) struct WeftMetrics {
+    pub(crate) port: u16,
+    pub(crate) cookie: std::path::PathBuf,
 }
 
 impl WeftMetrics {
@@ -121,29 +121,68 @@ impl WeftMetrics {
     }
 }
 
-fn one_target(
+/// Where the measured relay sits in the circuits.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Position {
+    /// entry → target → exit (the stock exits `exit0`, … in turn).
+    Middle,
+    /// entry → `relay1` (the stock middle) → target.
+    Exit,
+}
+
+/// One measurement: `circuits` streams through `node` at `position`.
+pub(crate) struct Measure<'a> {
+    /// Its label in the results (`tor`, `weft`, `weft-1`, …).
+    pub label: &'a str,
+    /// The testnet node measured.
+    pub node: &'a str,
+    /// Where it sits.
+    pub position: Position,
+    /// Circuits, one stream each.
+    pub circuits: usize,
+    /// Bytes per stream and direction used.
+    pub bytes_per_stream: u64,
+    /// "up", "down" or "both".
+    pub direction: &'a str,
+    /// Entry relays taken in turn.
+    pub entries: usize,
+    /// Stock exits taken in turn (middle position).
+    pub exits: usize,
+    /// CPU cap (CPUs, cgroup) on the node during its transfers.
+    pub cpu_cap: Option<f64>,
+}
+
+/// Measure one target: build its circuits, attach a stream to each, move
+/// the bytes, read its CPU from /proc (and weft's MetricsPort).
+pub(crate) fn measure(
     net: &Testnet,
-    middle: &str,
-    p: &E2eProcedure,
+    m: &Measure<'_>,
     metrics: Option<&WeftMetrics>,
 ) -> Result<E2eResult> {
-    let entries = entry_names(p.entries)
+    let entries = entry_names(m.entries)
         .iter()
         .map(|n| net.fingerprint(n))
         .collect::<Result<Vec<_>>>()?;
-    let mid = net.fingerprint(middle)?;
-    let exits = (0..p.exits.max(1))
-        .map(|i| net.fingerprint(&format!("exit{i}")))
-        .collect::<Result<Vec<_>>>()?;
+    let target = net.fingerprint(m.node)?;
+    let others = match m.position {
+        Position::Middle => (0..m.exits.max(1))
+            .map(|i| net.fingerprint(&format!("exit{i}")))
+            .collect::<Result<Vec<_>>>()?,
+        Position::Exit => vec![net.fingerprint("relay1")?],
+    };
     let mut ctl = net.control("client0")?;
     let mut build = Vec::new();
     let mut circs = Vec::new();
-    for i in 0..p.circuits {
+    for i in 0..m.circuits {
         let t = Instant::now();
         let entry = &entries[i % entries.len()];
-        let exit = &exits[(i / entries.len()) % exits.len()];
-        let c = build_with_retries(&mut ctl, &[entry, &mid, exit])
-            .with_context(|| format!("circuit {i} through {middle}"))?;
+        let other = &others[(i / entries.len()) % others.len()];
+        let path = match m.position {
+            Position::Middle => [entry, &target, other],
+            Position::Exit => [entry, other, &target],
+        };
+        let c = build_with_retries(&mut ctl, &path)
+            .with_context(|| format!("circuit {i} through {}", m.node))?;
         build.push(t.elapsed().as_secs_f64() * 1e3);
         circs.push(c);
     }
@@ -162,16 +201,20 @@ fn one_target(
             Duration::from_secs(60),
         )?);
     }
-    let dir = match p.direction.as_str() {
+    let dir = match m.direction {
         "up" => Direction::Up,
         "down" => Direction::Down,
         _ => Direction::Both,
     };
-    let pid = pid_of(net, middle)?;
+    let pid = pid_of(net, m.node)?;
+    let cap = match m.cpu_cap {
+        Some(q) => Some(crate::target::CpuCap::apply(pid, m.label, q)?),
+        None => None,
+    };
     let m0 = metrics.and_then(WeftMetrics::scrape);
     let cpu0 = thread_cpu(pid);
     let t0 = Instant::now();
-    let bytes = p.bytes_per_stream;
+    let bytes = m.bytes_per_stream;
     let handles: Vec<_> = streams
         .into_iter()
         .map(|s| {
@@ -181,23 +224,31 @@ fn one_target(
     let mut ttfb = Vec::new();
     let mut ttlb = Vec::new();
     let mut moved = 0;
+    let mut failed = None;
     for h in handles {
-        let r = h
-            .join()
-            .map_err(|_| anyhow::anyhow!("transfer thread panicked"))??;
-        if let Some(fb) = r.first_byte {
-            ttfb.push(fb.as_secs_f64() * 1e3);
+        match h.join() {
+            Ok(Ok(r)) => {
+                if let Some(fb) = r.first_byte {
+                    ttfb.push(fb.as_secs_f64() * 1e3);
+                }
+                ttlb.push(r.elapsed.as_secs_f64() * 1e3);
+                moved += r.up_bytes + r.down_bytes;
+            }
+            Ok(Err(e)) => failed = Some(e),
+            Err(_) => failed = Some(anyhow::anyhow!("transfer thread panicked")),
         }
-        ttlb.push(r.elapsed.as_secs_f64() * 1e3);
-        moved += r.up_bytes + r.down_bytes;
     }
     let secs = t0.elapsed().as_secs_f64();
     let cpu: f64 = cpu_delta(&cpu0, &thread_cpu(pid))
         .iter()
         .map(|t| t.cpu_s)
         .sum();
+    drop(cap);
+    if let Some(e) = failed {
+        return Err(e.context(format!("a stream through {}", m.node)));
+    }
     let m1 = metrics.and_then(WeftMetrics::scrape);
-    let m = match (&m0, &m1) {
+    let rm = match (&m0, &m1) {
         (Some(a), Some(b)) => Some(crate::metrics::RelayMetrics::between(a, b)),
         _ => None,
     }
@@ -205,18 +256,14 @@ fn one_target(
     for c in circs {
         let _ = ctl.close_circuit(c);
     }
-    ensure!(moved > 0, "nothing moved through {middle}");
+    ensure!(moved > 0, "nothing moved through {}", m.node);
     Ok(E2eResult {
-        target: if middle == "relay1" {
-            "tor".into()
-        } else {
-            "weft".into()
-        },
-        cross_share: m
+        target: m.label.to_string(),
+        cross_share: rm
             .as_ref()
             .map(|m| (m.cross_cells / m.cells).clamp(0.0, 1.0)),
-        cells_per_round: m.as_ref().map(|m| m.cells / m.rounds.max(1.0)),
-        wakeups_per_1000_cells: m.as_ref().map(|m| m.wakeups / m.cells * 1000.0),
+        cells_per_round: rm.as_ref().map(|m| m.cells / m.rounds.max(1.0)),
+        wakeups_per_1000_cells: rm.as_ref().map(|m| m.wakeups / m.cells * 1000.0),
         bytes: moved,
         seconds: secs,
         bytes_per_s: moved as f64 / secs,
@@ -228,6 +275,31 @@ fn one_target(
         cdf_ttlb: cdf_ms(&ttlb),
         build_ms: Percentiles::from_ms(&build),
     })
+}
+
+/// [`measure`] with the e2e procedure, `node` as the middle.
+fn one_target(
+    net: &Testnet,
+    middle: &str,
+    p: &E2eProcedure,
+    metrics: Option<&WeftMetrics>,
+) -> Result<E2eResult> {
+    let label = if middle == "relay1" { "tor" } else { "weft" };
+    measure(
+        net,
+        &Measure {
+            label,
+            node: middle,
+            position: Position::Middle,
+            circuits: p.circuits,
+            bytes_per_stream: p.bytes_per_stream,
+            direction: &p.direction,
+            entries: p.entries,
+            exits: p.exits,
+            cpu_cap: None,
+        },
+        metrics,
+    )
 }
 
 /// Start a network with weft (bounded waits), measure stock relay1 and weft
@@ -305,9 +377,9 @@ pub fn run(base_dir: &Path, weft_bin: &Path, p: &E2eProcedure) -> Result<Vec<E2e
 }
 
 /// Quiet time after weft restarts between worker pairs.
-const SETTLE_AFTER_RESTART: Duration = Duration::from_secs(5);
+pub(crate) const SETTLE_AFTER_RESTART: Duration = Duration::from_secs(5);
 
-fn report(r: &E2eResult) {
+pub(crate) fn report(r: &E2eResult) {
     eprintln!(
         "[e2e] {}: {:.1} MiB/s, {:.2} CPU-s/GiB, TTLB p50 {:.0} ms{}{}",
         r.target,

@@ -1,12 +1,15 @@
 //! weft-bench's library: the load generator and sinks ([`load`]), the relay
 //! under test ([`target`]), one measured run ([`run`]), the soak ([`soak`]), the end-to-end mode
-//! on a stock-tor test network ([`e2e`]) and the reports ([`report`]). The `weft-bench` binary is a thin CLI over it; tests drive it
+//! on a stock-tor test network ([`e2e`]), the same with the target as
+//! the exit ([`exit`]) and the reports ([`report`]). The `weft-bench` binary is a thin CLI over it; tests drive it
 //! directly.
 #![warn(missing_docs)]
 
 pub mod e2e;
+pub mod exit;
 pub mod load;
 pub mod metrics;
+pub mod output;
 pub mod report;
 pub mod run;
 pub mod soak;

@@ -17,6 +17,7 @@ use std::path::PathBuf;
 use anyhow::Result;
 use clap::{Args, Parser, Subcommand};
 
+use weft_bench::output::{command_line, repo_root, NetworkOutput};
 use weft_bench::report;
 use weft_bench::run::{self, BenchEnv, Procedure};
 use weft_bench::target::TargetKind;
@@ -166,18 +167,17 @@ enum Cmd {
         /// Extra torrc line for weft (repeatable).
         #[arg(long)]
         option: Vec<String>,
-        /// weft binary.
-        #[arg(long, default_value = "target/release/weft")]
-        weft: PathBuf,
-        /// Results directory.
-        #[arg(long, default_value = "bench/results")]
-        results: PathBuf,
-        /// Tag added to the result file name (`<date>-e2e-<tag>.json`).
-        #[arg(long)]
-        tag: Option<String>,
-        /// Skip the plots.
-        #[arg(long)]
-        no_plots: bool,
+        #[command(flatten)]
+        out: NetworkOutput,
+    },
+    /// The target as the exit on a weft-testnet network: stock client
+    /// streams through entry → relay1 → (stock exit0 | weft-1 | weft-2) to a
+    /// local sink, in alternating triples, optionally under a CPU cap.
+    Exit {
+        #[command(flatten)]
+        p: weft_bench::exit::ExitProcedure,
+        #[command(flatten)]
+        out: NetworkOutput,
     },
 }
 
@@ -300,20 +300,6 @@ impl Opts {
             tor_bin: tor,
         })
     }
-}
-
-fn repo_root() -> PathBuf {
-    // The binary runs from the repository (README commands); fall back to
-    // the crate's location at build time.
-    let cwd = std::env::current_dir().unwrap_or_default();
-    if cwd.join("bench/plot.py").exists() {
-        return cwd;
-    }
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../..")
-}
-
-fn command_line() -> String {
-    std::env::args().collect::<Vec<_>>().join(" ")
 }
 
 fn main() -> Result<()> {
@@ -524,10 +510,7 @@ fn main() -> Result<()> {
             exits,
             worker_pairs,
             option,
-            weft,
-            results,
-            tag,
-            no_plots,
+            out,
         } => {
             let p = weft_bench::e2e::E2eProcedure {
                 circuits,
@@ -539,32 +522,18 @@ fn main() -> Result<()> {
                 worker_pairs,
                 weft_options: option,
             };
-            let dir = run::default_dir().join("e2e");
-            let rs = weft_bench::e2e::run(&dir, &weft, &p)?;
+            let rs = weft_bench::e2e::run(&run::default_dir().join("e2e"), &out.weft, &p)?;
             let ratios = weft_bench::e2e::worker_pair_ratios(&rs);
-            let path = results.join(format!(
-                "{date}-e2e{}.json",
-                tag.as_ref().map(|t| format!("-{t}")).unwrap_or_default()
-            ));
-            report::write_json(
-                &path,
-                &serde_json::json!({
-                    "kind": "e2e",
-                    "date": stamp,
-                    "command": command_line(),
-                    "machine": report::Machine::read(),
-                    "procedure": p,
-                    "results": rs,
-                    "worker_pair_ratios": ratios,
-                }),
-            )?;
-            print!("{}", weft_bench::e2e::markdown(&rs, &ratios));
-            println!("results: {}", path.display());
-            if !no_plots {
-                for f in report::plot(&repo_root(), &path, &path.with_extension(""))? {
-                    println!("plot: {}", f.display());
-                }
-            }
+            let md = weft_bench::e2e::markdown(&rs, &ratios);
+            let extra = serde_json::json!({ "worker_pair_ratios": ratios });
+            out.save("e2e", &date, &stamp, &p, &rs, extra, &md)?;
+        }
+        Cmd::Exit { p, out } => {
+            let rs = weft_bench::exit::run(&weft_bench::exit::default_dir(), &out.weft, &p)?;
+            let ratios = weft_bench::exit::ratios(&rs);
+            let md = weft_bench::exit::markdown(&rs, &ratios);
+            let extra = serde_json::json!({ "ratios_vs_tor": ratios });
+            out.save("exit", &date, &stamp, &p, &rs, extra, &md)?;
         }
         Cmd::Run {
             target,

@@ -223,6 +223,35 @@ fn cgroup_create(name: &str, quota: f64) -> Result<PathBuf> {
     bail!("no writable cgroup CPU controller (v2 cpu.max or v1 cpu.cfs_quota_us) for the CPU cap")
 }
 
+/// A CPU cap on a running process (a relay of a test network) for as long
+/// as this lives: the process moves into a cgroup of its own and back to
+/// the root when dropped.
+pub struct CpuCap {
+    group: PathBuf,
+    pid: u32,
+}
+
+impl CpuCap {
+    /// Cap process `pid` at `quota` CPUs.
+    pub fn apply(pid: u32, label: &str, quota: f64) -> Result<CpuCap> {
+        let group = cgroup_create(
+            &format!("weft-bench-{}-{label}-cap", std::process::id()),
+            quota,
+        )?;
+        fs::write(group.join("cgroup.procs"), pid.to_string())
+            .with_context(|| format!("moving {pid} into {}", group.display()))?;
+        Ok(CpuCap { group, pid })
+    }
+}
+
+impl Drop for CpuCap {
+    fn drop(&mut self) {
+        let root = self.group.parent().unwrap_or(Path::new("/sys/fs/cgroup"));
+        let _ = fs::write(root.join("cgroup.procs"), self.pid.to_string());
+        let _ = fs::remove_dir(&self.group);
+    }
+}
+
 impl Target {
     /// Start the target and wait (bounded) until its ORPort accepts
     /// connections and its keys are on disk.
