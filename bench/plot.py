@@ -47,21 +47,40 @@ def main():
             print(p)
         return
 
-    if data.get("kind") == "e2e":
+    if data.get("kind") in ("e2e", "exit"):
+        exit_mode = data["kind"] == "exit"
+        role = " as exit" if exit_mode else " as middle"
+        path = "relay0 -> relay1 -> exit" if exit_mode else "relay0 -> middle -> exit"
         fig, axes = plt.subplots(1, 2, figsize=(11, 4.5))
         for ax, key, title in ((axes[0], "cdf_ttfb", "Time to first byte"), (axes[1], "cdf_ttlb", "Time to last byte")):
             for r in data["results"]:
                 if r[key]:
                     x, y = zip(*r[key])
-                    ax.plot(x, y, marker=".", label=r["target"] + " as middle")
+                    ax.plot(x, y, marker=".", label=r["target"] + role)
             if not any(r[key] for r in data["results"]):
                 ax.text(0.5, 0.5, "uploads only: nothing downloaded", ha="center", transform=ax.transAxes)
-            ax.set_xlabel("ms per stream (stock tor client, relay0 -> middle -> exit)")
+            ax.set_xlabel(f"ms per stream (stock tor client, {path})")
             ax.set_ylabel("CDF")
             ax.set_title(title)
             ax.grid(alpha=0.3)
             ax.legend()
-        save(fig, "e2e_cdf.png")
+        save(fig, data["kind"] + "_cdf.png")
+        if exit_mode:
+            # CPU per GiB and throughput of every run, by target.
+            fig, axes = plt.subplots(1, 2, figsize=(11, 4.5))
+            targets = sorted({r["target"] for r in data["results"]})
+            for ax, key, scale, title in (
+                (axes[0], "cpu_s_per_gib", 1, "CPU-seconds per GiB (lower is better)"),
+                (axes[1], "bytes_per_s", 2**-20, "MiB/s under the CPU cap"),
+            ):
+                for i, t in enumerate(targets):
+                    v = [r[key] * scale for r in data["results"] if r["target"] == t]
+                    ax.scatter([i] * len(v), v, label=t)
+                ax.set_xticks(range(len(targets)))
+                ax.set_xticklabels(targets)
+                ax.set_title(title)
+                ax.grid(alpha=0.3)
+            save(fig, "exit_cpu_throughput.png")
         for p in written:
             print(p)
         return
