@@ -80,8 +80,30 @@ impl ExitOptions {
         address: IpAddr,
         testing: bool,
     ) -> Result<(ExitPolicy, Vec<String>), String> {
+        // The machine's interface addresses, as C Tor's
+        // get_interface_address6_list (only public ones end up rejected).
+        let interfaces = if self.opts.reject_local_interfaces {
+            if_addrs::get_if_addrs()
+                .map_err(|e| format!("ExitPolicyRejectLocalInterfaces: listing interfaces: {e}"))?
+                .into_iter()
+                .map(|i| i.ip())
+                .collect()
+        } else {
+            Vec::new()
+        };
+        self.finish_with(address, &interfaces, testing)
+    }
+
+    /// [`Self::finish`] with the interface addresses given.
+    pub fn finish_with(
+        &self,
+        address: IpAddr,
+        interfaces: &[IpAddr],
+        testing: bool,
+    ) -> Result<(ExitPolicy, Vec<String>), String> {
         let own = OwnAddresses {
             advertised: vec![address],
+            interfaces: interfaces.to_vec(),
             ..Default::default()
         };
         let (policy, mut warnings) =
@@ -164,6 +186,34 @@ mod tests {
         assert!(p.allows("127.0.0.1".parse().unwrap(), 5000));
         assert!(!p.allows("127.0.0.2".parse().unwrap(), 5000));
         assert!(w.iter().any(|w| w.contains("incomplete")), "{w:?}");
+    }
+
+    #[test]
+    fn reject_local_interfaces_rejects_the_public_interface_addresses() {
+        let mut e = ExitOptions::default();
+        for (k, v) in [
+            ("exitrelay", "1"),
+            ("exitpolicyrejectlocalinterfaces", "1"),
+            ("exitpolicy", "accept *:*"),
+        ] {
+            e.take(k, v).unwrap().unwrap();
+        }
+        let ifs: Vec<IpAddr> = vec!["203.0.113.5".parse().unwrap(), "10.1.1.1".parse().unwrap()];
+        let (p, _) = e
+            .finish_with("198.51.100.7".parse().unwrap(), &ifs, true)
+            .unwrap();
+        assert!(!p.allows("203.0.113.5".parse().unwrap(), 80));
+        assert!(p.allows("203.0.113.6".parse().unwrap(), 80));
+        assert!(
+            p.descriptor_lines()
+                .iter()
+                .any(|l| l == "reject 203.0.113.5:*"),
+            "{:?}",
+            p.descriptor_lines()
+        );
+        // The real interfaces can be listed (loopback at least; private
+        // ones are rejected by ExitPolicyRejectPrivate anyway).
+        assert!(e.finish("198.51.100.7".parse().unwrap(), true).is_ok());
     }
 
     #[test]

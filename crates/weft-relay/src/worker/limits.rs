@@ -70,9 +70,10 @@ pub(crate) struct LimitCounters {
 }
 
 impl Circuits {
-    /// Bytes the queues of this worker hold (cells in the pool).
+    /// Bytes the queues of this worker hold (cells in the pool, and the
+    /// bytes exit streams hold for their destinations).
     pub(crate) fn queued_bytes(&self) -> u64 {
-        self.pool.in_use() as u64 * CELL_COST
+        self.pool.in_use() as u64 * CELL_COST + self.stream_buffered_bytes()
     }
 
     /// Every circuit half with queued or held cells: (age of its oldest
@@ -97,6 +98,10 @@ impl Circuits {
                 .unwrap_or(now);
             v.push((now.saturating_sub(oldest), n as u64 * CELL_COST));
         }
+        v.extend(
+            self.stream_oom_candidates(now)
+                .map(|(_, _, age, b)| (age, b)),
+        );
         v
     }
 
@@ -125,6 +130,11 @@ impl Circuits {
                 }
             }
         }
+        victims.extend(
+            self.stream_oom_candidates(now)
+                .filter(|&(_, _, age, _)| age >= min_age_ns)
+                .map(|(conn, slot, _, b)| (conn, slot, b)),
+        );
         let (mut circuits, mut bytes) = (0, 0);
         for (conn, slot, b) in victims {
             if self.halves.by_slot(slot).is_none() {
@@ -134,7 +144,7 @@ impl Circuits {
                 conn,
                 slot,
                 destroy_reason::RESOURCELIMIT,
-                "out of memory (MaxMemInQueues): its queue held the oldest cells",
+                "out of memory (MaxMemInQueues): it held the oldest cells or stream bytes",
             );
             circuits += 1;
             bytes += b;

@@ -42,7 +42,7 @@ impl Circuits {
     /// DATA for stream `key` of the half at `slot`: its bytes wait for the
     /// destination; XOFF when they pile up (congestion control).
     pub(super) fn stream_data(&mut self, conn: usize, slot: u32, key: usize, data: &[u8]) {
-        let now_us = self.now_us();
+        let (now_ns, now_us) = (self.now_ns, self.now_us());
         let limit = self.ctx.cc.xoff_exit_bytes;
         let cap = max_to_dest(limit, self.ctx.cc.ss_cwnd_max);
         let s = &mut self.streams.streams[key];
@@ -54,6 +54,9 @@ impl Circuits {
             return;
         }
         let xoff = s.flow.decide_xoff(s.to_dest.len(), limit, now_us);
+        if s.to_dest.is_empty() {
+            s.waiting_since_ns = now_ns.max(1);
+        }
         s.to_dest.extend(data);
         let over = s.to_dest.len() > cap;
         let sid = s.stream_id;
@@ -107,7 +110,9 @@ impl Circuits {
     /// A circuit-level SENDME on the half at `slot` (its decrypted message
     /// in `body`): checked against the kept digest, then the window (or
     /// Vegas) opens and the circuit's streams may read again. A bad one
-    /// closes the circuit.
+    /// closes the circuit. Never inlined: a middle relay's per-cell
+    /// dispatch stays as small as it was before exits.
+    #[inline(never)]
     pub(crate) fn circuit_sendme(&mut self, conn: usize, slot: u32, body: &[u8; BODY_LEN]) {
         let now_us = self.now_us();
         let accept_min = self.ctx.sendme_accept_min;
@@ -205,6 +210,9 @@ impl Circuits {
             }
             return;
         }
+        if s.to_dest.is_empty() {
+            s.waiting_since_ns = 0;
+        }
         let (conn, slot, sid) = (s.conn, s.slot, s.stream_id);
         if s.flow.decide_xon(s.to_dest.len()) {
             debug!("worker {}: XON for stream {sid}", self.me);
@@ -217,5 +225,37 @@ impl Circuits {
         for _ in 0..s.flow.sendmes_due() {
             self.send_on(conn, slot, relay_cmd::SENDME, sid, &[]);
         }
+    }
+
+    /// Bytes this worker's streams hold for their destinations
+    /// (MaxMemInQueues counts them with the cell queues).
+    pub(crate) fn stream_buffered_bytes(&self) -> u64 {
+        self.streams
+            .streams
+            .iter()
+            .map(|(_, s)| s.to_dest.len() as u64)
+            .sum()
+    }
+
+    /// Every stream with bytes waiting for its destination, for the memory
+    /// limit: (its connection, its half's slot, age of the oldest waiting
+    /// byte at `now_ns`, bytes). As C Tor's OOM handler counts an exit
+    /// connection's buffers with its circuit.
+    pub(crate) fn stream_oom_candidates(
+        &self,
+        now_ns: u64,
+    ) -> impl Iterator<Item = (usize, u32, u64, u64)> + '_ {
+        self.streams
+            .streams
+            .iter()
+            .filter(|(_, s)| s.waiting_since_ns != 0 && !s.to_dest.is_empty())
+            .map(move |(_, s)| {
+                (
+                    s.conn,
+                    s.slot,
+                    now_ns.saturating_sub(s.waiting_since_ns),
+                    s.to_dest.len() as u64,
+                )
+            })
     }
 }

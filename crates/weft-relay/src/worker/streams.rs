@@ -105,6 +105,9 @@ pub(super) struct ExitStream {
     ttl: u32,
     /// Bytes from the client waiting for the destination.
     pub(super) to_dest: VecDeque<u8>,
+    /// Since when `to_dest` has not been empty (ns; 0: empty): the age of
+    /// its oldest byte, for the memory limit.
+    pub(super) waiting_since_ns: u64,
 }
 
 /// Every exit stream of a worker.
@@ -163,7 +166,9 @@ impl Circuits {
     }
 
     /// A stream command the keyed half at `slot` (connection `conn`)
-    /// passed on; its decrypted message is in `body`.
+    /// passed on; its decrypted message is in `body`. Never inlined (see
+    /// `circuit_sendme`).
+    #[inline(never)]
     pub(crate) fn stream_cell(
         &mut self,
         conn: usize,
@@ -289,6 +294,7 @@ impl Circuits {
             addr: IpAddr::V4(std::net::Ipv4Addr::UNSPECIFIED),
             ttl: 0,
             to_dest: VecDeque::new(),
+            waiting_since_ns: 0,
         })
     }
 

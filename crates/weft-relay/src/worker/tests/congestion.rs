@@ -192,3 +192,30 @@ fn without_the_consensus_a_request_gets_an_empty_answer() {
     // The stream window (500) and the circuit window (1000) apply.
     assert_eq!(net.cores[0].stream_read_budget(key), 256 * 498);
 }
+
+#[test]
+fn stream_bytes_count_in_the_memory_limit() {
+    let mut net = exit_net();
+    let (mut c, _) = cc_circuit(&mut net, 1, 5);
+    let (mut other, _) = cc_circuit(&mut net, 1, 7);
+    let key = open_stream(&mut net, 1, 5, &mut c, 9);
+    let _other_key = open_stream(&mut net, 1, 7, &mut other, 2);
+    let before = net.cores[0].queued_bytes();
+    let t0 = 1_000_000_000;
+    net.cores[0].set_now(t0);
+    for _ in 0..10 {
+        send(&mut net, 1, 5, &mut c, relay_cmd::DATA, 9, &[1; 498]);
+    }
+    assert_eq!(net.cores[0].queued_bytes(), before + 4980);
+    // The bytes have waited 2 s: they are the oldest candidate.
+    net.cores[0].set_now(t0 + 2_000_000_000);
+    let cands = net.cores[0].oom_candidates();
+    assert!(cands.contains(&(2_000_000_000, 4980)), "{cands:?}");
+    let (circuits, bytes) = net.cores[0].oom_kill(1_000_000_000);
+    assert_eq!((circuits, bytes), (1, 4980));
+    assert!(net.cores[0].stream_output(key).is_none());
+    let (_, destroyed) = read(&mut net, 1, 5, &mut c);
+    assert!(destroyed);
+    let (_, destroyed) = read(&mut net, 1, 7, &mut other);
+    assert!(!destroyed, "the circuit without waiting bytes stays");
+}
