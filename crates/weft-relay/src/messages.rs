@@ -176,6 +176,8 @@ pub struct ExitCounters {
     pub resolve: u64,
     /// Lookups asked of the resolver.
     pub dns_queries: u64,
+    /// Of those, answered from the resolver's cache.
+    pub dns_cache_hits: u64,
     /// Lookup answers: an address found.
     pub dns_success: u64,
     /// Lookup answers: the name does not exist (or has no address).
@@ -245,6 +247,7 @@ impl ExitCounters {
             begin: self.begin - e.begin,
             resolve: self.resolve - e.resolve,
             dns_queries: self.dns_queries - e.dns_queries,
+            dns_cache_hits: self.dns_cache_hits - e.dns_cache_hits,
             dns_success: self.dns_success - e.dns_success,
             dns_notexist: self.dns_notexist - e.dns_notexist,
             dns_failed: self.dns_failed - e.dns_failed,
@@ -262,6 +265,7 @@ impl ExitCounters {
         self.begin += o.begin;
         self.resolve += o.resolve;
         self.dns_queries += o.dns_queries;
+        self.dns_cache_hits += o.dns_cache_hits;
         self.dns_success += o.dns_success;
         self.dns_notexist += o.dns_notexist;
         self.dns_failed += o.dns_failed;

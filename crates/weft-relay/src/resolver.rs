@@ -10,10 +10,14 @@
 //! Like C Tor's evdns setup: `/etc/resolv.conf` (or
 //! `ServerDNSResolvConfFile`), /etc/hosts consulted, IPv6 (AAAA) asked
 //! only with `IPv6Exit`. The TTLs given to clients are clipped by the
-//! stream room (`clip_dns_ttl`); the cache itself is hickory's.
+//! stream room (`clip_dns_ttl`). Found answers are kept by the thread
+//! for their TTL ([`AnswerCache`], at most 16384 names; failures are not
+//! kept), so repeated names cost no query and the MetricsPort can count
+//! cache hits; hickory's own cache sits behind it.
 //! [C dns.c configure_nameservers(), launch_resolve(),
 //! evdns_callback()]
 
+use std::collections::HashMap;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 use std::path::PathBuf;
 use std::time::Instant;
@@ -56,6 +60,54 @@ pub struct DnsAnswer {
     /// The first IPv6 address, or why there is none (Err(false) when not
     /// asked).
     pub v6: FamilyAnswer<Ipv6Addr>,
+    /// Answered from the resolver's cache (no query went out).
+    pub cached: bool,
+}
+
+/// Most names the resolver's cache keeps (C Tor's exits cache without a
+/// fixed cap, bounded by MaxMemInQueues; a fixed cap is simpler to trust).
+const CACHE_MAX: usize = 16_384;
+
+/// Found answers by (name, IPv6 asked), until their TTL runs out; owned by
+/// the resolver thread. Failures are not kept.
+#[derive(Default)]
+struct AnswerCache {
+    found: HashMap<(String, bool), (DnsAnswer, Instant)>,
+}
+
+impl AnswerCache {
+    /// A live answer for `q`, its TTLs counted down.
+    fn get(&self, q: &DnsQuery, now: Instant) -> Option<DnsAnswer> {
+        let (a, expires) = self.found.get(&(q.host.clone(), q.want_v6))?;
+        let left = expires.checked_duration_since(now)?.as_secs() as u32;
+        Some(DnsAnswer {
+            key: q.key,
+            tag: q.tag,
+            v4: a.v4.map(|(ip, _)| (ip, left)),
+            v6: a.v6.map(|(ip, _)| (ip, left)),
+            cached: true,
+        })
+    }
+
+    /// Keep a found answer for its TTL (the smaller of the families').
+    fn put(&mut self, q: &DnsQuery, a: &DnsAnswer, now: Instant) {
+        let ttl = [a.v4.ok().map(|x| x.1), a.v6.ok().map(|x| x.1)]
+            .into_iter()
+            .flatten()
+            .min();
+        let Some(ttl) = ttl.filter(|&t| t > 0) else {
+            return;
+        };
+        if self.found.len() >= CACHE_MAX {
+            self.found.retain(|_, (_, e)| *e > now);
+            if self.found.len() >= CACHE_MAX {
+                return;
+            }
+        }
+        let expires = now + std::time::Duration::from_secs(u64::from(ttl));
+        self.found
+            .insert((q.host.clone(), q.want_v6), (a.clone(), expires));
+    }
 }
 
 /// Where workers send lookups (cheap to clone; sending never blocks).
@@ -132,13 +184,19 @@ impl ResolverRequests {
                     }
                 };
                 let deliver = std::sync::Arc::new(deliver);
+                let cache = std::rc::Rc::new(std::cell::RefCell::new(AnswerCache::default()));
                 let local = tokio::task::LocalSet::new();
                 local.block_on(&rt, async move {
                     while let Some(q) = rx.recv().await {
+                        if let Some(a) = cache.borrow().get(&q, Instant::now()) {
+                            deliver(q.worker, a);
+                            continue;
+                        }
                         let r = if q.want_v6 { v46.clone() } else { v4.clone() };
-                        let deliver = deliver.clone();
+                        let (deliver, cache) = (deliver.clone(), cache.clone());
                         tokio::task::spawn_local(async move {
                             let answer = lookup(&r, &q).await;
+                            cache.borrow_mut().put(&q, &answer, Instant::now());
                             deliver(q.worker, answer);
                         });
                     }
@@ -174,6 +232,7 @@ async fn lookup(r: &TokioResolver, q: &DnsQuery) -> DnsAnswer {
         tag: q.tag,
         v4: Err(false),
         v6: Err(false),
+        cached: false,
     };
     // A trailing dot: the name as given, no search domains (C Tor's
     // evdns is configured without search domains for exits).
@@ -216,6 +275,7 @@ fn fail_all(rx: &mut UnboundedReceiver<DnsQuery>, deliver: &impl Fn(usize, DnsAn
                 tag: q.tag,
                 v4: Err(false),
                 v6: Err(false),
+                cached: false,
             },
         );
     }
@@ -277,5 +337,41 @@ mod tests {
         });
         let (_, a) = rx.recv_timeout(Duration::from_secs(5)).unwrap();
         assert!(a.v4.is_err() && a.v6.is_err());
+    }
+
+    #[test]
+    fn found_answers_are_kept_for_their_ttl_and_failures_are_not() {
+        let mut cache = AnswerCache::default();
+        let q = |host: &str| DnsQuery {
+            worker: 0,
+            key: 7,
+            tag: 9,
+            host: host.into(),
+            want_v6: false,
+        };
+        let now = Instant::now();
+        let found = DnsAnswer {
+            key: 1,
+            tag: 2,
+            v4: Ok((Ipv4Addr::new(198, 51, 100, 3), 60)),
+            v6: Err(false),
+            cached: false,
+        };
+        cache.put(&q("a.example"), &found, now);
+        let failed = DnsAnswer {
+            v4: Err(true),
+            ..found.clone()
+        };
+        cache.put(&q("b.example"), &failed, now);
+        let hit = cache
+            .get(&q("a.example"), now + std::time::Duration::from_secs(20))
+            .unwrap();
+        assert!(hit.cached);
+        assert_eq!((hit.key, hit.tag), (7, 9), "the asking stream's");
+        assert_eq!(hit.v4, Ok((Ipv4Addr::new(198, 51, 100, 3), 40)));
+        assert!(cache.get(&q("b.example"), now).is_none());
+        assert!(cache
+            .get(&q("a.example"), now + std::time::Duration::from_secs(61))
+            .is_none());
     }
 }

@@ -72,6 +72,13 @@ pub(super) fn render_exit(o: &mut String, e: &crate::messages::ExitCounters) {
     );
     family(o, "weft_exit_streams", "gauge", "Exit streams open now.");
     let _ = writeln!(o, "weft_exit_streams {}", e.open);
+    family(
+        o,
+        "weft_exit_dns_cache_hits_total",
+        "counter",
+        "Lookups answered from the exit resolver's cache (no query sent).",
+    );
+    let _ = writeln!(o, "weft_exit_dns_cache_hits_total {}", e.dns_cache_hits);
     let c = &e.cc;
     family(
         o,

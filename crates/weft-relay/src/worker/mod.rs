@@ -518,6 +518,7 @@ impl Worker {
                             tag: q.tag,
                             v4: Err(false),
                             v6: Err(false),
+                            cached: false,
                         });
                     }
                 }

@@ -310,6 +310,7 @@ impl Circuits {
                 tag,
                 v4: Err(true),
                 v6: Err(true),
+                cached: false,
             });
         }
         self.streams.counters.dns_queries += 1;
@@ -488,6 +489,7 @@ impl Circuits {
     pub(crate) fn stream_resolved(&mut self, a: DnsAnswer) {
         self.streams.pending_lookups = self.streams.pending_lookups.saturating_sub(1);
         let c = &mut self.streams.counters;
+        c.dns_cache_hits += u64::from(a.cached);
         match (a.v4, a.v6) {
             (Ok(_), _) | (_, Ok(_)) => c.dns_success += 1,
             (Err(true), _) | (_, Err(true)) => c.dns_failed += 1,

@@ -274,6 +274,7 @@ fn a_lookup_answer_is_checked_against_the_policy_again() {
         tag: q.tag,
         v4: Ok(("10.9.9.9".parse().unwrap(), 30)),
         v6: Err(false),
+        cached: false,
     });
     net.collect(0);
     let (msgs, _) = read(&mut net, 1, 5, &mut c);
@@ -303,6 +304,7 @@ fn a_lookup_answer_is_checked_against_the_policy_again() {
         tag,
         v4: Ok(("198.51.100.9".parse().unwrap(), 7200)),
         v6: Err(false),
+        cached: false,
     };
     net.cores[0].stream_resolved(answer(q.tag + 1));
     assert!(net.cores[0].poll_stream_io().is_none());
@@ -639,6 +641,7 @@ fn lookups_waiting_at_once_are_bounded() {
         tag: q.tag,
         v4: Err(false),
         v6: Err(false),
+        cached: false,
     });
     net.collect(0);
     send(
