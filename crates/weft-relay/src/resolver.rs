@@ -11,7 +11,7 @@
 //! `ServerDNSResolvConfFile`), /etc/hosts consulted, IPv6 (AAAA) asked
 //! only with `IPv6Exit`. The TTLs given to clients are clipped by the
 //! stream room (`clip_dns_ttl`). Found answers are kept by the thread
-//! for their TTL ([`AnswerCache`], at most 16384 names; failures are not
+//! for their TTL (`AnswerCache`, at most 16384 names; failures are not
 //! kept), so repeated names cost no query and the MetricsPort can count
 //! cache hits; hickory's own cache sits behind it.
 //! [C dns.c configure_nameservers(), launch_resolve(),

@@ -440,7 +440,7 @@ pub fn parse(text: &str, file: &Path) -> Result<Config, ConfigError> {
     if !adv_ip.is_ipv4() {
         return Err(at_end("Address must be IPv4"));
     }
-    let (exit_policy, exit_warnings) = exit.finish(adv_ip, testing).map_err(|e| at_end(&e))?;
+    let (exit_policy, exit_warnings) = exit.finish(adv_ip).map_err(|e| at_end(&e))?;
     if (migrate_every.is_some() || place_on.is_some()) && !testing {
         return Err(at_end("TestingMigrateEvery / TestingPlaceOnWorker are for tests (they need TestingTorNetwork 1)"));
     }

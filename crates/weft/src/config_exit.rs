@@ -72,14 +72,9 @@ impl ExitOptions {
     }
 
     /// Build the policy for a relay advertising `address` (a malformed
-    /// entry fails an exit, as in C Tor, and is a warning for a non-exit);
-    /// refuse a policy that accepts anything unless `testing` (a
-    /// TestingTorNetwork). Returns the policy and the warnings about it.
-    pub fn finish(
-        &self,
-        address: IpAddr,
-        testing: bool,
-    ) -> Result<(ExitPolicy, Vec<String>), String> {
+    /// entry fails an exit, as in C Tor, and is a warning for a non-exit).
+    /// Returns the policy and the warnings about it.
+    pub fn finish(&self, address: IpAddr) -> Result<(ExitPolicy, Vec<String>), String> {
         // The machine's interface addresses, as C Tor's
         // get_interface_address6_list (only public ones end up rejected).
         let interfaces = if self.opts.reject_local_interfaces {
@@ -91,7 +86,7 @@ impl ExitOptions {
         } else {
             Vec::new()
         };
-        self.finish_with(address, &interfaces, testing)
+        self.finish_with(address, &interfaces)
     }
 
     /// [`Self::finish`] with the interface addresses given.
@@ -99,7 +94,6 @@ impl ExitOptions {
         &self,
         address: IpAddr,
         interfaces: &[IpAddr],
-        testing: bool,
     ) -> Result<(ExitPolicy, Vec<String>), String> {
         let own = OwnAddresses {
             advertised: vec![address],
@@ -111,21 +105,6 @@ impl ExitOptions {
         for m in &self.malformed {
             warnings.push(format!(
                 "ExitPolicy: {m}; ignored, as stock tor ignores it, because this relay is not an exit"
-            ));
-        }
-        if !policy.is_reject_star() && testing {
-            warnings.push(
-                "this relay is an exit; weft's exit streams are incomplete (no congestion control yet), allowed only because TestingTorNetwork is set".into(),
-            );
-        } else if !policy.is_reject_star() {
-            let first = policy
-                .rules()
-                .iter()
-                .find(|r| r.accept)
-                .map(|r| r.to_string())
-                .unwrap_or_default();
-            return Err(format!(
-                "this configuration makes an exit (its policy accepts, e.g. '{first}'); weft's exit streams are incomplete (no congestion control yet) and run only in a test network (TestingTorNetwork 1): set ExitRelay 0 (or leave the exit options unset)"
             ));
         }
         Ok((policy, warnings))
@@ -141,8 +120,7 @@ mod tests {
         for (k, v) in lines {
             e.take(k, v).expect("an exit option")?;
         }
-        e.finish("198.51.100.7".parse().unwrap(), false)
-            .map(|(p, _)| p)
+        e.finish("198.51.100.7".parse().unwrap()).map(|(p, _)| p)
     }
 
     #[test]
@@ -160,20 +138,25 @@ mod tests {
     }
 
     #[test]
-    fn an_exit_configuration_is_refused_outside_test_networks() {
-        for lines in [
-            &[("exitrelay", "1")][..],
-            &[("exitpolicy", "accept *:443")][..],
-            &[("reducedexitpolicy", "1")][..],
-            &[("ipv6exit", "1")][..],
+    fn an_exit_configuration_makes_an_exit_as_in_c_tor() {
+        for (lines, port) in [
+            (&[("exitrelay", "1")][..], 80),
+            (&[("exitpolicy", "accept *:443")][..], 443),
+            (&[("reducedexitpolicy", "1")][..], 443),
+            (&[("ipv6exit", "1")][..], 80),
         ] {
-            let e = finish(lines).unwrap_err();
-            assert!(e.contains("exit streams are incomplete"), "{lines:?}: {e}");
+            let p = finish(lines).unwrap_or_else(|e| panic!("{lines:?}: {e}"));
+            assert!(!p.is_reject_star(), "{lines:?}");
+            assert!(p.allows("203.0.113.9".parse().unwrap(), port), "{lines:?}");
+            assert!(
+                !p.allows("10.0.0.1".parse().unwrap(), port),
+                "private: {lines:?}"
+            );
         }
     }
 
     #[test]
-    fn a_test_network_may_run_an_exit_with_a_warning() {
+    fn an_exit_to_loopback_only_for_test_networks() {
         let mut e = ExitOptions::default();
         for (k, v) in [
             ("exitrelay", "1"),
@@ -182,10 +165,12 @@ mod tests {
         ] {
             e.take(k, v).unwrap().unwrap();
         }
-        let (p, w) = e.finish("127.0.0.1".parse().unwrap(), true).unwrap();
+        let (p, w) = e.finish("127.0.0.1".parse().unwrap()).unwrap();
         assert!(p.allows("127.0.0.1".parse().unwrap(), 5000));
         assert!(!p.allows("127.0.0.2".parse().unwrap(), 5000));
-        assert!(w.iter().any(|w| w.contains("incomplete")), "{w:?}");
+        // C Tor's note about the default policy after `reject *:*`, and
+        // nothing about being an exit.
+        assert!(w.iter().all(|w| w.contains("redundant")), "{w:?}");
     }
 
     #[test]
@@ -200,7 +185,7 @@ mod tests {
         }
         let ifs: Vec<IpAddr> = vec!["203.0.113.5".parse().unwrap(), "10.1.1.1".parse().unwrap()];
         let (p, _) = e
-            .finish_with("198.51.100.7".parse().unwrap(), &ifs, true)
+            .finish_with("198.51.100.7".parse().unwrap(), &ifs)
             .unwrap();
         assert!(!p.allows("203.0.113.5".parse().unwrap(), 80));
         assert!(p.allows("203.0.113.6".parse().unwrap(), 80));
@@ -213,7 +198,7 @@ mod tests {
         );
         // The real interfaces can be listed (loopback at least; private
         // ones are rejected by ExitPolicyRejectPrivate anyway).
-        assert!(e.finish("198.51.100.7".parse().unwrap(), true).is_ok());
+        assert!(e.finish("198.51.100.7".parse().unwrap()).is_ok());
     }
 
     #[test]
@@ -228,7 +213,7 @@ mod tests {
         let mut e = ExitOptions::default();
         e.take("exitrelay", "0").unwrap().unwrap();
         e.take("exitpolicy", "accept *:80x").unwrap().unwrap();
-        let (p, w) = e.finish("198.51.100.7".parse().unwrap(), false).unwrap();
+        let (p, w) = e.finish("198.51.100.7".parse().unwrap()).unwrap();
         assert!(p.is_reject_star());
         assert!(w.iter().any(|w| w.contains("accept *:80x")), "{w:?}");
     }

@@ -409,12 +409,6 @@ fn stock_clients_use_weft_as_their_exit() -> Result<()> {
     ensure!(sink.errors().is_empty(), "sink errors: {:?}", sink.errors());
     ensure!(moved == 3 * STREAMS as u64 * 2 * PER_STREAM);
 
-    // weft says it is an exit, and nothing went wrong in its log.
-    let log = net.grep_logs("exit streams are incomplete");
-    ensure!(
-        !log.is_empty(),
-        "weft did not warn that its exit is incomplete"
-    );
     no_bad_closes(&net)?;
     net.stop()?;
     drop(net);
