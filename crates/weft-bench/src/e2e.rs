@@ -73,6 +73,9 @@ pub struct E2eResult {
     pub cdf_ttlb: Vec<(f64, f64)>,
     /// Circuit build times, ms.
     pub build_ms: Percentiles,
+    /// Heap allocations on weft's worker threads during the transfers
+    /// (MetricsPort; None for stock tor).
+    pub worker_allocations: Option<f64>,
 }
 
 fn pid_of(net: &Testnet, node: &str) -> Result<u32> {
@@ -248,11 +251,12 @@ pub(crate) fn measure(
         return Err(e.context(format!("a stream through {}", m.node)));
     }
     let m1 = metrics.and_then(WeftMetrics::scrape);
-    let rm = match (&m0, &m1) {
+    let all = match (&m0, &m1) {
         (Some(a), Some(b)) => Some(crate::metrics::RelayMetrics::between(a, b)),
         _ => None,
-    }
-    .filter(|m| m.cells > 0.0);
+    };
+    let worker_allocations = all.as_ref().map(|m| m.worker_allocations);
+    let rm = all.filter(|m| m.cells > 0.0);
     for c in circs {
         let _ = ctl.close_circuit(c);
     }
@@ -274,6 +278,7 @@ pub(crate) fn measure(
         cdf_ttfb: cdf_ms(&ttfb),
         cdf_ttlb: cdf_ms(&ttlb),
         build_ms: Percentiles::from_ms(&build),
+        worker_allocations,
     })
 }
 

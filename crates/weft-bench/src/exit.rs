@@ -184,6 +184,18 @@ pub fn markdown(results: &[E2eResult], r: &ExitRatios) -> String {
             )
         }
     };
+    s.push('\n');
+    for r in results.iter().filter(|r| r.worker_allocations.is_some()) {
+        // DATA cells both ways: the payload over 498 bytes per cell.
+        let cells = r.bytes as f64 / 498.0;
+        let a = r.worker_allocations.unwrap_or(0.0);
+        let _ = writeln!(
+            s,
+            "{}: {a:.0} worker allocations over {cells:.0} DATA cells ({:.3} per 1000)",
+            r.target,
+            a / cells * 1000.0
+        );
+    }
     let _ = writeln!(
         s,
         "\nCPU-s/GiB ÷ tor, per triple: weft-1 {}; weft-2 {}",
