@@ -257,8 +257,14 @@ impl OriginCircuit {
         data: &[u8],
         body: &mut [u8; BODY_LEN],
     ) -> [u8; 20] {
-        let hop = hop.min(self.hops.len().saturating_sub(1));
         relay::build(body, command, stream_id, data);
+        self.send_prepared(hop, body)
+    }
+
+    /// Like [`Self::send`] for a relay message already in `body` (its
+    /// header as the caller wrote it, e.g. a wrong length for a test).
+    pub fn send_prepared(&mut self, hop: usize, body: &mut [u8; BODY_LEN]) -> [u8; 20] {
+        let hop = hop.min(self.hops.len().saturating_sub(1));
         let Some(layer) = self.hops.get_mut(hop) else {
             return [0; 20];
         };

@@ -495,6 +495,64 @@ fn a_circuit_that_closes_closes_its_streams_and_a_one_hop_client_gets_none() {
     assert!(net.cores[0].poll_stream_io().is_none());
 }
 
+#[test]
+fn bad_stream_input_closes_only_its_stream_or_circuit() {
+    let mut net = exit_net();
+    let mut c = circuit(&mut net, 1, 5);
+    let mut other = circuit(&mut net, 1, 7);
+    let other_key = open_stream(&mut net, 1, 7, &mut other, 2);
+    // Malformed BEGINs: no NUL, no port, a port of 0: END TORPROTOCOL for
+    // that stream only (C Tor's answer), no socket.
+    for (sid, bad) in [
+        (1u16, &b"198.51.100.7:80"[..]),
+        (2, b"nohost\0"),
+        (3, b"198.51.100.7:0\0"),
+    ] {
+        send(&mut net, 1, 5, &mut c, relay_cmd::BEGIN, sid, bad);
+        let (msgs, destroyed) = read(&mut net, 1, 5, &mut c);
+        assert!(!destroyed, "{bad:?}");
+        assert_eq!((msgs[0].0, msgs[0].1), (relay_cmd::END, sid), "{bad:?}");
+    }
+    assert!(net.cores[0].poll_stream_io().is_none());
+    // A RESOLVE of nothing: a RESOLVED error, nothing else.
+    send(&mut net, 1, 5, &mut c, relay_cmd::RESOLVE, 4, b"\0");
+    let (msgs, destroyed) = read(&mut net, 1, 5, &mut c);
+    assert!(!destroyed);
+    assert_eq!(msgs[0].0, relay_cmd::RESOLVED);
+    // DATA, END and SENDME for streams we do not have, and DATA after an
+    // END: dropped.
+    let key = open_stream(&mut net, 1, 5, &mut c, 9);
+    send(&mut net, 1, 5, &mut c, relay_cmd::END, 9, &[6]);
+    assert_eq!(net.cores[0].poll_stream_io(), Some(StreamIo::Close { key }));
+    for (cmd_, sid) in [
+        (relay_cmd::DATA, 9u16),
+        (relay_cmd::DATA, 300),
+        (relay_cmd::END, 301),
+        (relay_cmd::SENDME, 302),
+    ] {
+        send(&mut net, 1, 5, &mut c, cmd_, sid, b"x");
+    }
+    let (msgs, destroyed) = read(&mut net, 1, 5, &mut c);
+    assert!(!destroyed);
+    assert!(
+        msgs.is_empty(),
+        "{:?}",
+        msgs.iter().map(|m| m.0).collect::<Vec<_>>()
+    );
+    // A length past the cell: the circuit closes, the other one goes on.
+    let mut b = [0u8; BODY_LEN];
+    relay::build(&mut b, relay_cmd::DATA, 9, b"x");
+    b[9..11].copy_from_slice(&600u16.to_be_bytes());
+    c.send_prepared(0, &mut b);
+    net.cell(0, 1, id(5), cmd::RELAY, &mut b);
+    let (_, destroyed) = read(&mut net, 1, 5, &mut c);
+    assert!(destroyed);
+    net.cores[0].stream_data_read(other_key, b"on");
+    let (msgs, destroyed) = read(&mut net, 1, 7, &mut other);
+    assert!(!destroyed);
+    assert_eq!(msgs[0].2, b"on");
+}
+
 /// Give worker 0 a context whose stream-creation limit is on: burst 2,
 /// one stream per second, `defense` (2 refuse, 3 close the circuit).
 fn limit_streams(net: &mut Net, defense: u32) {
