@@ -270,6 +270,17 @@ fn run(baseline: bool) -> Result<()> {
             net.restart_weft(Some(*threads), torrc)?;
             ensure!(watched_fp(&net)? == fp, "weft's fingerprint changed");
             std::thread::sleep(SETTLE_AFTER_RESTART);
+            // The restart broke every circuit through weft; a client whose
+            // introduction through weft died in it marks that introduction
+            // point failed for minutes (C's intro-state cache) and, with a
+            // service's other points failed too, answers "host
+            // unreachable" at once. NEWNYM drops that client state (C's
+            // hs_client_purge_state), as a user's new identity would, so
+            // the round measures weft, not the restart.
+            for client in ["client0", "client1"] {
+                let reply = net.control(client)?.command("SIGNAL NEWNYM")?;
+                ensure!(reply.is_ok(), "{client}: SIGNAL NEWNYM: {reply:?}");
+            }
         }
         let mut ctls = watch_circuits(&net)?;
         let failures = round(&net, &onions, &label)?;
