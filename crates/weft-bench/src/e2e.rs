@@ -307,28 +307,29 @@ fn one_target(
     )
 }
 
-/// Start a network with weft (bounded waits), measure stock relay1 and weft
-/// as the middle, stop everything.
-pub fn run(base_dir: &Path, weft_bin: &Path, p: &E2eProcedure) -> Result<Vec<E2eResult>> {
-    let mut cfg = TestnetConfig::new(base_dir, 0);
-    // relay1 is the stock middle; the others are entries.
-    cfg.relays = p.entries.max(1) + 1;
-    cfg.exits = p.exits.max(1);
-    // A copy, so that a rebuild during the run does not change the
-    // binary the restarts start.
-    // (Beside the network's directory, which the network wipes.)
+/// Start `cfg` with weft node `w` (its binary copied beside `base_dir` —
+/// not inside it, which the network wipes — so that a rebuild during the
+/// run does not change what restarts start),
+/// weft's MetricsPort on the port after the network's, and wait (bounded)
+/// until every node is listed and the clients bootstrapped. Returns the
+/// network, weft's metrics and weft's torrc lines (for restarts).
+pub(crate) fn start_network(
+    base_dir: &Path,
+    mut cfg: TestnetConfig,
+    mut w: WeftNode,
+    weft_options: &[String],
+) -> Result<(Testnet, WeftMetrics, Vec<String>)> {
     let bin = base_dir.with_file_name("weft-under-test");
     if let Some(parent) = bin.parent() {
         std::fs::create_dir_all(parent)?;
     }
-    std::fs::copy(weft_bin, &bin).with_context(|| format!("copying {}", weft_bin.display()))?;
-    let mut w = WeftNode::new(&bin);
-    w.connection_threads = Some(p.weft_threads);
+    std::fs::copy(&w.binary, &bin).with_context(|| format!("copying {}", w.binary.display()))?;
+    w.binary = bin;
+    // weft counts in ports_needed: set it before picking the range.
     cfg.weft = Some(w);
-    // weft's MetricsPort: the port after the network's.
     cfg.base_port = pick_base_port(cfg.ports_needed() + 1)?;
     let metrics_port = cfg.base_port + cfg.ports_needed() as u16;
-    let mut options = p.weft_options.clone();
+    let mut options = weft_options.to_vec();
     options.push(format!("MetricsPort 127.0.0.1:{metrics_port}"));
     if let Some(w) = cfg.weft.as_mut() {
         w.extra_torrc = options.clone();
@@ -350,6 +351,19 @@ pub fn run(base_dir: &Path, weft_bin: &Path, p: &E2eProcedure) -> Result<Vec<E2e
         .collect();
     net.wait_until_listed(&all, &["Running", "Valid"], bound)?;
     net.wait_for_bootstrap(bound)?;
+    Ok((net, metrics, options))
+}
+
+/// Start a network with weft (bounded waits), measure stock relay1 and weft
+/// as the middle, stop everything.
+pub fn run(base_dir: &Path, weft_bin: &Path, p: &E2eProcedure) -> Result<Vec<E2eResult>> {
+    let mut cfg = TestnetConfig::new(base_dir, 0);
+    // relay1 is the stock middle; the others are entries.
+    cfg.relays = p.entries.max(1) + 1;
+    cfg.exits = p.exits.max(1);
+    let mut w = WeftNode::new(weft_bin);
+    w.connection_threads = Some(p.weft_threads);
+    let (mut net, metrics, options) = start_network(base_dir, cfg, w, &p.weft_options)?;
     let mut out = Vec::new();
     for middle in ["relay1", "weft"] {
         eprintln!(

@@ -15,13 +15,12 @@
 //! bottleneck; ratios weft-n ÷ tor per triple and their medians.
 
 use std::path::{Path, PathBuf};
-use std::time::Duration;
 
-use anyhow::{Context, Result};
+use anyhow::Result;
 use serde::Serialize;
-use weft_testnet::{pick_base_port, Testnet, TestnetConfig, WeftNode};
+use weft_testnet::{TestnetConfig, WeftNode};
 
-use crate::e2e::{measure, report, E2eResult, Measure, Position, WeftMetrics};
+use crate::e2e::{measure, report, start_network, E2eResult, Measure, Position};
 
 /// What an exit run does.
 #[derive(Debug, Clone, Serialize, clap::Args)]
@@ -61,40 +60,11 @@ pub fn run(base_dir: &Path, weft_bin: &Path, p: &ExitProcedure) -> Result<Vec<E2
     cfg.relays = p.entries.max(1) + 1;
     cfg.exits = 1;
     cfg.consensus_params = p.consensus_params.clone();
-    let bin = base_dir.with_file_name("weft-under-test");
-    if let Some(parent) = bin.parent() {
-        std::fs::create_dir_all(parent)?;
-    }
-    std::fs::copy(weft_bin, &bin).with_context(|| format!("copying {}", weft_bin.display()))?;
-    let mut w = WeftNode::new(&bin);
+    let mut w = WeftNode::new(weft_bin);
     w.connection_threads = Some(1);
     // The stock exits' policy.
     w.exit_policy = vec!["accept 127.0.0.0/8:*".into(), "reject *:*".into()];
-    cfg.weft = Some(w);
-    cfg.base_port = pick_base_port(cfg.ports_needed() + 1)?;
-    let metrics_port = cfg.base_port + cfg.ports_needed() as u16;
-    let mut options = p.weft_options.clone();
-    options.push(format!("MetricsPort 127.0.0.1:{metrics_port}"));
-    if let Some(w) = cfg.weft.as_mut() {
-        w.extra_torrc = options.clone();
-    }
-    let mut net = Testnet::start(cfg)?;
-    let metrics = WeftMetrics {
-        port: metrics_port,
-        cookie: net
-            .weft()
-            .context("no weft node")?
-            .dir
-            .join("metrics_auth_cookie"),
-    };
-    let bound = Duration::from_secs(240);
-    let all: Vec<String> = net
-        .nodes()
-        .iter()
-        .filter_map(|n| n.fingerprint.clone())
-        .collect();
-    net.wait_until_listed(&all, &["Running", "Valid"], bound)?;
-    net.wait_for_bootstrap(bound)?;
+    let (mut net, metrics, options) = start_network(base_dir, cfg, w, &p.weft_options)?;
     let cap = (p.cpu_cap > 0.0).then_some(p.cpu_cap);
     let mut out = Vec::new();
     for pair in 0..p.pairs {

@@ -1,10 +1,12 @@
-//! Fixed-window flow control at the last hop of a circuit, as C Tor 0.4.9
-//! does it without congestion control: the circuit's package and deliver
-//! windows (1000 cells, SENDME per 100) with authenticated SENDMEs
-//! (proposal 289, version 1: the SENDME echoes the running digest of the
-//! cell that completed the increment), and a stream's windows (500 cells,
-//! SENDME per 50, unauthenticated). A peer that sends past a window or a
-//! SENDME nobody asked for breaks the protocol: its circuit closes.
+//! Flow control at the last hop of a circuit, as C Tor 0.4.9 does it: the
+//! circuit's package and deliver windows (1000 cells, SENDME per 100) —
+//! or, once the client negotiated congestion control, the congestion
+//! window of [`super::congestion`] and a SENDME per `sendme_inc` cells —
+//! with authenticated SENDMEs (proposal 289, version 1: the SENDME echoes
+//! the running digest of the cell that completed the increment); a
+//! stream's windows (500 cells, SENDME per 50, unauthenticated), or
+//! XON/XOFF under congestion control. A peer that sends past a window or
+//! a SENDME nobody asked for breaks the protocol: its circuit closes.
 //! [tor-spec §7.3–7.4; proposal 289; C sendme.c, relay.c
 //! connection_edge_package_raw_inbuf(), handle_relay_msg();
 //! congestion_control_common.c circuit_sent_cell_for_sendme()]

@@ -9,16 +9,21 @@ use super::*;
 use crate::onion::{ack_status, mac_sha3_256, ESTABLISH_INTRO_SIG_PREFIX};
 use crate::origin::{HopTarget, OriginCircuit};
 
-/// A one-hop circuit from a client to a keyed half.
-fn circuit() -> (OriginCircuit, KeyedHalf) {
-    let dir = tempfile::tempdir().unwrap();
-    let (_, keys, _) = crate::fuzzing::test_identity(dir.path());
-    let t = HopTarget {
+/// Where a client finds the relay with `keys`.
+fn target(keys: &HandshakeKeys) -> HopTarget {
+    HopTarget {
         rsa_id: keys.rsa_fp,
         ed_id: Some(keys.ed_id),
         ntor_key: keys.ntor[0].public.to_bytes(),
         addr: SocketAddrV4::new([127, 0, 0, 1].into(), 9001),
-    };
+    }
+}
+
+/// A one-hop circuit from a client to a keyed half.
+fn circuit() -> (OriginCircuit, KeyedHalf) {
+    let dir = tempfile::tempdir().unwrap();
+    let (_, keys, _) = crate::fuzzing::test_identity(dir.path());
+    let t = target(&keys);
     let mut client = OriginCircuit::new();
     let create2 = client.create2(&t).unwrap();
     let (created2, half, _) = answer_create2(&keys, &create2, None).unwrap();
@@ -311,12 +316,7 @@ fn rendezvous_cells_change_the_purpose() {
 fn ntor_v3_negotiates_congestion_control() {
     let dir = tempfile::tempdir().unwrap();
     let (_, keys, _) = crate::fuzzing::test_identity(dir.path());
-    let t = HopTarget {
-        rsa_id: keys.rsa_fp,
-        ed_id: Some(keys.ed_id),
-        ntor_key: keys.ntor[0].public.to_bytes(),
-        addr: SocketAddrV4::new([127, 0, 0, 1].into(), 9001),
-    };
+    let t = target(&keys);
     let on = congestion::CcParams::default();
     let off = congestion::CcParams {
         enabled: false,
