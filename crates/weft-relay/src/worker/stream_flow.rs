@@ -137,10 +137,17 @@ impl Circuits {
         }
     }
 
-    /// The window of the half at `slot` opened: its streams may read again.
+    /// The window of the half at `slot` opened: its open streams (all in
+    /// `by_id`: only END takes a stream out) may read again. A range of
+    /// the ordered table, not a scan of the worker's streams.
     fn circuit_window_opened(&mut self, slot: u32) {
-        for (key, s) in self.streams.streams.iter() {
-            if s.slot == slot && s.state == State::Open {
+        for (_, &key) in self.streams.by_id.range((slot, 0)..=(slot, u16::MAX)) {
+            if self
+                .streams
+                .streams
+                .get(key)
+                .is_some_and(|s| s.state == State::Open)
+            {
                 self.streams.may_read.push(key);
             }
         }

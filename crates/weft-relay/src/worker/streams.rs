@@ -20,7 +20,7 @@
 //! MaxMemInQueues, and moving a connection whose circuits have streams
 //! (it stays on its worker).
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 
 use slab::Slab;
@@ -115,7 +115,9 @@ pub(super) struct ExitStream {
 pub(crate) struct Streams {
     pub(super) streams: Slab<ExitStream>,
     /// (half slot, stream ID) → key.
-    by_id: HashMap<(u32, u16), usize>,
+    /// Ordered, so a circuit's streams are one range (a circuit SENDME
+    /// wakes only its own streams).
+    pub(super) by_id: BTreeMap<(u32, u16), usize>,
     /// Socket work for the driver, in order.
     io: VecDeque<StreamIo>,
     /// Streams with bytes (or a close) for their destination.
