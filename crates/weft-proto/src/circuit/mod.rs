@@ -24,6 +24,7 @@
 //! [`ForwardAction`] that the worker's dispatch hands to the room that
 //! owns that concern.
 
+pub mod conflux;
 pub mod congestion;
 pub mod edge;
 pub mod exit;
