@@ -119,6 +119,8 @@ pub struct SchedParams {
     pub sendme_accept_min: u8,
     /// Congestion control (the consensus's `cc_*` parameters).
     pub cc: weft_proto::circuit::congestion::CcParams,
+    /// Conflux at the exit (the consensus's `cfx_*` parameters).
+    pub cfx: weft_proto::circuit::conflux::CfxParams,
 }
 
 impl Default for SchedParams {
@@ -132,6 +134,7 @@ impl Default for SchedParams {
             dos: crate::dos::DosParams::default(),
             sendme_accept_min: 0,
             cc: Default::default(),
+            cfx: Default::default(),
         }
     }
 }
@@ -192,6 +195,8 @@ pub struct SharedContext {
     /// Congestion control offered to clients that ask (the consensus's
     /// `cc_*` parameters).
     pub cc: weft_proto::circuit::congestion::CcParams,
+    /// Conflux limits (the consensus's `cfx_*` parameters).
+    pub cfx: weft_proto::circuit::conflux::CfxParams,
     /// When the snapshot was made.
     pub created: SystemTime,
 }
@@ -226,6 +231,7 @@ impl SharedContext {
             exit: None,
             sendme_accept_min: sched.sendme_accept_min,
             cc: sched.cc,
+            cfx: sched.cfx,
             created: SystemTime::now(),
         })
     }

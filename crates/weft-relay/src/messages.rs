@@ -38,6 +38,18 @@ pub struct HalfRef {
     pub gen: u32,
 }
 
+/// The global address of a conflux set: its home worker, its slot in that
+/// worker's set table and the slot's generation.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct SetRef {
+    /// The home worker.
+    pub worker: u16,
+    /// Slot in the home's set table.
+    pub slot: u32,
+    /// Generation of the slot.
+    pub gen: u32,
+}
+
 /// A message on a cross-worker ring: fixed size, no heap data.
 #[derive(Clone, Copy)]
 pub enum RingMsg {
@@ -121,6 +133,57 @@ pub enum RingMsg {
         /// The status (`weft_proto::onion::ack_status`).
         status: u16,
     },
+    /// Conflux, leg → home: a decrypted multiplexed message or SWITCH
+    /// (`body`) that arrived on leg `leg` of `set`. (No read time: a ring
+    /// slot stays the size of a cell's.)
+    ConfluxCell {
+        /// The set.
+        set: SetRef,
+        /// The leg it came on.
+        leg: HalfRef,
+        /// The decrypted relay body.
+        body: [u8; BODY_LEN],
+    },
+    /// Conflux, leg → home: leg `leg`'s congestion state (after LINKED,
+    /// LINKED_ACK and every circuit SENDME).
+    ConfluxLegState {
+        /// The set.
+        set: SetRef,
+        /// The leg.
+        leg: HalfRef,
+        /// Its state.
+        state: weft_proto::circuit::conflux::LegState,
+    },
+    /// Conflux, leg → home: leg `leg` closed.
+    ConfluxLegGone {
+        /// The set.
+        set: SetRef,
+        /// The leg.
+        leg: HalfRef,
+    },
+    /// Conflux, home → leg: `to` is a leg of `set`; send it LINKED.
+    ConfluxLinked {
+        /// The leg.
+        to: HalfRef,
+        /// Its set.
+        set: SetRef,
+        /// The LINKED to send.
+        linked: weft_proto::circuit::conflux::Link,
+    },
+    /// Conflux, home → leg: originate this message on leg `to` (DATA is
+    /// counted in the leg's congestion window).
+    ConfluxSend {
+        /// The leg.
+        to: HalfRef,
+        /// The relay command.
+        command: u8,
+        /// Its stream.
+        stream_id: u16,
+        /// Bytes used in `data`.
+        len: u16,
+        /// The message's data.
+        data: [u8; weft_proto::relay::RELAY_DATA_MAX],
+    },
 }
 
 /// A worker's onion-service counters (cumulative in the core, deltas in a
@@ -197,6 +260,68 @@ pub struct ExitCounters {
     pub dos_rejected: u64,
     /// Congestion control and XON/XOFF.
     pub cc: CcCounters,
+    /// Conflux sets.
+    pub cfx: ConfluxCounters,
+}
+
+/// Upper bounds of the out-of-order depth histogram's buckets (cells in
+/// a set's queue when a message joins it); the last bucket is open.
+pub const OOO_DEPTH_BOUNDS: [u64; 8] = [1, 4, 16, 64, 256, 1024, 4096, u64::MAX];
+
+/// Conflux at the exit (after C Tor's `tor_relay_conflux_*` counters).
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct ConfluxCounters {
+    /// Sets made (first LINK of a nonce).
+    pub sets_created: u64,
+    /// Legs linked (LINKED sent).
+    pub legs_linked: u64,
+    /// Of those, legs on another worker than their set's home.
+    pub legs_remote: u64,
+    /// LINKs refused (set full, not an exit circuit, bad cell).
+    pub links_refused: u64,
+    /// Sets closed, by cause: every leg gone.
+    pub sets_closed_legs: u64,
+    /// Sets closed for a protocol violation (replay, absurd SWITCH).
+    pub sets_closed_protocol: u64,
+    /// Sets closed because their out-of-order queue hit its cap.
+    pub sets_closed_ooo: u64,
+    /// SWITCH cells sent.
+    pub switches_sent: u64,
+    /// SWITCH cells received.
+    pub switches_received: u64,
+    /// Messages that waited in an out-of-order queue.
+    pub reordered: u64,
+    /// Out-of-order depth (cells) when a message joined a queue, in the
+    /// buckets of [`OOO_DEPTH_BOUNDS`].
+    pub ooo_depth: [u64; 8],
+    /// Sets alive now (a gauge).
+    pub sets_open: u64,
+    /// Legs alive now in those sets (a gauge).
+    pub legs_open: u64,
+}
+
+impl ConfluxCounters {
+    fn zip(&self, o: &ConfluxCounters, f: impl Fn(u64, u64) -> u64) -> ConfluxCounters {
+        let mut ooo_depth = [0; 8];
+        for (i, d) in ooo_depth.iter_mut().enumerate() {
+            *d = f(self.ooo_depth[i], o.ooo_depth[i]);
+        }
+        ConfluxCounters {
+            sets_created: f(self.sets_created, o.sets_created),
+            legs_linked: f(self.legs_linked, o.legs_linked),
+            legs_remote: f(self.legs_remote, o.legs_remote),
+            links_refused: f(self.links_refused, o.links_refused),
+            sets_closed_legs: f(self.sets_closed_legs, o.sets_closed_legs),
+            sets_closed_protocol: f(self.sets_closed_protocol, o.sets_closed_protocol),
+            sets_closed_ooo: f(self.sets_closed_ooo, o.sets_closed_ooo),
+            switches_sent: f(self.switches_sent, o.switches_sent),
+            switches_received: f(self.switches_received, o.switches_received),
+            reordered: f(self.reordered, o.reordered),
+            ooo_depth,
+            sets_open: self.sets_open,
+            legs_open: self.legs_open,
+        }
+    }
 }
 
 /// Congestion-control events at the exit (C Tor's
@@ -257,6 +382,7 @@ impl ExitCounters {
             open: self.open,
             dos_rejected: self.dos_rejected - e.dos_rejected,
             cc: self.cc.zip(&e.cc, |a, b| a - b),
+            cfx: self.cfx.zip(&e.cfx, |a, b| a - b),
         }
     }
 
@@ -277,6 +403,9 @@ impl ExitCounters {
         self.open += o.open;
         self.dos_rejected += o.dos_rejected;
         self.cc = self.cc.zip(&o.cc, |a, b| a + b);
+        let (sets, legs) = (self.cfx.sets_open + o.cfx.sets_open, self.cfx.legs_open + o.cfx.legs_open);
+        self.cfx = self.cfx.zip(&o.cfx, |a, b| a + b);
+        (self.cfx.sets_open, self.cfx.legs_open) = (sets, legs);
     }
 }
 
@@ -466,6 +595,21 @@ pub enum ControllerMsg {
         /// The rest of RENDEZVOUS1 (the handshake for the client).
         payload: Vec<u8>,
     },
+    /// Conflux: a LINK on keyed half `leg` (checked there): which worker
+    /// is the home of its nonce's set?
+    ConfluxLink {
+        /// The leg.
+        leg: HalfRef,
+        /// The LINK.
+        link: weft_proto::circuit::conflux::Link,
+    },
+    /// Conflux: the set of `nonce` on worker `worker` ended.
+    ConfluxSetGone {
+        /// Its nonce.
+        nonce: [u8; 32],
+        /// Its home.
+        worker: u16,
+    },
     /// DoS: a CREATE cell came on a client connection from `ip`.
     ClientCreate {
         /// The client's address.
@@ -533,8 +677,18 @@ impl RingMsg {
             | RingMsg::SourceDone { to }
             | RingMsg::PeerMoved { to, .. }
             | RingMsg::Introduce2 { to, .. }
-            | RingMsg::IntroduceAck { to, .. } => to,
+            | RingMsg::IntroduceAck { to, .. }
+            | RingMsg::ConfluxLinked { to, .. }
+            | RingMsg::ConfluxSend { to, .. } => to,
             RingMsg::Switched { old } | RingMsg::Installed { old, .. } => old,
+            // Addressed to a set, not a half: no half slot matches.
+            RingMsg::ConfluxCell { set, .. }
+            | RingMsg::ConfluxLegState { set, .. }
+            | RingMsg::ConfluxLegGone { set, .. } => HalfRef {
+                worker: set.worker,
+                slot: u32::MAX,
+                gen: u32::MAX,
+            },
         }
     }
 
@@ -547,8 +701,13 @@ impl RingMsg {
             | RingMsg::SourceDone { to }
             | RingMsg::PeerMoved { to, .. }
             | RingMsg::Introduce2 { to, .. }
-            | RingMsg::IntroduceAck { to, .. } => *to = new,
+            | RingMsg::IntroduceAck { to, .. }
+            | RingMsg::ConfluxLinked { to, .. }
+            | RingMsg::ConfluxSend { to, .. } => *to = new,
             RingMsg::Switched { old } | RingMsg::Installed { old, .. } => *old = new,
+            RingMsg::ConfluxCell { .. }
+            | RingMsg::ConfluxLegState { .. }
+            | RingMsg::ConfluxLegGone { .. } => {}
         }
         self
     }

@@ -160,6 +160,40 @@ pub struct SetLimits {
     pub max_switch_gap: u64,
 }
 
+/// The consensus's conflux parameters an exit uses.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct CfxParams {
+    /// `cfx_max_legs_set` (3–255, default 8).
+    pub max_legs: usize,
+    /// `cfx_max_oooq_bytes`, never above weft's own cap.
+    pub max_ooo_bytes: usize,
+}
+
+impl CfxParams {
+    /// From the consensus (`get(name, default, min, max)` clamps), with
+    /// `own_cap` as weft's ceiling on the out-of-order queue.
+    pub fn from_consensus(get: impl Fn(&str, i32, i32, i32) -> i32, own_cap: usize) -> Self {
+        CfxParams {
+            max_legs: get("cfx_max_legs_set", 8, 3, 255) as usize,
+            max_ooo_bytes: (get("cfx_max_oooq_bytes", i32::MAX, 0, i32::MAX) as usize).min(own_cap),
+        }
+    }
+}
+
+/// weft's own cap on a set's out-of-order queue (C's default is
+/// INT32_MAX): about 4000 cells, 7x the largest reorder buffer the
+/// multipath paper measured (280 KB); the consensus may lower it.
+pub const DEFAULT_MAX_OOO_BYTES: usize = 2 << 20;
+
+impl Default for CfxParams {
+    fn default() -> Self {
+        CfxParams {
+            max_legs: 8,
+            max_ooo_bytes: DEFAULT_MAX_OOO_BYTES,
+        }
+    }
+}
+
 /// What one queued message costs (C's `conflux_msg_alloc_cost`: the
 /// message, its body and the entry).
 pub const OOO_CELL_COST: usize = BODY_LEN + 32;
@@ -333,6 +367,12 @@ impl<L: Copy + Eq + std::fmt::Debug> ConfluxSet<L> {
     /// Bytes in the out-of-order queue now.
     pub fn ooo_bytes(&self) -> usize {
         self.ooo_bytes
+    }
+
+    /// When the oldest message in the out-of-order queue was read (for
+    /// the memory limit's choice of victims).
+    pub fn ooo_oldest_stamp(&self) -> Option<u64> {
+        self.ooo.iter().map(|q| q.0.stamp_ns).min()
     }
 
     /// A LINK on leg `id`: add it (`cfx_add_leg`: its counters from the

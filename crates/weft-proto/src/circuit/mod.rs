@@ -176,6 +176,13 @@ pub enum ForwardAction {
     /// [`KeyedHalf::circuit_sendme_received`] (its clock and queue), then
     /// streams that waited for the window may read again.
     CircuitSendme,
+    /// A conflux command at an exit (LINK, LINKED, LINKED_ACK, SWITCH; the
+    /// decrypted message is still in the body): the worker's conflux room
+    /// checks it against the circuit's leg state.
+    Conflux {
+        /// The relay command.
+        command: u8,
+    },
     /// An ESTABLISH_RENDEZVOUS from a one-hop client, dropped without an
     /// answer (DoSRefuseSingleHopClientRendezvous; counted).
     RefusedSingleHopRendezvous,
@@ -328,6 +335,11 @@ impl KeyedHalf {
             }
             hs_cmd::ESTABLISH_RENDEZVOUS => self.establish_rendezvous(body, &h),
             hs_cmd::RENDEZVOUS1 => self.rendezvous1(body, &h),
+            c @ (conflux::LINK | conflux::LINKED | conflux::LINKED_ACK | conflux::SWITCH)
+                if ctx.exit && self.is_plain_edge() =>
+            {
+                ForwardAction::Conflux { command: c }
+            }
             // Anything else addressed to us is dropped, as C Tor does
             // (forward compatibility; the onion-service cells meant for an
             // origin included).

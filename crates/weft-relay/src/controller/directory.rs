@@ -37,7 +37,7 @@ use crate::context::{DirAuthority, RelayConfig};
 /// control with XON/XOFF (proposal 324, `circuit/congestion.rs`): with
 /// `Relay=4` (ntor-v3) it makes clients ask an exit for congestion control.
 pub const PROTO: &str =
-    "Cons=1-2 Desc=1-2 FlowCtrl=1-2 HSIntro=4-5 HSRend=1-2 Link=4-5 LinkAuth=3 Microdesc=1-2 Relay=2,4";
+    "Conflux=1 Cons=1-2 Desc=1-2 FlowCtrl=1-2 HSIntro=4-5 HSRend=1-2 Link=4-5 LinkAuth=3 Microdesc=1-2 Relay=2,4";
 
 /// Results of background directory work, handled on the controller.
 #[derive(Debug)]

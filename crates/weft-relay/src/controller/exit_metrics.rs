@@ -101,4 +101,46 @@ pub(super) fn render_exit(o: &mut String, e: &crate::messages::ExitCounters) {
             "weft_relay_congestion_control_total{{state=\"{state}\",action=\"{action}\"}} {v}"
         );
     }
+    render_conflux(o, &e.cfx);
+}
+
+/// Conflux at the exit (C Tor exports no conflux family; weft's names).
+fn render_conflux(o: &mut String, c: &crate::messages::ConfluxCounters) {
+    family(
+        o,
+        "weft_conflux_total",
+        "counter",
+        "Conflux sets and legs at the exit (proposal 329).",
+    );
+    for (event, v) in [
+        ("set_created", c.sets_created),
+        ("leg_linked", c.legs_linked),
+        ("leg_linked_other_worker", c.legs_remote),
+        ("link_refused", c.links_refused),
+        ("set_closed_legs", c.sets_closed_legs),
+        ("set_closed_protocol", c.sets_closed_protocol),
+        ("set_closed_ooo_full", c.sets_closed_ooo),
+        ("switch_sent", c.switches_sent),
+        ("switch_received", c.switches_received),
+        ("reordered", c.reordered),
+    ] {
+        let _ = writeln!(o, "weft_conflux_total{{event=\"{event}\"}} {v}");
+    }
+    family(o, "weft_conflux_sets", "gauge", "Conflux sets whose home is here.");
+    let _ = writeln!(o, "weft_conflux_sets {}", c.sets_open);
+    family(o, "weft_conflux_legs", "gauge", "Legs of those sets.");
+    let _ = writeln!(o, "weft_conflux_legs {}", c.legs_open);
+    family(
+        o,
+        "weft_conflux_ooo_depth_cells",
+        "histogram",
+        "Cells in a set's out-of-order queue when a message joined it.",
+    );
+    let mut cum = 0;
+    for (i, &b) in crate::messages::OOO_DEPTH_BOUNDS.iter().enumerate() {
+        cum += c.ooo_depth[i];
+        let le = if b == u64::MAX { "+Inf".to_string() } else { b.to_string() };
+        let _ = writeln!(o, "weft_conflux_ooo_depth_cells_bucket{{le=\"{le}\"}} {cum}");
+    }
+    let _ = writeln!(o, "weft_conflux_ooo_depth_cells_count {cum}");
 }

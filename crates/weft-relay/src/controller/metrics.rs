@@ -105,9 +105,11 @@ impl WorkerTotals {
         t.queue_wait.add(&r.queue_wait);
         t.outq.add(&r.outq);
         t.onion.add(&r.onion);
-        let open = r.exit.open;
+        let (open, sets, legs) = (r.exit.open, r.exit.cfx.sets_open, r.exit.cfx.legs_open);
         t.exit.add(&r.exit);
+        // Gauges: this worker's latest.
         t.exit.open = open;
+        (t.exit.cfx.sets_open, t.exit.cfx.legs_open) = (sets, legs);
         t.limits.add(&r.limits);
         t.connections = r.connections;
         t.circuits = r.circuits;

@@ -17,6 +17,7 @@ mod exit_metrics;
 mod limits;
 mod local;
 pub mod metrics;
+mod conflux;
 mod onion;
 mod registry;
 
@@ -104,6 +105,7 @@ struct Controller {
     extends_cross_worker: u64,
     /// Introduction circuits by auth key, rendezvous circuits by cookie.
     onion: onion::OnionTables,
+    conflux: conflux::ConfluxTable,
     /// DoS table, connection count, the global memory limit.
     limits: limits::Limits,
     started: Instant,
@@ -138,6 +140,10 @@ fn sched_params(cfg: &RelayConfig, p: &NetParams) -> SchedParams {
         }),
         sendme_accept_min: p.get_clamped("sendme_accept_min_version", 0, 0, 255) as u8,
         cc: CcParams::from_consensus(|name, d, min, max| p.get_clamped(name, d, min, max)),
+        cfx: weft_proto::circuit::conflux::CfxParams::from_consensus(
+            |name, d, min, max| p.get_clamped(name, d, min, max),
+            weft_proto::circuit::conflux::DEFAULT_MAX_OOO_BYTES,
+        ),
     }
 }
 
@@ -317,6 +323,7 @@ async fn run_controller(cfg: RelayConfig) -> anyhow::Result<()> {
         extends_same_worker: 0,
         extends_cross_worker: 0,
         onion: onion::OnionTables::default(),
+        conflux: conflux::ConfluxTable::default(),
         started: Instant::now(),
     };
     // The ORPort answers now, so the authorities' reachability test that
@@ -431,6 +438,7 @@ impl Controller {
     fn on_msg(&mut self, m: ControllerMsg) {
         let mut m = Some(m);
         self.onion.on_msg(&mut m, &self.workers);
+        self.conflux.on_msg(&mut m, &self.workers);
         let Some(m) = m else { return };
         match m {
             // Handled by the onion-service tables above.
@@ -440,7 +448,9 @@ impl Controller {
             | ControllerMsg::Introduce1 { .. }
             | ControllerMsg::EstablishRendezvous { .. }
             | ControllerMsg::RendezvousGone { .. }
-            | ControllerMsg::Rendezvous1 { .. } => {}
+            | ControllerMsg::Rendezvous1 { .. }
+            | ControllerMsg::ConfluxLink { .. }
+            | ControllerMsg::ConfluxSetGone { .. } => {}
             ControllerMsg::ClientCreate { ip } => {
                 self.limits.client_create(ip, unix_secs(), &self.workers)
             }

@@ -195,6 +195,8 @@ pub(crate) struct Circuits {
     pub(crate) fctx: ForwardCtx,
     /// The exit's streams ([`super::streams`]).
     pub(crate) streams: super::streams::Streams,
+    /// Conflux legs and home sets ([`super::conflux`]).
+    pub(crate) conflux: super::conflux::ConfluxRoom,
 }
 
 impl Circuits {
@@ -234,6 +236,7 @@ impl Circuits {
             },
             ctx,
             streams: Default::default(),
+            conflux: Default::default(),
         }
     }
 
@@ -370,6 +373,7 @@ impl Circuits {
         let r = self.halves.reference(slot)?;
         let mut h = self.halves.remove(slot)?;
         self.forget_onion_role(r, &h);
+        self.conflux_half_dropped(slot, r);
         self.forget_streams(slot);
         if let Some(Some(c)) = self.conns.get_mut(h.conn) {
             c.sched.queued = c.sched.queued.saturating_sub(h.queue.len());
@@ -415,6 +419,10 @@ impl Circuits {
     /// Close one circuit ourselves: DESTROY here with `reason`, and the
     /// peer half told to send DESTROY with the same reason.
     pub(crate) fn close_circuit(&mut self, conn: usize, slot: u32, reason: u8, why: &str) {
+        if super::conflux::is_set_slot(slot) {
+            // A conflux set's streams asked: the whole set closes.
+            return self.conflux_close_set((slot & !super::conflux::SET_SLOT) as usize, reason, why);
+        }
         let Some(h) = self.drop_half(slot) else {
             return;
         };

@@ -265,6 +265,9 @@ impl Circuits {
                 stream_id,
                 circuit_sendme,
             } => {
+                if self.conflux.is_leg(slot) {
+                    return self.leg_stream_cell(conn, slot, command, circuit_sendme, body);
+                }
                 self.stream_cell(conn, slot, command, stream_id, circuit_sendme, body);
                 Handed::Done
             }
@@ -276,6 +279,7 @@ impl Circuits {
                 self.limit_counters.single_hop_refused += 1;
                 Handed::Done
             }
+            ForwardAction::Conflux { command } => self.conflux_cell(conn, slot, command, body),
             ForwardAction::Drop => Handed::Done,
             ForwardAction::Close { reason, why } => {
                 self.close_circuit(conn, slot, reason, &why);

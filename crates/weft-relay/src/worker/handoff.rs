@@ -240,6 +240,9 @@ impl Circuits {
         match *m {
             RingMsg::Installed { old, new } => return self.forwarder_installed(old, new),
             RingMsg::Switched { old } => return self.forwarder_switched(old),
+            RingMsg::ConfluxCell { .. }
+            | RingMsg::ConfluxLegState { .. }
+            | RingMsg::ConfluxLegGone { .. } => return self.conflux_ring_msg(m),
             _ => {}
         }
         if self.is_forwarder(m.target()) {
@@ -247,6 +250,11 @@ impl Circuits {
         }
         match *m {
             RingMsg::Installed { .. } | RingMsg::Switched { .. } => {}
+            RingMsg::ConfluxCell { .. }
+            | RingMsg::ConfluxLegState { .. }
+            | RingMsg::ConfluxLegGone { .. }
+            | RingMsg::ConfluxLinked { .. }
+            | RingMsg::ConfluxSend { .. } => self.conflux_ring_msg(m),
             RingMsg::SourceDone { to } => self.source_done(to, source),
             RingMsg::PeerMoved { to, peer, old } => self.peer_moved(to, peer, old),
             RingMsg::Cell {

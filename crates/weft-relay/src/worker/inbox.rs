@@ -150,6 +150,14 @@ pub(crate) enum WorkerMsg {
         /// RENDEZVOUS2 data, for the client's half.
         rendezvous2: Option<Vec<u8>>,
     },
+    /// Conflux: this worker is the home of `link`'s nonce: add leg `leg`
+    /// to its set (made if new).
+    ConfluxJoin {
+        /// The leg (on any worker).
+        leg: HalfRef,
+        /// Its LINK.
+        link: weft_proto::circuit::conflux::Link,
+    },
     /// DoS: refuse CREATE cells from client address `ip` for `secs`
     /// seconds.
     DosMark {
@@ -237,6 +245,7 @@ impl Worker {
                 peer,
                 rendezvous2,
             } => self.core.splice(half, peer, rendezvous2.as_deref()),
+            WorkerMsg::ConfluxJoin { leg, link } => self.core.conflux_join(leg, &link),
             WorkerMsg::Adopt(m) => self.adopt(*m),
             WorkerMsg::BandwidthShare { rate, burst } => {
                 self.read_bucket.set(rate, burst);

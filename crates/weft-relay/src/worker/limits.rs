@@ -73,7 +73,9 @@ impl Circuits {
     /// Bytes the queues of this worker hold (cells in the pool, and the
     /// bytes exit streams hold for their destinations).
     pub(crate) fn queued_bytes(&self) -> u64 {
-        self.pool.in_use() as u64 * CELL_COST + self.stream_buffered_bytes()
+        self.pool.in_use() as u64 * CELL_COST
+            + self.stream_buffered_bytes()
+            + self.conflux.ooo_bytes()
     }
 
     /// Every circuit half with queued or held cells: (age of its oldest
@@ -101,6 +103,12 @@ impl Circuits {
         v.extend(
             self.stream_oom_candidates(now)
                 .map(|(_, _, age, b)| (age, b)),
+        );
+        v.extend(
+            self.conflux
+                .oom_candidates(now)
+                .into_iter()
+                .map(|(_, age, b)| (age, b)),
         );
         v
     }
@@ -135,9 +143,16 @@ impl Circuits {
                 .filter(|&(_, _, age, _)| age >= min_age_ns)
                 .map(|(conn, slot, _, b)| (conn, slot, b)),
         );
+        victims.extend(
+            self.conflux
+                .oom_candidates(now)
+                .into_iter()
+                .filter(|&(_, age, _)| age >= min_age_ns)
+                .map(|(slot, _, b)| (super::conflux::SET_CONN, slot, b)),
+        );
         let (mut circuits, mut bytes) = (0, 0);
         for (conn, slot, b) in victims {
-            if self.halves.by_slot(slot).is_none() {
+            if !super::conflux::is_set_slot(slot) && self.halves.by_slot(slot).is_none() {
                 continue; // its peer on this worker went first
             }
             self.close_circuit(

@@ -32,6 +32,7 @@
 //! rings, and once a second the housekeeping (counters to the controller,
 //! handshake deadlines, idle connections, keepalives).
 
+pub(crate) mod conflux;
 pub(crate) mod conn;
 pub(crate) mod core;
 pub(crate) mod dispatch;

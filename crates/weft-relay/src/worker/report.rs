@@ -53,6 +53,7 @@ impl Worker {
         self.counters.exit.bytes_from_dest = self.counters.stream_read;
         self.counters.exit.bytes_to_dest = self.counters.stream_written;
         self.counters.exit.open = self.core.streams.len() as u64;
+        self.counters.exit.cfx = self.core.conflux.report();
         let now = self.counters;
         let last = self.reported;
         self.reported = now;

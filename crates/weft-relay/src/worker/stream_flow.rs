@@ -22,7 +22,7 @@ use super::streams::{State, OUTBUF_FULL, QUEUE_HIGHWATER};
 /// A circuit counts as blocked on its connection (a congestion signal
 /// for Vegas) while this many of its cells wait there: C's default
 /// `orconn_high` (32 KiB) in cells.
-const BLOCKED_QUEUE: usize = 32 * 1024 / 514;
+pub(crate) const BLOCKED_QUEUE: usize = 32 * 1024 / 514;
 
 /// Most bytes one stream may hold for its destination. Without congestion
 /// control the stream window bounds them (500 cells); with it, a client
@@ -132,6 +132,7 @@ impl Circuits {
                     c.clock_stalls += u64::from(o.clock_stalled);
                 }
                 self.circuit_window_opened(slot);
+                self.leg_window_moved(slot);
             }
             Err(e) => self.close_circuit(conn, slot, destroy_reason::PROTOCOL, &e.to_string()),
         }
@@ -140,7 +141,7 @@ impl Circuits {
     /// The window of the half at `slot` opened: its open streams (all in
     /// `by_id`: only END takes a stream out) may read again. A range of
     /// the ordered table, not a scan of the worker's streams.
-    fn circuit_window_opened(&mut self, slot: u32) {
+    pub(crate) fn circuit_window_opened(&mut self, slot: u32) {
         for (_, &key) in self.streams.by_id.range((slot, 0)..=(slot, u16::MAX)) {
             if self
                 .streams
@@ -164,6 +165,12 @@ impl Circuits {
             return 0;
         }
         let (slot, stream_window) = (s.slot, s.flow.package_window());
+        if super::conflux::is_set_slot(slot) {
+            let cells = stream_window
+                .min(self.set_window(slot))
+                .min(QUEUE_HIGHWATER as i32);
+            return usize::try_from(cells).unwrap_or(0) * DATA_MAX;
+        }
         let Some(h) = self.halves.by_slot(slot) else {
             return 0;
         };
@@ -188,6 +195,11 @@ impl Circuits {
             let (conn, slot, sid) = (s.conn, s.slot, s.stream_id);
             s.flow.data_sent();
             let n = data.len().min(DATA_MAX);
+            if super::conflux::is_set_slot(slot) {
+                self.set_send(slot, relay_cmd::DATA, sid, &data[..n]);
+                data = &data[n..];
+                continue;
+            }
             let mut body = [0u8; BODY_LEN];
             let Some(k) = self.keyed(slot) else { return };
             k.originate_data(&mut body, sid, &data[..n], now_us);

@@ -242,6 +242,9 @@ impl Circuits {
         stream_id: u16,
         data: &[u8],
     ) {
+        if super::conflux::is_set_slot(slot) {
+            return self.set_send(slot, command, stream_id, data);
+        }
         let mut body = [0u8; BODY_LEN];
         let Some(k) = self.keyed(slot) else { return };
         k.originate(&mut body, command, stream_id, data);
@@ -257,13 +260,16 @@ impl Circuits {
         f: impl FnOnce(&ExitContext<'_>) -> T,
     ) -> T {
         let c = self.conn(conn);
-        let prev_is_client = c.is_none_or(|c| c.client);
+        // A conflux set's streams: every leg's LINK was checked to come
+        // from a relay (not a one-hop client) on this exit.
+        let set = conn == super::conflux::SET_CONN;
+        let prev_is_client = !set && c.is_none_or(|c| c.client);
         // As C's connection_or_digest_is_known_relay: listed in our
         // consensus (before the first consensus, any relay).
         let prev_is_known_relay = match (c.and_then(|c| c.peer_rsa), &settings.known_relays) {
             (Some(id), Some(known)) => known.contains(&id),
             (Some(_), None) => true,
-            (None, _) => false,
+            (None, _) => set,
         };
         let allows = |ip: IpAddr, port: u16| settings.policy.allows(ip, port);
         f(&ExitContext {
@@ -280,7 +286,9 @@ impl Circuits {
     /// A new stream in the table.
     fn new_stream(&mut self, conn: usize, slot: u32, stream_id: u16, state: State) -> usize {
         // XON/XOFF on a circuit with congestion control, else windows.
+        let set = super::conflux::is_set_slot(slot);
         let flow = match self.keyed(slot) {
+            _ if set => StreamFlow::with_xon_xoff(),
             Some(k) if k.congestion().is_some() => StreamFlow::with_xon_xoff(),
             _ => StreamFlow::default(),
         };
