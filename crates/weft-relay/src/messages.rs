@@ -403,7 +403,10 @@ impl ExitCounters {
         self.open += o.open;
         self.dos_rejected += o.dos_rejected;
         self.cc = self.cc.zip(&o.cc, |a, b| a + b);
-        let (sets, legs) = (self.cfx.sets_open + o.cfx.sets_open, self.cfx.legs_open + o.cfx.legs_open);
+        let (sets, legs) = (
+            self.cfx.sets_open + o.cfx.sets_open,
+            self.cfx.legs_open + o.cfx.legs_open,
+        );
         self.cfx = self.cfx.zip(&o.cfx, |a, b| a + b);
         (self.cfx.sets_open, self.cfx.legs_open) = (sets, legs);
     }

@@ -42,6 +42,9 @@ pub struct TestnetConfig {
     /// `sendme_accept_min_version=1 cc_alg=0`); empty: none, the
     /// defaults of every parameter apply.
     pub consensus_params: String,
+    /// Extra torrc lines for stock client `i` (`client_torrc[i]`, e.g.
+    /// `ConfluxClientUX latency`); clients past the end get none.
+    pub client_torrc: Vec<Vec<String>>,
 }
 
 impl TestnetConfig {
@@ -81,6 +84,7 @@ impl Default for TestnetConfig {
             onion_services: 0,
             clients_choose_circuits: false,
             consensus_params: String::new(),
+            client_torrc: Vec::new(),
         }
     }
 }

@@ -310,6 +310,7 @@ impl Testnet {
             onion_services: self.config.onion_services,
             clients_choose_circuits: self.config.clients_choose_circuits,
             consensus_params: self.config.consensus_params.clone(),
+            client_torrc: self.config.client_torrc.clone(),
             weft_exit_policy: self
                 .config
                 .weft

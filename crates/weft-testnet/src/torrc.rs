@@ -46,6 +46,8 @@ pub(crate) struct NetFacts {
     pub(crate) weft_exit_policy: Vec<String>,
     /// The authorities' ConsensusParams (empty: none).
     pub(crate) consensus_params: String,
+    /// Extra lines for stock clients, by client index.
+    pub(crate) client_torrc: Vec<Vec<String>>,
 }
 
 /// The ports one node listens on.
@@ -154,6 +156,14 @@ pub(crate) fn stock_torrc(
             if !facts.clients_choose_circuits {
                 // Streams wait for ATTACHSTREAM: tests choose the circuit.
                 line("__LeaveStreamsUnattached 1");
+            }
+            // Clients are named client0, client1, ...
+            let i: usize = nick
+                .trim_start_matches("client")
+                .parse()
+                .unwrap_or(usize::MAX);
+            for l in facts.client_torrc.get(i).into_iter().flatten() {
+                line(l);
             }
         }
         Role::OnionService => {

@@ -264,9 +264,13 @@ pub enum SetError {
 impl std::fmt::Display for SetError {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
-            SetError::Replayed => write!(f, "conflux sequence number at or below the delivered one"),
+            SetError::Replayed => {
+                write!(f, "conflux sequence number at or below the delivered one")
+            }
             SetError::QueueFull => write!(f, "conflux out-of-order queue over its cap"),
-            SetError::AbsurdSwitch(n) => write!(f, "conflux SWITCH of {n} cells past anything in flight"),
+            SetError::AbsurdSwitch(n) => {
+                write!(f, "conflux SWITCH of {n} cells past anything in flight")
+            }
             SetError::UnknownLeg => write!(f, "conflux message on a circuit outside the set"),
         }
     }
@@ -517,9 +521,7 @@ impl<L: Copy + Eq + std::fmt::Debug> ConfluxSet<L> {
             Algorithm::LowRtt => self.low_rtt_ready_leg(),
         }
         .map(|i| self.legs[i].id);
-        let Some(next) = pick.or((command != relay_cmd::DATA).then_some(curr)) else {
-            return None;
-        };
+        let next = pick.or((command != relay_cmd::DATA).then_some(curr))?;
         if next == curr {
             return Some(SendPlan {
                 leg: next,

@@ -126,7 +126,12 @@ fn render_conflux(o: &mut String, c: &crate::messages::ConfluxCounters) {
     ] {
         let _ = writeln!(o, "weft_conflux_total{{event=\"{event}\"}} {v}");
     }
-    family(o, "weft_conflux_sets", "gauge", "Conflux sets whose home is here.");
+    family(
+        o,
+        "weft_conflux_sets",
+        "gauge",
+        "Conflux sets whose home is here.",
+    );
     let _ = writeln!(o, "weft_conflux_sets {}", c.sets_open);
     family(o, "weft_conflux_legs", "gauge", "Legs of those sets.");
     let _ = writeln!(o, "weft_conflux_legs {}", c.legs_open);
@@ -139,8 +144,15 @@ fn render_conflux(o: &mut String, c: &crate::messages::ConfluxCounters) {
     let mut cum = 0;
     for (i, &b) in crate::messages::OOO_DEPTH_BOUNDS.iter().enumerate() {
         cum += c.ooo_depth[i];
-        let le = if b == u64::MAX { "+Inf".to_string() } else { b.to_string() };
-        let _ = writeln!(o, "weft_conflux_ooo_depth_cells_bucket{{le=\"{le}\"}} {cum}");
+        let le = if b == u64::MAX {
+            "+Inf".to_string()
+        } else {
+            b.to_string()
+        };
+        let _ = writeln!(
+            o,
+            "weft_conflux_ooo_depth_cells_bucket{{le=\"{le}\"}} {cum}"
+        );
     }
     let _ = writeln!(o, "weft_conflux_ooo_depth_cells_count {cum}");
 }

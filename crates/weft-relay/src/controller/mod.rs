@@ -12,12 +12,12 @@
 //! (descriptor upload, consensus fetch) and [`metrics`] (MetricsPort).
 
 mod balance;
+mod conflux;
 pub mod directory;
 mod exit_metrics;
 mod limits;
 mod local;
 pub mod metrics;
-mod conflux;
 mod onion;
 mod registry;
 

@@ -35,8 +35,8 @@ use weft_proto::circuit::conflux::{
 use weft_proto::relay::{self, relay_cmd};
 
 use super::core::{Circuits, Effect};
-use super::handoff::Handed;
 use super::half::HalfRole;
+use super::handoff::Handed;
 use crate::messages::{ConfluxCounters, ControllerMsg, HalfRef, RingMsg, SetRef, OOO_DEPTH_BOUNDS};
 
 /// The stream room's slot for a set's streams: this bit and the set's
@@ -88,7 +88,10 @@ impl ConfluxRoom {
 
     /// Bytes in this worker's out-of-order queues.
     pub(crate) fn ooo_bytes(&self) -> u64 {
-        self.sets.iter().map(|(_, s)| s.set.ooo_bytes() as u64).sum()
+        self.sets
+            .iter()
+            .map(|(_, s)| s.set.ooo_bytes() as u64)
+            .sum()
     }
 
     /// Sets with queued messages: (their stream slot, age of the oldest
@@ -180,7 +183,10 @@ impl Circuits {
             Some("CONFLUX_LINK on a circuit with streams")
         } else if self.conn(conn).is_none_or(|c| c.client) {
             Some("CONFLUX_LINK from a one-hop client")
-        } else if self.streams_keyed(slot).is_none_or(|k| k.congestion().is_none()) {
+        } else if self
+            .streams_keyed(slot)
+            .is_none_or(|k| k.congestion().is_none())
+        {
             Some("CONFLUX_LINK without congestion control")
         } else {
             None
@@ -278,7 +284,12 @@ impl Circuits {
                 stream_id,
                 len,
                 ref data,
-            } => self.leg_originate(to, command, stream_id, &data[..usize::from(len).min(data.len())]),
+            } => self.leg_originate(
+                to,
+                command,
+                stream_id,
+                &data[..usize::from(len).min(data.len())],
+            ),
             RingMsg::ConfluxCell { set, leg, ref body } => self.home_cell(set, leg, body),
             RingMsg::ConfluxLegState { set, leg, state } => {
                 if let Some(idx) = self.home_set(set) {
@@ -314,7 +325,7 @@ impl Circuits {
     /// Send a message to set `set`'s home: a call here, else its ring.
     /// From a connection's reading (`conn`), a full ring stalls the
     /// connection as a cell for a peer would.
-    fn to_home(&mut self, conn: Option<usize>, set: SetRef, msg: RingMsg) -> Handed {
+    fn send_home(&mut self, conn: Option<usize>, set: SetRef, msg: RingMsg) -> Handed {
         let w = usize::from(set.worker);
         if w == self.me {
             self.conflux_ring_msg(&msg);
@@ -335,7 +346,13 @@ impl Circuits {
     }
 
     /// A multiplexed message or SWITCH on leg `slot`: to its set's home.
-    fn leg_to_home(&mut self, conn: usize, slot: u32, set: SetRef, body: &[u8; BODY_LEN]) -> Handed {
+    fn leg_to_home(
+        &mut self,
+        conn: usize,
+        slot: u32,
+        set: SetRef,
+        body: &[u8; BODY_LEN],
+    ) -> Handed {
         let Some(leg) = self.halves.reference(slot) else {
             return Handed::Done;
         };
@@ -344,7 +361,7 @@ impl Circuits {
             leg,
             body: *body,
         };
-        self.to_home(Some(conn), set, msg)
+        self.send_home(Some(conn), set, msg)
     }
 
     /// A stream command on a half that is a leg (the dispatch asked
@@ -367,7 +384,9 @@ impl Circuits {
         }
         let set = self.conflux.legs.get(&slot).and_then(|l| l.set);
         match set {
-            Some(set) if conflux::is_multiplexed(command) => self.leg_to_home(conn, slot, set, body),
+            Some(set) if conflux::is_multiplexed(command) => {
+                self.leg_to_home(conn, slot, set, body)
+            }
             Some(_) => {
                 self.conflux_refuse(conn, slot, "a stream-level SENDME on a conflux leg");
                 Handed::Done
@@ -386,7 +405,7 @@ impl Circuits {
         let rec = self.conflux.legs.get_mut(&to.slot);
         let (Some(conn), Some(rec)) = (conn, rec) else {
             // The circuit closed meanwhile.
-            self.to_home(None, set, RingMsg::ConfluxLegGone { set, leg: to });
+            self.send_home(None, set, RingMsg::ConfluxLegGone { set, leg: to });
             return;
         };
         rec.set = Some(set);
@@ -424,7 +443,7 @@ impl Circuits {
             rtt_us,
             blocked,
         };
-        self.to_home(None, set, RingMsg::ConfluxLegState { set, leg, state });
+        self.send_home(None, set, RingMsg::ConfluxLegState { set, leg, state });
     }
 
     /// After a circuit SENDME on the half at `slot`: a leg tells its home.
@@ -464,7 +483,7 @@ impl Circuits {
             return;
         }
         if let Some(LegRecord { set: Some(set), .. }) = self.conflux.legs.remove(&slot) {
-            self.to_home(None, set, RingMsg::ConfluxLegGone { set, leg });
+            self.send_home(None, set, RingMsg::ConfluxLegGone { set, leg });
         }
     }
 
@@ -501,7 +520,10 @@ impl Circuits {
                 let depth = (s.ooo_bytes() / OOO_CELL_COST) as u64;
                 let c = &mut self.conflux.counters;
                 c.reordered += 1;
-                let b = OOO_DEPTH_BOUNDS.iter().position(|&x| depth <= x).unwrap_or(7);
+                let b = OOO_DEPTH_BOUNDS
+                    .iter()
+                    .position(|&x| depth <= x)
+                    .unwrap_or(7);
                 c.ooo_depth[b] += 1;
             }
             Err(e) => self.conflux_set_error(idx, &e),
@@ -571,7 +593,10 @@ impl Circuits {
             return;
         };
         let Some(plan) = hs.set.plan_send(command) else {
-            debug!("worker {}: conflux set {idx}: no leg for {command}", self.me);
+            debug!(
+                "worker {}: conflux set {idx}: no leg for {command}",
+                self.me
+            );
             return;
         };
         hs.set.note_sent(plan.leg, command);
@@ -587,7 +612,9 @@ impl Circuits {
         self.conflux
             .sets
             .get((slot & !SET_SLOT) as usize)
-            .map_or(0, |hs| i32::try_from(hs.set.send_window()).unwrap_or(i32::MAX))
+            .map_or(0, |hs| {
+                i32::try_from(hs.set.send_window()).unwrap_or(i32::MAX)
+            })
     }
 
     fn leg_send(&mut self, leg: HalfRef, command: u8, stream_id: u16, data: &[u8]) {

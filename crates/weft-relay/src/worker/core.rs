@@ -421,7 +421,11 @@ impl Circuits {
     pub(crate) fn close_circuit(&mut self, conn: usize, slot: u32, reason: u8, why: &str) {
         if super::conflux::is_set_slot(slot) {
             // A conflux set's streams asked: the whole set closes.
-            return self.conflux_close_set((slot & !super::conflux::SET_SLOT) as usize, reason, why);
+            return self.conflux_close_set(
+                (slot & !super::conflux::SET_SLOT) as usize,
+                reason,
+                why,
+            );
         }
         let Some(h) = self.drop_half(slot) else {
             return;

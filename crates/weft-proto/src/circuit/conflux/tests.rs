@@ -59,7 +59,11 @@ fn link_cells_are_trunnels_format() {
     assert_eq!(Link::parse(&b[..49]), None, "short");
     assert_eq!(Link::parse(&[]), None);
     assert_eq!(parse_switch(&switch_body(0xdeadbeef)), 0xdeadbeef);
-    assert_eq!(parse_switch(&[1, 2]), 0, "short SWITCH counts as 0, as in C");
+    assert_eq!(
+        parse_switch(&[1, 2]),
+        0,
+        "short SWITCH counts as 0, as in C"
+    );
 }
 
 #[test]
@@ -67,7 +71,9 @@ fn the_commands_c_multiplexes() {
     for c in [1, 2, 3, 4, 11, 12, 43, 44] {
         assert!(is_multiplexed(c), "{c}");
     }
-    for c in [5, 6, 7, 8, 9, 10, 13, 14, 15, LINK, LINKED, LINKED_ACK, SWITCH] {
+    for c in [
+        5, 6, 7, 8, 9, 10, 13, 14, 15, LINK, LINKED, LINKED_ACK, SWITCH,
+    ] {
         assert!(!is_multiplexed(c), "{c}");
     }
 }
@@ -136,8 +142,7 @@ fn cells_over_two_legs_are_delivered_in_order_whatever_the_interleaving() {
             sent: [0, 0],
             curr: 0,
         };
-        let mut wires: [std::collections::VecDeque<(u8, Option<u32>, u64)>; 2] =
-            Default::default();
+        let mut wires: [std::collections::VecDeque<(u8, Option<u32>, u64)>; 2] = Default::default();
         let mut leg = 0;
         for n in 1..=500u64 {
             if rnd() % 7 == 0 {
@@ -241,7 +246,13 @@ fn low_rtt_fills_the_fast_leg_then_switches_with_the_right_number() {
     assert_eq!(s.send_window(), 20);
     // Fast leg 1 first: a SWITCH telling the client leg 1 is at 1.
     let p = s.plan_send(relay_cmd::DATA).unwrap();
-    assert_eq!(p, SendPlan { leg: 1, switch: Some(1) });
+    assert_eq!(
+        p,
+        SendPlan {
+            leg: 1,
+            switch: Some(1)
+        }
+    );
     s.note_sent(1, relay_cmd::DATA);
     for _ in 0..9 {
         assert_eq!(s.plan_send(relay_cmd::DATA).unwrap().switch, None);
@@ -249,7 +260,13 @@ fn low_rtt_fills_the_fast_leg_then_switches_with_the_right_number() {
     }
     // Leg 1's window is full: leg 0, which is 10 behind.
     let p = s.plan_send(relay_cmd::DATA).unwrap();
-    assert_eq!(p, SendPlan { leg: 0, switch: Some(10) });
+    assert_eq!(
+        p,
+        SendPlan {
+            leg: 0,
+            switch: Some(10)
+        }
+    );
     s.note_sent(0, relay_cmd::DATA);
     for _ in 0..9 {
         s.plan_send(relay_cmd::DATA).unwrap();
@@ -257,7 +274,11 @@ fn low_rtt_fills_the_fast_leg_then_switches_with_the_right_number() {
     }
     assert!(!s.can_send_data());
     assert_eq!(s.plan_send(relay_cmd::DATA), None);
-    assert_eq!(s.plan_send(relay_cmd::END).map(|p| p.leg), Some(0), "END keeps order");
+    assert_eq!(
+        s.plan_send(relay_cmd::END).map(|p| p.leg),
+        Some(0),
+        "END keeps order"
+    );
     // Leg 1 acknowledged 10 cells (it counted all 10 it sent).
     s.update_leg(
         1,
@@ -267,7 +288,13 @@ fn low_rtt_fills_the_fast_leg_then_switches_with_the_right_number() {
             ..ready(10_000)
         },
     );
-    assert_eq!(s.plan_send(relay_cmd::DATA).unwrap(), SendPlan { leg: 1, switch: Some(10) });
+    assert_eq!(
+        s.plan_send(relay_cmd::DATA).unwrap(),
+        SendPlan {
+            leg: 1,
+            switch: Some(10)
+        }
+    );
     assert_eq!(s.switches_sent, 3);
 }
 
