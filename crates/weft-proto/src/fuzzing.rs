@@ -247,3 +247,86 @@ pub fn recognized_cells(data: &[u8]) {
         }
     }
 }
+
+/// A conflux set driven by arbitrary bytes as a client (or an attacker)
+/// could: LINKs (parsed from the input), multiplexed messages and SWITCHes
+/// on any leg, leg states, sends, leg closes. The set must never panic,
+/// never hold more than its cap, and deliver in strictly increasing
+/// sequence order.
+pub fn conflux_set(data: &[u8]) {
+    use crate::circuit::conflux::{ConfluxSet, LegState, Link, SetLimits, OOO_CELL_COST};
+    use crate::relay::relay_cmd;
+    let limits = SetLimits {
+        max_legs: 4,
+        max_ooo_bytes: 64 * OOO_CELL_COST,
+        max_switch_gap: 4000,
+    };
+    let mut set: ConfluxSet<u8> = ConfluxSet::new(limits);
+    let _ = Link::parse(data);
+    let body = [0u8; BODY_LEN];
+    let mut delivered = 0u64;
+    let mut ops = data.chunks(6);
+    for _ in 0..10_000 {
+        let Some(op) = ops.next() else { break };
+        let arg = |i: usize| op.get(i).copied().unwrap_or(0);
+        let leg = arg(1) % 6;
+        match arg(0) % 8 {
+            0 => {
+                let mut b = [0u8; 50];
+                b[0] = 1;
+                b[49] = arg(2) % 5;
+                b[33..41].copy_from_slice(&u64::from(arg(3)).to_be_bytes());
+                if let Some(l) = Link::parse(&b) {
+                    let _ = set.add_leg(leg, &l);
+                }
+            }
+            1 | 2 => match set.received(leg, 0, &body) {
+                Ok(crate::circuit::conflux::Arrival::Deliver) => {
+                    delivered += 1;
+                    while set.pop_ready().is_some() {
+                        delivered += 1;
+                    }
+                }
+                Ok(_) => {}
+                Err(_) => return,
+            },
+            3 => {
+                let rel = u32::from_be_bytes([arg(2), arg(3), arg(4), arg(5)]) >> (arg(2) % 32);
+                if set.switch_received(leg, rel).is_err() {
+                    return;
+                }
+                while set.pop_ready().is_some() {
+                    delivered += 1;
+                }
+            }
+            4 => set.update_leg(
+                leg,
+                LegState {
+                    cwnd: u64::from(arg(2)),
+                    inflight: u64::from(arg(3)),
+                    sent_total: u64::from(arg(4)),
+                    rtt_us: u64::from(arg(5)),
+                    blocked: arg(2) & 1 == 1,
+                },
+            ),
+            5 | 6 => {
+                let command = if arg(2) & 1 == 0 {
+                    relay_cmd::DATA
+                } else {
+                    relay_cmd::END
+                };
+                if let Some(p) = set.plan_send(command) {
+                    set.note_sent(p.leg, command);
+                }
+                let _ = set.send_window();
+            }
+            _ => {
+                if set.remove_leg(leg, 31) {
+                    return;
+                }
+            }
+        }
+        assert!(set.ooo_bytes() <= limits.max_ooo_bytes, "over the cap");
+        assert!(delivered < u64::MAX);
+    }
+}

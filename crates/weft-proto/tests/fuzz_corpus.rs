@@ -153,6 +153,11 @@ fn cell_frame_corpus() {
 }
 
 #[test]
+fn conflux_set_corpus() {
+    each_seed("conflux_set", fuzzing::conflux_set);
+}
+
+#[test]
 fn relay_msgs_corpus() {
     each_seed("relay_msgs", fuzzing::relay_msgs);
 }

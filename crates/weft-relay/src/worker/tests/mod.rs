@@ -25,6 +25,7 @@ use crate::link_io::CellIn;
 use crate::messages::{ControllerMsg, HalfRef, RingMsg};
 use crate::ring::{ring, Consumer};
 
+mod conflux;
 mod congestion;
 mod limits;
 mod migrate;
@@ -100,6 +101,8 @@ struct Net {
     /// The controller's onion-service tables (see `controller/onion.rs`).
     intro: std::collections::HashMap<[u8; 32], HalfRef>,
     rend: std::collections::HashMap<[u8; 20], HalfRef>,
+    /// The controller's conflux table (see `controller/conflux.rs`).
+    cfx_home: std::collections::HashMap<[u8; 32], u16>,
     /// Lookups the cores asked the resolver for.
     lookups: Vec<crate::resolver::DnsQuery>,
 }
@@ -153,6 +156,7 @@ impl Net {
             controller: Vec::new(),
             intro: Default::default(),
             rend: Default::default(),
+            cfx_home: Default::default(),
             lookups: Vec::new(),
         }
     }
@@ -232,6 +236,7 @@ impl Net {
                         peer,
                         rendezvous2,
                     } => self.cores[w].splice(half, peer, rendezvous2.as_deref()),
+                    WorkerMsg::ConfluxJoin { leg, link } => self.cores[w].conflux_join(leg, &link),
                     other => panic!("unexpected inbox message {other:?}"),
                 }
                 self.collect(w);
@@ -334,6 +339,15 @@ impl Net {
                         reason: destroy_reason::PROTOCOL,
                     }),
                 },
+                ControllerMsg::ConfluxLink { leg, link } => {
+                    let home = *self.cfx_home.entry(link.nonce).or_insert(leg.worker);
+                    self.inbox[usize::from(home)].push(WorkerMsg::ConfluxJoin { leg, link });
+                }
+                ControllerMsg::ConfluxSetGone { nonce, worker } => {
+                    if self.cfx_home.get(&nonce) == Some(&worker) {
+                        self.cfx_home.remove(&nonce);
+                    }
+                }
                 other => {
                     self.controller.push(other);
                     continue;

@@ -18,6 +18,12 @@ use crate::worker::streams::StreamIo;
 /// with a relay at 198.51.100.1:9001. Tests connect to 198.51.100.x
 /// (documentation addresses: no socket is ever made here).
 pub(super) fn exit_net() -> Net {
+    exit_net_with(1)
+}
+
+/// An exit network of `n` workers (every core has the exit context; a
+/// conflux set's out-of-order queue is capped at 100 cells).
+pub(super) fn exit_net_with(n: usize) -> Net {
     let opts = ExitPolicyOptions {
         exit_relay: Some(true),
         exit_policy: vec!["accept *:*".into()],
@@ -34,19 +40,25 @@ pub(super) fn exit_net() -> Net {
         refuse_unknown_exits: true,
     };
     static EXIT_CTX: std::sync::OnceLock<Arc<SharedContext>> = std::sync::OnceLock::new();
-    let mut net = Net::new(1, 64);
+    let mut net = Net::new(n, 64);
     let ctx = EXIT_CTX
         .get_or_init(|| {
             let link = LinkKeys::generate(&net.relay, SystemTime::now()).unwrap();
             let sched = SchedParams {
                 halflife_s: 30.0,
+                cfx: weft_proto::circuit::conflux::CfxParams {
+                    max_legs: 8,
+                    max_ooo_bytes: 100 * weft_proto::circuit::conflux::OOO_CELL_COST,
+                },
                 ..SchedParams::default()
             };
             let ctx = SharedContext::build(&net.relay, &link, vec![], &sched).unwrap();
             Arc::new(ctx.with_exit(Some(Arc::new(settings))))
         })
         .clone();
-    net.cores[0].set_context(ctx);
+    for core in &mut net.cores {
+        core.set_context(ctx.clone());
+    }
     net
 }
 
