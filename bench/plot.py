@@ -47,6 +47,36 @@ def main():
             print(p)
         return
 
+    if data.get("kind") == "multipath":
+        rows = data["rows"]
+        sizes = sorted({r["bytes"] for r in rows})
+        fig, axes = plt.subplots(1, 2, figsize=(11, 4.5))
+        width = 0.38
+        for k, size in enumerate(sizes):
+            rs = [r for r in rows if r["bytes"] == size]
+            legs = [r["legs"] for r in rs]
+            x = [l + (k - 0.5) * width for l in legs]
+            axes[0].bar(x, [r["speedup"] for r in rs], width, label="weft exit, %d KB" % (size // 1000))
+            px = [xx for xx, r in zip(x, rs) if r["paper_speedup"]]
+            py = [r["paper_speedup"] for r in rs if r["paper_speedup"]]
+            axes[0].plot(px, py, "k_", markersize=18, markeredgewidth=2,
+                         label="paper Table I" if k == 0 else None)
+            axes[1].bar(x, [r["reorder_peak_bytes"] / 1000 for r in rs], width, label="%d KB" % (size // 1000))
+        axes[0].set_xlabel("legs (circuits) in the conflux set")
+        axes[0].set_ylabel("speed-up over one leg (median)")
+        axes[0].set_title("Multipath transfer speed-up")
+        axes[1].axhspan(90, 280, color="0.85", zorder=0, label="paper: 90-280 KB")
+        axes[1].set_xlabel("legs")
+        axes[1].set_ylabel("client reorder buffer peak, KB")
+        axes[1].set_title("Receiver reorder buffer")
+        for ax in axes:
+            ax.grid(alpha=0.3)
+            ax.legend()
+        save(fig, "multipath.png")
+        for p in written:
+            print(p)
+        return
+
     if data.get("kind") in ("e2e", "exit"):
         exit_mode = data["kind"] == "exit"
         role = " as exit" if exit_mode else " as middle"

@@ -9,6 +9,7 @@ pub mod e2e;
 pub mod exit;
 pub mod load;
 pub mod metrics;
+pub mod multipath;
 pub mod output;
 pub mod report;
 pub mod run;

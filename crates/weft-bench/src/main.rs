@@ -179,6 +179,17 @@ enum Cmd {
         #[command(flatten)]
         out: NetworkOutput,
     },
+    /// Karaoglu et al.'s multipath experiment with conflux: weft-bench's
+    /// own client links 1–4 circuits through bandwidth-limited stock
+    /// relays into one set at weft (the exit) and downloads 300 KB and
+    /// 1.5 MB; speed-up over one leg and the reorder buffer, beside the
+    /// paper's Table I.
+    Multipath {
+        #[command(flatten)]
+        p: weft_bench::multipath::MultipathProcedure,
+        #[command(flatten)]
+        out: NetworkOutput,
+    },
 }
 
 #[derive(Args, Debug, Clone)]
@@ -527,6 +538,32 @@ fn main() -> Result<()> {
             let md = weft_bench::e2e::markdown(&rs, &ratios);
             let extra = serde_json::json!({ "worker_pair_ratios": ratios });
             out.save("e2e", &date, &stamp, &p, &rs, extra, &md)?;
+        }
+        Cmd::Multipath { p, out } => {
+            let (transfers, rows) =
+                weft_bench::multipath::run(&weft_bench::multipath::default_dir(), &out.weft, &p)?;
+            let md = weft_bench::multipath::markdown(&rows);
+            let path = out.results.join(format!(
+                "{date}-multipath{}.json",
+                out.tag.as_ref().map(|t| format!("-{t}")).unwrap_or_default()
+            ));
+            let doc = serde_json::json!({
+                "kind": "multipath",
+                "date": stamp,
+                "command": command_line(),
+                "machine": report::Machine::read(),
+                "procedure": p,
+                "transfers": transfers,
+                "rows": rows,
+            });
+            report::write_json(&path, &doc)?;
+            print!("{md}");
+            println!("results: {}", path.display());
+            if !out.no_plots {
+                for f in report::plot(&repo_root(), &path, &path.with_extension(""))? {
+                    println!("plot: {}", f.display());
+                }
+            }
         }
         Cmd::Exit { p, out } => {
             let rs = weft_bench::exit::run(&weft_bench::exit::default_dir(), &out.weft, &p)?;

@@ -169,7 +169,7 @@ fn torrc(spec: &TargetSpec) -> String {
 
 /// Parse a C Tor `secret_onion_key_ntor` file: 32-byte tag header, secret,
 /// public.
-fn tor_ntor_public(path: &Path) -> Result<[u8; 32]> {
+pub(crate) fn tor_ntor_public(path: &Path) -> Result<[u8; 32]> {
     let b = fs::read(path).with_context(|| format!("reading {}", path.display()))?;
     if b.len() != 96 || !b.starts_with(b"== c25519v1") {
         bail!("{}: not a C Tor curve25519 key file", path.display());
@@ -177,7 +177,7 @@ fn tor_ntor_public(path: &Path) -> Result<[u8; 32]> {
     Ok(b[64..96].try_into()?)
 }
 
-fn read_fp(data: &Path) -> Result<([u8; 20], [u8; 32])> {
+pub(crate) fn read_fp(data: &Path) -> Result<([u8; 20], [u8; 32])> {
     let fp = fs::read_to_string(data.join("fingerprint"))?;
     let hexfp = fp
         .split_whitespace()

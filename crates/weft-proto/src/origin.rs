@@ -84,6 +84,26 @@ impl std::fmt::Debug for OriginCircuit {
     }
 }
 
+/// An ntor-v3 CREATE2 body (HTYPE 3 | HLEN | HDATA) for `t`.
+fn ntor_v3_create2(t: &HopTarget, client_message: &[u8]) -> Result<(Pending, Vec<u8>), OriginError> {
+    let ed = t
+        .ed_id
+        .ok_or(OriginError::Malformed("ntor-v3 needs an Ed25519 ID"))?;
+    let b = x25519_dalek::PublicKey::from(t.ntor_key);
+    let (st, onion) = weft_crypto::ntor_v3::client_start(
+        &ed,
+        &b,
+        client_message,
+        b"circuit extend",
+        weft_crypto::random_array(),
+    );
+    let mut body = Vec::with_capacity(4 + onion.len());
+    body.extend_from_slice(&3u16.to_be_bytes());
+    body.extend_from_slice(&(onion.len() as u16).to_be_bytes());
+    body.extend_from_slice(&onion);
+    Ok((Pending::NtorV3(Box::new(st)), body))
+}
+
 fn ntor_create2(target: &HopTarget) -> (NtorClientState, Vec<u8>) {
     let b = x25519_dalek::PublicKey::from(target.ntor_key);
     let (st, onion) = ntor::client_start(&target.rsa_id, &b, weft_crypto::random_array());
@@ -155,23 +175,39 @@ impl OriginCircuit {
         if self.pending.is_some() {
             return Err(OriginError::AlreadyPending);
         }
-        let ed = first
-            .ed_id
-            .ok_or(OriginError::Malformed("ntor-v3 needs an Ed25519 ID"))?;
-        let b = x25519_dalek::PublicKey::from(first.ntor_key);
-        let (st, onion) = weft_crypto::ntor_v3::client_start(
-            &ed,
-            &b,
-            client_message,
-            b"circuit extend",
-            weft_crypto::random_array(),
-        );
-        let mut body = Vec::with_capacity(4 + onion.len());
-        body.extend_from_slice(&3u16.to_be_bytes());
-        body.extend_from_slice(&(onion.len() as u16).to_be_bytes());
-        body.extend_from_slice(&onion);
-        self.pending = Some(Pending::NtorV3(Box::new(st)));
+        let (st, body) = ntor_v3_create2(first, client_message)?;
+        self.pending = Some(st);
         Ok(body)
+    }
+
+    /// Extend to `next` with ntor-v3, sending `client_message` (e.g.
+    /// `[1, 1, 0]`: congestion control); like [`Self::extend2`]. The new
+    /// hop's answer is [`Self::server_message`].
+    pub fn extend2_ntor_v3(
+        &mut self,
+        next: &HopTarget,
+        client_message: &[u8],
+        body: &mut [u8; BODY_LEN],
+    ) -> Result<Vec<u8>, OriginError> {
+        if self.hops.is_empty() {
+            return Err(OriginError::NoHops);
+        }
+        if self.pending.is_some() {
+            return Err(OriginError::AlreadyPending);
+        }
+        let (st, create2) = ntor_v3_create2(next, client_message)?;
+        let e = Extend2 {
+            ipv4: Some(next.addr),
+            ipv6: None,
+            rsa_id: next.rsa_id,
+            ed_id: next.ed_id,
+            create2,
+        };
+        let data = relay::encode_extend2(&e);
+        let last = self.hops.len() - 1;
+        self.send(last, relay_cmd::EXTEND2, 0, &data, body);
+        self.pending = Some(st);
+        Ok(e.create2)
     }
 
     /// The ntor-v3 server message of hop `i` (empty for an ntor hop).

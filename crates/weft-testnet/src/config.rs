@@ -45,6 +45,9 @@ pub struct TestnetConfig {
     /// Extra torrc lines for stock client `i` (`client_torrc[i]`, e.g.
     /// `ConfluxClientUX latency`); clients past the end get none.
     pub client_torrc: Vec<Vec<String>>,
+    /// Extra torrc lines for stock relay `i` (`relay_torrc[i]`, e.g.
+    /// `BandwidthRate 300 KBytes`).
+    pub relay_torrc: Vec<Vec<String>>,
 }
 
 impl TestnetConfig {
@@ -85,6 +88,7 @@ impl Default for TestnetConfig {
             clients_choose_circuits: false,
             consensus_params: String::new(),
             client_torrc: Vec::new(),
+            relay_torrc: Vec::new(),
         }
     }
 }

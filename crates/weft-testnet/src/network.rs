@@ -311,6 +311,7 @@ impl Testnet {
             clients_choose_circuits: self.config.clients_choose_circuits,
             consensus_params: self.config.consensus_params.clone(),
             client_torrc: self.config.client_torrc.clone(),
+            relay_torrc: self.config.relay_torrc.clone(),
             weft_exit_policy: self
                 .config
                 .weft

@@ -48,6 +48,8 @@ pub(crate) struct NetFacts {
     pub(crate) consensus_params: String,
     /// Extra lines for stock clients, by client index.
     pub(crate) client_torrc: Vec<Vec<String>>,
+    /// Extra lines for stock relays, by relay index.
+    pub(crate) relay_torrc: Vec<Vec<String>>,
 }
 
 /// The ports one node listens on.
@@ -147,6 +149,12 @@ pub(crate) fn stock_torrc(
             } else {
                 line("ExitRelay 0");
                 line("ExitPolicy reject *:*");
+            }
+            if role == Role::Relay {
+                let i: usize = nick.trim_start_matches("relay").parse().unwrap_or(usize::MAX);
+                for l in facts.relay_torrc.get(i).into_iter().flatten() {
+                    line(l);
+                }
             }
         }
         Role::Client => {
