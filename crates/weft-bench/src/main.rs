@@ -545,7 +545,10 @@ fn main() -> Result<()> {
             let md = weft_bench::multipath::markdown(&rows);
             let path = out.results.join(format!(
                 "{date}-multipath{}.json",
-                out.tag.as_ref().map(|t| format!("-{t}")).unwrap_or_default()
+                out.tag
+                    .as_ref()
+                    .map(|t| format!("-{t}"))
+                    .unwrap_or_default()
             ));
             let doc = serde_json::json!({
                 "kind": "multipath",

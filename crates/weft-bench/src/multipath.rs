@@ -391,7 +391,10 @@ fn transfer(
     let mut requested = false;
     let mut done: Option<Instant> = None;
     while done.is_none() {
-        ensure!(Instant::now() < deadline, "transfer did not finish in 120 s");
+        ensure!(
+            Instant::now() < deadline,
+            "transfer did not finish in 120 s"
+        );
         let mut moved = false;
         for i in 0..legs.len() {
             let cells = links[i].pump()?;
@@ -459,7 +462,13 @@ fn transfer(
                                     if leg.data_cells % leg.sendme_inc == 0 {
                                         let tag = leg.oc.last_backward_digest(1).unwrap_or([0; 20]);
                                         let mut b = [0u8; BODY_LEN];
-                                        leg.oc.send(1, relay_cmd::SENDME, 0, &sendme_v1_body(&tag), &mut b);
+                                        leg.oc.send(
+                                            1,
+                                            relay_cmd::SENDME,
+                                            0,
+                                            &sendme_v1_body(&tag),
+                                            &mut b,
+                                        );
                                         links[i].link.queue_cell(circ_id, cmd::RELAY, &b);
                                     }
                                 }
@@ -489,12 +498,18 @@ fn transfer(
                 relay_cmd::CONNECTED if !requested => {
                     requested = true;
                     let mut b = [0u8; BODY_LEN];
-                    legs[0].oc.send(1, relay_cmd::DATA, 1, &bytes.to_be_bytes(), &mut b);
+                    legs[0]
+                        .oc
+                        .send(1, relay_cmd::DATA, 1, &bytes.to_be_bytes(), &mut b);
                     links[0].link.queue_cell(legs[0].circ_id, cmd::RELAY, &b);
                 }
                 relay_cmd::DATA => {
                     for (k, &x) in data.iter().enumerate() {
-                        ensure!(x == pattern(got + k as u64), "byte {} corrupted", got + k as u64);
+                        ensure!(
+                            x == pattern(got + k as u64),
+                            "byte {} corrupted",
+                            got + k as u64
+                        );
                     }
                     got += data.len() as u64;
                     if got >= bytes {
@@ -511,7 +526,9 @@ fn transfer(
         if began.is_none() && legs.iter().all(|l| l.state == LegState::Linked) {
             let mut b = [0u8; BODY_LEN];
             let target = format!("{}:{}\0", server.ip(), server.port());
-            legs[0].oc.send(1, relay_cmd::BEGIN, 1, target.as_bytes(), &mut b);
+            legs[0]
+                .oc
+                .send(1, relay_cmd::BEGIN, 1, target.as_bytes(), &mut b);
             links[0].link.queue_cell(legs[0].circ_id, cmd::RELAY, &b);
             began = Some(Instant::now());
         }
@@ -520,7 +537,9 @@ fn transfer(
         }
     }
     for (i, leg) in legs.iter().enumerate() {
-        links[i].link.queue_cell(leg.circ_id, cmd::DESTROY, &pad(&[0]));
+        links[i]
+            .link
+            .queue_cell(leg.circ_id, cmd::DESTROY, &pad(&[0]));
         let _ = links[i].link.flush();
     }
     let (Some(b), Some(d)) = (began, done) else {

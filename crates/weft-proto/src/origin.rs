@@ -85,7 +85,10 @@ impl std::fmt::Debug for OriginCircuit {
 }
 
 /// An ntor-v3 CREATE2 body (HTYPE 3 | HLEN | HDATA) for `t`.
-fn ntor_v3_create2(t: &HopTarget, client_message: &[u8]) -> Result<(Pending, Vec<u8>), OriginError> {
+fn ntor_v3_create2(
+    t: &HopTarget,
+    client_message: &[u8],
+) -> Result<(Pending, Vec<u8>), OriginError> {
     let ed = t
         .ed_id
         .ok_or(OriginError::Malformed("ntor-v3 needs an Ed25519 ID"))?;

@@ -151,7 +151,10 @@ pub(crate) fn stock_torrc(
                 line("ExitPolicy reject *:*");
             }
             if role == Role::Relay {
-                let i: usize = nick.trim_start_matches("relay").parse().unwrap_or(usize::MAX);
+                let i: usize = nick
+                    .trim_start_matches("relay")
+                    .parse()
+                    .unwrap_or(usize::MAX);
                 for l in facts.relay_torrc.get(i).into_iter().flatten() {
                     line(l);
                 }

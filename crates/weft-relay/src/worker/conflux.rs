@@ -147,12 +147,17 @@ impl Circuits {
             (conflux::LINK, _) => self.conflux_link(conn, slot, relay::data(body, &h)),
             (conflux::LINKED_ACK, Some(set)) => {
                 let now_us = self.now_ns / 1000;
-                let rec = self.conflux.legs.get_mut(&slot).expect("a leg");
-                if rec.rtt_us != 0 {
+                let first = match self.conflux.legs.get_mut(&slot) {
+                    Some(rec) if rec.rtt_us == 0 => {
+                        rec.rtt_us = now_us.saturating_sub(rec.linked_sent_us).max(1);
+                        true
+                    }
+                    _ => false,
+                };
+                if !first {
                     self.conflux_refuse(conn, slot, "a second CONFLUX_LINKED_ACK");
                     return Handed::Done;
                 }
-                rec.rtt_us = now_us.saturating_sub(rec.linked_sent_us).max(1);
                 self.leg_snapshot(slot, set);
             }
             (conflux::SWITCH, Some(set)) => return self.leg_to_home(conn, slot, set, body),
@@ -585,18 +590,20 @@ impl Circuits {
     }
 
     /// A message the set's stream room sends toward the client: on the
-    /// leg the set picks (SWITCH first when it changes). None of DATA when
-    /// no leg may send (the read budget prevents it).
+    /// leg the set picks (SWITCH first when it changes). DATA finds a leg
+    /// whenever the streams' read budget allowed it; if none could take
+    /// it, the set closes rather than lose a stream's bytes.
     pub(crate) fn set_send(&mut self, slot: u32, command: u8, stream_id: u16, data: &[u8]) {
         let idx = (slot & !SET_SLOT) as usize;
         let Some(hs) = self.conflux.sets.get_mut(idx) else {
             return;
         };
         let Some(plan) = hs.set.plan_send(command) else {
-            debug!(
-                "worker {}: conflux set {idx}: no leg for {command}",
+            tracing::warn!(
+                "worker {}: conflux set {idx}: no leg for relay command {command}; closing the set",
                 self.me
             );
+            self.conflux_close_set(idx, destroy_reason::INTERNAL, "no leg could send");
             return;
         };
         hs.set.note_sent(plan.leg, command);
