@@ -266,21 +266,26 @@ fn legs_by_set(net: &Testnet, client: &str, fp: &str) -> Result<Vec<(String, Str
 }
 
 /// Acceptance 2: a leg closed mid-transfer. client1 asks for minimum
-/// latency (`ConfluxClientUX latency`: weft sends on the lowest-RTT leg
-/// only) and reads at 1 MB/s, so the download lasts seconds; CIRC_BW
-/// events show which leg of the stream's set carries it; the client
-/// closes the other leg. C's client (and weft) keep the set when the
-/// closed leg holds nothing in flight and is not the one in use; the
-/// stream's bytes all arrive. When the client's and weft's choice of leg
-/// differ (each measured its own RTTs), the set is left and a new one
-/// tried (bounded).
+/// latency (`ConfluxClientUX latency`: weft sends on the lowest-RTT leg)
+/// and reads at 1 MB/s, so the download lasts seconds; CIRC_BW events show
+/// which leg of the stream's set carried it in the last second; the client
+/// closes the other leg. C's rules (the client's and weft's alike) keep a
+/// set whose closed leg had nothing in flight and was not the one in use;
+/// then the stream's bytes all arrive. The two ends measure RTTs on their
+/// own and MinRTT may move between legs, so an attempt can close a leg
+/// one end still counted as in use — both then end the set, by C's rule
+/// (no resumption); the test then tries a new set (bounded). It passes
+/// once a stream survives its set losing a leg, and weft must close no
+/// set for an error meanwhile.
 fn leg_close_round(net: &Testnet, sink: &Sink, fp: &str, metrics_port: u16) -> Result<()> {
     let label = "leg-close";
     let client = "client1";
     let socks = net.node(client)?.socks_addr().context("SocksPort")?;
     let mut ctl = net.control(client)?;
     let mut seen: Vec<String> = Vec::new();
-    for attempt in 0..5 {
+    let start = ConfluxMetrics::read(net, metrics_port)?;
+    let bytes = 8u64 << 20;
+    for attempt in 0..8 {
         // A set (both legs) not tried yet (a used set is not reused for a
         // new stream's isolation; the client prebuilds others).
         let deadline = Instant::now() + BOUND;
@@ -298,15 +303,14 @@ fn leg_close_round(net: &Testnet, sink: &Sink, fp: &str, metrics_port: u16) -> R
             );
             std::thread::sleep(Duration::from_millis(500));
         }
-        let before = ConfluxMetrics::read(net, metrics_port)?;
         ctl.set_events(&["STREAM", "CIRC_BW"])?;
         let stream = traffic::socks5_connect(socks, sink.addr(), Duration::from_secs(60))?;
-        let bytes = 8u64 << 20;
         let t = std::thread::spawn(move || {
             traffic::transfer(stream, Direction::Down, bytes, Duration::from_secs(120))
         });
         let mut circ = None;
-        let mut read: std::collections::HashMap<String, u64> = Default::default();
+        // (when, circuit, bytes read in that second)
+        let mut reads: Vec<(Instant, String, u64)> = Vec::new();
         let until = Instant::now() + Duration::from_millis(3500);
         while Instant::now() < until {
             let Some(l) = ctl.next_event(Duration::from_millis(200))? else {
@@ -321,31 +325,37 @@ fn leg_close_round(net: &Testnet, sink: &Sink, fp: &str, metrics_port: u16) -> R
                         .find_map(|w| w.strip_prefix(k).map(str::to_string))
                 };
                 if let (Some(id), Some(r)) = (kv("ID="), kv("READ=")) {
-                    *read.entry(id).or_default() += r.parse::<u64>().unwrap_or(0);
+                    reads.push((Instant::now(), id, r.parse().unwrap_or(0)));
                 }
             }
         }
-        let circ = circ.context("no STREAM SUCCEEDED")?;
+        let recent = Instant::now() - Duration::from_millis(1300);
+        let busy = |id: &str| {
+            reads
+                .iter()
+                .any(|(at, c, r)| *at >= recent && c == id && *r > 0)
+        };
         let legs = legs_by_set(net, client, fp)?;
-        let set = legs
-            .iter()
-            .find(|(id, _)| *id == circ)
-            .map(|(_, s)| s.clone())
-            .context("the stream's circuit is not a conflux leg")?;
+        let set = circ
+            .as_ref()
+            .and_then(|c| legs.iter().find(|(id, _)| id == c))
+            .map(|(_, s)| s.clone());
         let partners: Vec<String> = legs
             .iter()
-            .filter(|(id, s)| *s == set && *id != circ)
+            .filter(|(id, s)| Some(s) == set.as_ref() && Some(id) != circ.as_ref())
             .map(|(id, _)| id.clone())
             .collect();
-        let busy = |id: &str| read.get(id).copied().unwrap_or(0) > 0;
         eprintln!(
-            "[{label}] attempt {attempt}: stream on leg {circ} (read {:?}), partner legs {partners:?} (read {:?})",
-            read.get(&circ),
-            partners.iter().map(|p| read.get(p)).collect::<Vec<_>>()
+            "[{label}] attempt {attempt}: stream on {circ:?} (busy in the last second: {}), partner legs {partners:?} (busy: {:?})",
+            circ.as_deref().is_some_and(busy),
+            partners.iter().map(|p| busy(p)).collect::<Vec<_>>()
         );
-        seen.push(set);
-        if partners.len() != 1 || !busy(&circ) || busy(&partners[0]) {
-            // weft sends on the other leg than the client's: try a new set.
+        if let Some(s) = &set {
+            seen.push(s.clone());
+        }
+        let circ = circ.unwrap_or_default();
+        if set.is_none() || partners.len() != 1 || !busy(&circ) || busy(&partners[0]) {
+            // Not a set's stream, or weft is on the other leg: next set.
             let r = t
                 .join()
                 .map_err(|_| anyhow::anyhow!("transfer panicked"))??;
@@ -353,24 +363,29 @@ fn leg_close_round(net: &Testnet, sink: &Sink, fp: &str, metrics_port: u16) -> R
             continue;
         }
         ctl.close_circuit(partners[0].parse()?)?;
-        let r = t
-            .join()
-            .map_err(|_| anyhow::anyhow!("transfer panicked"))?
-            .context("the stream after its set lost a leg")?;
-        ensure!(r.down_bytes == bytes, "{r}");
+        let r = t.join().map_err(|_| anyhow::anyhow!("transfer panicked"))?;
         std::thread::sleep(Duration::from_millis(1500));
-        let after = ConfluxMetrics::read(net, metrics_port)?;
-        eprintln!(
-            "[{label}] leg {} closed mid-transfer; the stream went on: {r}; weft: {after}",
-            partners[0]
-        );
+        let now = ConfluxMetrics::read(net, metrics_port)?;
         ensure!(
-            after.errors == before.errors && after.closed == before.closed,
-            "[{label}] weft closed a set"
+            now.errors == start.errors,
+            "[{label}] weft closed a set for an error: {now}"
         );
-        return Ok(());
+        match r {
+            Ok(r) => {
+                ensure!(r.down_bytes == bytes, "{r}");
+                eprintln!(
+                    "[{label}] leg {} closed mid-transfer; the stream went on over leg {circ}: {r}; weft: {now}",
+                    partners[0]
+                );
+                return Ok(());
+            }
+            Err(e) => eprintln!(
+                "[{label}] closing leg {} ended its set (one end still counted it in use): {e:#}",
+                partners[0]
+            ),
+        }
     }
-    anyhow::bail!("[{label}] the client and weft never chose the same leg in 5 sets")
+    anyhow::bail!("[{label}] no stream survived its set losing an idle leg in 8 sets")
 }
 
 /// The round's streams were on linked legs to weft.
