@@ -192,13 +192,31 @@ impl OriginCircuit {
         client_message: &[u8],
         body: &mut [u8; BODY_LEN],
     ) -> Result<Vec<u8>, OriginError> {
+        self.check_extend()?;
+        let (st, create2) = ntor_v3_create2(next, client_message)?;
+        Ok(self.send_extend2(next, st, create2, body))
+    }
+
+    /// A hop exists to extend from and no handshake is pending.
+    fn check_extend(&self) -> Result<(), OriginError> {
         if self.hops.is_empty() {
             return Err(OriginError::NoHops);
         }
         if self.pending.is_some() {
             return Err(OriginError::AlreadyPending);
         }
-        let (st, create2) = ntor_v3_create2(next, client_message)?;
+        Ok(())
+    }
+
+    /// Send EXTEND2 naming `next` with `create2` to the last hop (into
+    /// `body`); `st` waits for the answer. Returns the CREATE2 body.
+    fn send_extend2(
+        &mut self,
+        next: &HopTarget,
+        st: Pending,
+        create2: Vec<u8>,
+        body: &mut [u8; BODY_LEN],
+    ) -> Vec<u8> {
         let e = Extend2 {
             ipv4: Some(next.addr),
             ipv6: None,
@@ -210,7 +228,7 @@ impl OriginCircuit {
         let last = self.hops.len() - 1;
         self.send(last, relay_cmd::EXTEND2, 0, &data, body);
         self.pending = Some(st);
-        Ok(e.create2)
+        e.create2
     }
 
     /// The ntor-v3 server message of hop `i` (empty for an ntor hop).
@@ -259,26 +277,9 @@ impl OriginCircuit {
         next: &HopTarget,
         body: &mut [u8; BODY_LEN],
     ) -> Result<Vec<u8>, OriginError> {
-        if self.hops.is_empty() {
-            return Err(OriginError::NoHops);
-        }
-        if self.pending.is_some() {
-            return Err(OriginError::AlreadyPending);
-        }
+        self.check_extend()?;
         let (st, create2) = ntor_create2(next);
-        let st = Pending::Ntor(st);
-        let e = Extend2 {
-            ipv4: Some(next.addr),
-            ipv6: None,
-            rsa_id: next.rsa_id,
-            ed_id: next.ed_id,
-            create2,
-        };
-        let data = relay::encode_extend2(&e);
-        let last = self.hops.len() - 1;
-        self.send(last, relay_cmd::EXTEND2, 0, &data, body);
-        self.pending = Some(st);
-        Ok(e.create2)
+        Ok(self.send_extend2(next, Pending::Ntor(st), create2, body))
     }
 
     /// The data of an EXTENDED2 message (HLEN | HDATA): the new hop is built.
