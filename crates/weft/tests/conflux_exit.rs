@@ -94,21 +94,12 @@ fn start(sink_port: u16, metrics_port: u16) -> Result<Testnet> {
     Testnet::start(cfg)
 }
 
-/// The client's circuits that are linked conflux legs ending at weft
-/// (`fp`): their IDs.
+/// client0's circuits that are linked conflux legs ending at weft (`fp`):
+/// their IDs.
 fn linked_legs(net: &Testnet, fp: &str) -> Result<Vec<String>> {
-    let mut ctl = net.control("client0")?;
-    let status = ctl.getinfo("circuit-status")?;
-    Ok(status
-        .lines()
-        .filter(|l| l.contains(" BUILT ") && l.contains("PURPOSE=CONFLUX_LINKED"))
-        .filter(|l| {
-            l.split_whitespace()
-                .nth(2)
-                .and_then(|p| p.rsplit(',').next())
-                .is_some_and(|last| last.trim_start_matches('$').starts_with(fp))
-        })
-        .filter_map(|l| l.split_whitespace().next().map(str::to_string))
+    Ok(legs_by_set(net, "client0", fp)?
+        .into_iter()
+        .map(|(id, _)| id)
         .collect())
 }
 
@@ -142,50 +133,7 @@ fn round(net: &Testnet, sink: &Sink, label: &str) -> Result<HashSet<String>> {
     let socks = net.node("client0")?.socks_addr().context("SocksPort")?;
     let mut ctl = net.control("client0")?;
     ctl.set_events(&["STREAM"])?;
-    // The first connect is retried while the client's sets are not usable
-    // yet (bounded).
-    let deadline = Instant::now() + Duration::from_secs(120);
-    let first = loop {
-        match traffic::socks5_connect(socks, sink.addr(), Duration::from_secs(60)) {
-            Ok(s) => break s,
-            Err(e) if Instant::now() < deadline => {
-                eprintln!("[{label}] no stream yet ({e:#}); retrying");
-                std::thread::sleep(Duration::from_secs(3));
-            }
-            Err(e) => return Err(e).context(format!("[{label}] first stream")),
-        }
-    };
-    let mut streams = vec![first];
-    for i in 1..STREAMS {
-        streams.push(
-            traffic::socks5_connect(socks, sink.addr(), Duration::from_secs(60))
-                .with_context(|| format!("[{label}] stream {i}"))?,
-        );
-    }
-    let t0 = Instant::now();
-    let threads: Vec<_> = streams
-        .into_iter()
-        .map(|s| {
-            std::thread::spawn(move || {
-                traffic::transfer(s, Direction::Both, PER_STREAM, Duration::from_secs(300))
-            })
-        })
-        .collect();
-    for (i, t) in threads.into_iter().enumerate() {
-        let r = t
-            .join()
-            .map_err(|_| anyhow::anyhow!("transfer thread panicked"))?
-            .with_context(|| format!("[{label}] transfer on stream {i}"))?;
-        ensure!(
-            r.up_bytes == PER_STREAM && r.down_bytes == PER_STREAM,
-            "{r}"
-        );
-    }
-    eprintln!(
-        "[{label}] {STREAMS} streams × {} MiB both ways verified in {:.2?}",
-        PER_STREAM >> 20,
-        t0.elapsed()
-    );
+    common::parallel_streams(socks, sink.addr(), STREAMS, PER_STREAM, label)?;
     // "STREAM <id> SUCCEEDED <circuit> <target>", read as they come.
     let mut circuits = HashSet::new();
     while let Some(l) = ctl.next_event(Duration::from_millis(500))? {

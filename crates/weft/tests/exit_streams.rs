@@ -216,51 +216,7 @@ fn round(net: &Testnet, sink: &Sink, label: &str) -> Result<u64> {
         .node("client0")?
         .socks_addr()
         .context("client0 SocksPort")?;
-    let deadline = Instant::now() + Duration::from_secs(180);
-    let first = loop {
-        match traffic::socks5_connect(socks, sink.addr(), Duration::from_secs(60)) {
-            Ok(s) => break s,
-            Err(e) if Instant::now() < deadline => {
-                eprintln!("[{label}] no stream yet ({e:#}); retrying");
-                std::thread::sleep(Duration::from_secs(3));
-            }
-            Err(e) => return Err(e).context(format!("[{label}] first stream")),
-        }
-    };
-    let mut streams = vec![first];
-    for i in 1..STREAMS {
-        streams.push(
-            traffic::socks5_connect(socks, sink.addr(), Duration::from_secs(60))
-                .with_context(|| format!("[{label}] stream {i}"))?,
-        );
-    }
-    let t0 = Instant::now();
-    let threads: Vec<_> = streams
-        .into_iter()
-        .map(|s| {
-            std::thread::spawn(move || {
-                traffic::transfer(s, Direction::Both, PER_STREAM, Duration::from_secs(300))
-            })
-        })
-        .collect();
-    let mut moved = 0;
-    for (i, t) in threads.into_iter().enumerate() {
-        let r = t
-            .join()
-            .map_err(|_| anyhow::anyhow!("transfer thread panicked"))?
-            .with_context(|| format!("[{label}] transfer on stream {i}"))?;
-        ensure!(
-            r.up_bytes == PER_STREAM && r.down_bytes == PER_STREAM,
-            "{r}"
-        );
-        moved += r.up_bytes + r.down_bytes;
-    }
-    eprintln!(
-        "[{label}] {STREAMS} streams through weft as exit: {} MiB verified in {:.2?}",
-        moved >> 20,
-        t0.elapsed()
-    );
-    Ok(moved)
+    common::parallel_streams(socks, sink.addr(), STREAMS, PER_STREAM, label)
 }
 
 /// The DNS checks (see the module docs), through client0.

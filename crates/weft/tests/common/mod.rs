@@ -341,3 +341,60 @@ pub fn parse_metrics(body: &str) -> anyhow::Result<prometheus_parse::Scrape> {
     let lines = body.lines().map(|l| Ok(l.to_string()));
     prometheus_parse::Scrape::parse(lines).context("Prometheus text format")
 }
+
+/// `n` streams through the SocksPort `socks` to `sink` at once, each moving
+/// `bytes` both ways, verified by SHA-256 at both ends (weft-testnet's
+/// sink). The first connect is retried while the client has no usable
+/// circuit yet (bounded, 180 s). Returns the bytes moved.
+pub fn parallel_streams(
+    socks: SocketAddr,
+    sink: SocketAddr,
+    n: usize,
+    bytes: u64,
+    label: &str,
+) -> anyhow::Result<u64> {
+    use anyhow::Context;
+    use weft_testnet::{traffic, Direction};
+    let deadline = Instant::now() + Duration::from_secs(180);
+    let first = loop {
+        match traffic::socks5_connect(socks, sink, Duration::from_secs(60)) {
+            Ok(s) => break s,
+            Err(e) if Instant::now() < deadline => {
+                eprintln!("[{label}] no stream yet ({e:#}); retrying");
+                std::thread::sleep(Duration::from_secs(3));
+            }
+            Err(e) => return Err(e).context(format!("[{label}] first stream")),
+        }
+    };
+    let mut streams = vec![first];
+    for i in 1..n {
+        streams.push(
+            traffic::socks5_connect(socks, sink, Duration::from_secs(60))
+                .with_context(|| format!("[{label}] stream {i}"))?,
+        );
+    }
+    let t0 = Instant::now();
+    let threads: Vec<_> = streams
+        .into_iter()
+        .map(|s| {
+            std::thread::spawn(move || {
+                traffic::transfer(s, Direction::Both, bytes, Duration::from_secs(300))
+            })
+        })
+        .collect();
+    let mut moved = 0;
+    for (i, t) in threads.into_iter().enumerate() {
+        let r = t
+            .join()
+            .map_err(|_| anyhow::anyhow!("transfer thread panicked"))?
+            .with_context(|| format!("[{label}] transfer on stream {i}"))?;
+        anyhow::ensure!(r.up_bytes == bytes && r.down_bytes == bytes, "{r}");
+        moved += r.up_bytes + r.down_bytes;
+    }
+    eprintln!(
+        "[{label}] {n} streams × {} MiB both ways verified in {:.2?}",
+        bytes >> 20,
+        t0.elapsed()
+    );
+    Ok(moved)
+}

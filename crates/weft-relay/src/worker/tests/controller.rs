@@ -100,5 +100,4 @@ impl Net {
         }
         moved
     }
-
 }
