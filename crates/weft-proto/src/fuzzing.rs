@@ -275,7 +275,10 @@ pub fn conflux_set(data: &[u8]) {
                 let mut b = [0u8; 50];
                 b[0] = 1;
                 b[49] = arg(2) % 5;
-                b[33..41].copy_from_slice(&u64::from(arg(3)).to_be_bytes());
+                // Sequence numbers anywhere in the u64 range (the client's).
+                let seq = u64::from(arg(3)).rotate_right(u32::from(arg(4)) % 64);
+                b[33..41].copy_from_slice(&seq.to_be_bytes());
+                b[41..49].copy_from_slice(&seq.rotate_left(7).to_be_bytes());
                 if let Some(l) = Link::parse(&b) {
                     let _ = set.add_leg(leg, &l);
                 }

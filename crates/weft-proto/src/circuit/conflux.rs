@@ -471,7 +471,8 @@ impl<L: Copy + Eq + std::fmt::Debug> ConfluxSet<L> {
     ) -> Result<Arrival, SetError> {
         let delivered = self.last_seq_delivered;
         let leg = self.leg_mut(id)?;
-        leg.last_seq_recv += 1;
+        // The starting number is the client's (its LINK): no overflow.
+        leg.last_seq_recv = leg.last_seq_recv.saturating_add(1);
         let seq = leg.last_seq_recv;
         if seq == delivered + 1 {
             self.last_seq_delivered = seq;
@@ -545,7 +546,7 @@ impl<L: Copy + Eq + std::fmt::Debug> ConfluxSet<L> {
     /// A multiplexed message went out on `leg` (`conflux_note_cell_sent`).
     pub fn note_sent(&mut self, leg: L, command: u8) {
         if let Ok(l) = self.leg_mut(leg) {
-            l.last_seq_sent += 1;
+            l.last_seq_sent = l.last_seq_sent.saturating_add(1);
             if command == relay_cmd::DATA {
                 l.sent_total += 1;
             }

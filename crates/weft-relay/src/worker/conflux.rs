@@ -361,6 +361,11 @@ impl Circuits {
         let Some(leg) = self.halves.reference(slot) else {
             return Handed::Done;
         };
+        if usize::from(set.worker) == self.me {
+            // Home is here: no message, no copy.
+            self.home_cell(set, leg, body);
+            return Handed::Done;
+        }
         let msg = RingMsg::ConfluxCell {
             set,
             leg,

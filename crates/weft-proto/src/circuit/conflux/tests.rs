@@ -333,3 +333,25 @@ fn losing_a_leg_tears_the_set_down_as_c_does() {
     assert!(t.remove_leg(1, 31), "it held the highest received number");
     assert!(t.remove_leg(0, 31), "the last leg");
 }
+
+#[test]
+fn sequence_numbers_from_a_link_at_the_top_of_the_range_do_not_overflow() {
+    let mut s = ConfluxSet::new(LIMITS);
+    let top = Link {
+        last_seqno_sent: u64::MAX,
+        last_seqno_recv: u64::MAX,
+        ..link(ux::HIGH_THROUGHPUT)
+    };
+    s.add_leg(0u8, &top).unwrap();
+    s.add_leg(1u8, &link(ux::HIGH_THROUGHPUT)).unwrap();
+    // Its cells are far ahead of anything delivered: queued, then the cap.
+    assert_eq!(s.received(0, 0, &body(1)), Ok(Arrival::Queued));
+    assert_eq!(s.received(0, 0, &body(2)), Ok(Arrival::Queued));
+    assert!(s.switch_received(0, u32::MAX).is_err());
+    s.update_leg(0, ready(10));
+    s.update_leg(1, ready(20));
+    for _ in 0..3 {
+        let p = s.plan_send(relay_cmd::DATA).unwrap();
+        s.note_sent(p.leg, relay_cmd::DATA);
+    }
+}
