@@ -343,6 +343,18 @@ impl AuthorityCerts {
         Ok(AuthorityCerts { certs })
     }
 
+    /// The first kept certificate's v3 identity, signing-key fingerprint
+    /// and publication time.
+    pub fn first_ids(&self) -> Option<([u8; 20], [u8; 20], SystemTime)> {
+        let c = self.certs.first()?;
+        let ids = c.key_ids();
+        Some((
+            id20(ids.id_fingerprint.as_bytes())?,
+            id20(ids.sk_fingerprint.as_bytes())?,
+            c.published(),
+        ))
+    }
+
     /// How many certificates were kept.
     pub fn len(&self) -> usize {
         self.certs.len()
@@ -585,7 +597,7 @@ fn decode_body(resp: &http::HttpResponse, max: usize) -> Result<Vec<u8>, DirErro
 }
 
 /// GET `path` from `dirport`, require 200, decode, return text.
-async fn get_document(
+pub(crate) async fn get_document(
     dirport: SocketAddr,
     path: &str,
     max: usize,

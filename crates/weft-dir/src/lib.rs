@@ -10,6 +10,8 @@
 //!   network parameters with C Tor's defaults, the relay list);
 //! * [`exit_policy`] builds the exit policy from the torrc as C Tor does,
 //!   checks streams against it and writes its descriptor lines;
+//! * [`cache`] is the directory cache: documents fetched from the
+//!   authorities, answered over BEGIN_DIR as C Tor's caches answer;
 //! * [`http`] is the small, bounded HTTP/1.0 client both use.
 //!
 //! Everything read from the network is untrusted: sizes are capped before
@@ -23,6 +25,7 @@
     deny(clippy::unwrap_used, clippy::expect_used, clippy::panic)
 )]
 
+pub mod cache;
 pub mod consensus;
 pub mod descriptor;
 pub mod exit_policy;
