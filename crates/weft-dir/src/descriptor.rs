@@ -108,6 +108,10 @@ pub struct DescriptorParams {
     /// while it is under 72 h old. [C rephist.c
     /// rep_hist_get_overload_general_line()]
     pub overload_general: Option<SystemTime>,
+    /// `tunnelled-dir-server`: we answer BEGIN_DIR (a directory cache;
+    /// what earns the V2Dir flag). [C router.c
+    /// router_should_advertise_begindir()]
+    pub tunnelled_dir_server: bool,
 }
 
 impl DescriptorParams {
@@ -130,6 +134,7 @@ impl DescriptorParams {
             onion_key_lifetime: DEFAULT_ONION_KEY_LIFETIME,
             exit_policy_lines: vec!["reject *:*".to_owned()],
             overload_general: None,
+            tunnelled_dir_server: false,
         }
     }
 }
@@ -358,6 +363,9 @@ pub fn build_server_descriptor(
     );
     for l in &p.exit_policy_lines {
         let _ = writeln!(d, "{l}");
+    }
+    if p.tunnelled_dir_server {
+        d.push_str("tunnelled-dir-server\n");
     }
     if let Some(t) = p.overload_general {
         let age = p.published.duration_since(t).unwrap_or_default();

@@ -222,6 +222,7 @@ pub fn recognized_cells(data: &[u8]) {
             refuse_single_hop_rend: flags & 64 != 0,
             now_s: u64::from(*flags),
             exit: flags & 128 != 0,
+            dir_cache: flags & 3 == 3,
         };
         let cell = if flags & 32 != 0 {
             cmd::RELAY_EARLY

@@ -97,6 +97,9 @@ pub struct RelayConfig {
     pub exit_policy: weft_dir::exit_policy::ExitPolicy,
     /// ServerDNSResolvConfFile (None: /etc/resolv.conf).
     pub dns_resolv_conf: Option<PathBuf>,
+    /// DirCache (default 1): serve directory documents over BEGIN_DIR
+    /// when the bandwidth allows (see `controller::dir_cache`).
+    pub dir_cache: bool,
 }
 
 /// Scheduling and circuit-handling parameters, from the configuration and
@@ -197,6 +200,8 @@ pub struct SharedContext {
     pub cc: weft_proto::circuit::congestion::CcParams,
     /// Conflux limits (the consensus's `cfx_*` parameters).
     pub cfx: weft_proto::circuit::conflux::CfxParams,
+    /// We are a directory cache (BEGIN_DIR served).
+    pub dir_cache: bool,
     /// When the snapshot was made.
     pub created: SystemTime,
 }
@@ -232,6 +237,7 @@ impl SharedContext {
             sendme_accept_min: sched.sendme_accept_min,
             cc: sched.cc,
             cfx: sched.cfx,
+            dir_cache: false,
             created: SystemTime::now(),
         })
     }
@@ -240,6 +246,12 @@ impl SharedContext {
     /// exit).
     pub fn with_exit(mut self, exit: Option<Arc<ExitSettings>>) -> SharedContext {
         self.exit = exit;
+        self
+    }
+
+    /// The same context, serving BEGIN_DIR or not.
+    pub fn with_dir_cache(mut self, on: bool) -> SharedContext {
+        self.dir_cache = on;
         self
     }
 }

@@ -262,6 +262,42 @@ pub struct ExitCounters {
     pub cc: CcCounters,
     /// Conflux sets.
     pub cfx: ConfluxCounters,
+    /// Directory requests (BEGIN_DIR).
+    pub dir: DirCounters,
+}
+
+/// The directory cache's streams and answers.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct DirCounters {
+    /// BEGIN_DIR streams opened.
+    pub streams: u64,
+    /// Requests answered 200, by `weft_dir::cache::serve::Resource`
+    /// (`RESOURCES` order).
+    pub served: [u64; 6],
+    /// Requests answered otherwise (404, 304, 400…), same order.
+    pub refused: [u64; 6],
+    /// Request heads over the size limit (stream closed).
+    pub too_large: u64,
+    /// Response bytes (head and body) packaged into DATA cells.
+    pub bytes: u64,
+}
+
+impl DirCounters {
+    fn zip(&self, o: &DirCounters, f: impl Fn(u64, u64) -> u64) -> DirCounters {
+        let mut served = [0; 6];
+        let mut refused = [0; 6];
+        for i in 0..6 {
+            served[i] = f(self.served[i], o.served[i]);
+            refused[i] = f(self.refused[i], o.refused[i]);
+        }
+        DirCounters {
+            streams: f(self.streams, o.streams),
+            served,
+            refused,
+            too_large: f(self.too_large, o.too_large),
+            bytes: f(self.bytes, o.bytes),
+        }
+    }
 }
 
 /// Upper bounds of the out-of-order depth histogram's buckets (cells in
@@ -383,6 +419,7 @@ impl ExitCounters {
             dos_rejected: self.dos_rejected - e.dos_rejected,
             cc: self.cc.zip(&e.cc, |a, b| a - b),
             cfx: self.cfx.zip(&e.cfx, |a, b| a - b),
+            dir: self.dir.zip(&e.dir, |a, b| a - b),
         }
     }
 
@@ -408,6 +445,7 @@ impl ExitCounters {
             self.cfx.legs_open + o.cfx.legs_open,
         );
         self.cfx = self.cfx.zip(&o.cfx, |a, b| a + b);
+        self.dir = self.dir.zip(&o.dir, |a, b| a + b);
         (self.cfx.sets_open, self.cfx.legs_open) = (sets, legs);
     }
 }

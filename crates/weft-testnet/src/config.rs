@@ -27,7 +27,8 @@ pub struct TestnetConfig {
     /// Stock clients with a SocksPort and `__LeaveStreamsUnattached 1`.
     /// Default 1.
     pub clients: usize,
-    /// The weft relay, if any. It never gets Guard, Exit or HSDir.
+    /// The weft relay, if any. It never gets Guard (unless
+    /// `guards_by_vote`), Exit (unless an exit) or HSDir.
     pub weft: Option<WeftNode>,
     /// v3 onion services run by one stock tor node (`hs0`), each
     /// `HiddenServicePort 80` to the same local port
@@ -48,6 +49,14 @@ pub struct TestnetConfig {
     /// Extra torrc lines for stock relay `i` (`relay_torrc[i]`, e.g.
     /// `BandwidthRate 300 KBytes`).
     pub relay_torrc: Vec<Vec<String>>,
+    /// The authorities compute the Guard flag themselves (C Tor's rules:
+    /// Fast, Stable, a directory cache, time known and uptime over the
+    /// network's thresholds) instead of voting it for the stock relays
+    /// only; the thresholds are lowered for a young network
+    /// (`AuthDirVoteGuardGuaranteeTimeKnown 30 seconds`,
+    /// `AuthDirGuardBWGuarantee 10 KBytes`,
+    /// `AuthDirVoteStableGuaranteeMinUptime 0`). weft can then earn Guard.
+    pub guards_by_vote: bool,
 }
 
 impl TestnetConfig {
@@ -89,6 +98,7 @@ impl Default for TestnetConfig {
             consensus_params: String::new(),
             client_torrc: Vec::new(),
             relay_torrc: Vec::new(),
+            guards_by_vote: false,
         }
     }
 }

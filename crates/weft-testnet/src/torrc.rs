@@ -50,6 +50,9 @@ pub(crate) struct NetFacts {
     pub(crate) client_torrc: Vec<Vec<String>>,
     /// Extra lines for stock relays, by relay index.
     pub(crate) relay_torrc: Vec<Vec<String>>,
+    /// The authorities compute Guard themselves (see
+    /// `TestnetConfig::guards_by_vote`).
+    pub(crate) guards_by_vote: bool,
 }
 
 /// The ports one node listens on.
@@ -210,25 +213,31 @@ pub(crate) fn stock_torrc(
         if !facts.consensus_params.is_empty() {
             let _ = writeln!(a, "ConsensusParams {}", facts.consensus_params);
         }
-        if !facts.weft_exit_policy.is_empty() {
+        if !facts.weft_exit_policy.is_empty() || facts.guards_by_vote {
             // Clients that pick their own circuits sample only Stable
             // guards; in a young network the stock relays are not Stable
             // for a long while, so the clients would have no guard.
             let _ = writeln!(a, "AuthDirVoteStableGuaranteeMinUptime 0");
+        }
+        if facts.guards_by_vote {
+            let _ = writeln!(a, "AuthDirVoteGuardGuaranteeTimeKnown 30 seconds");
+            let _ = writeln!(a, "AuthDirGuardBWGuarantee 10 KBytes");
         }
         for (opt, fps) in [
             ("TestingDirAuthVoteGuard", &facts.guard_fps),
             ("TestingDirAuthVoteExit", &facts.exit_fps),
             ("TestingDirAuthVoteHSDir", &facts.hsdir_fps),
         ] {
-            if !fps.is_empty() {
+            let by_vote = facts.guards_by_vote && opt == "TestingDirAuthVoteGuard";
+            if !fps.is_empty() && !by_vote {
                 let _ = writeln!(a, "{opt} {}", routerset(fps));
             }
             // Strict: nobody outside the list gets the flag, whatever its
             // descriptor says (weft must never be Guard/Exit/HSDir) —
             // except Exit when weft is an exit: it earns that flag from
             // its descriptor's policy.
-            let strict = opt != "TestingDirAuthVoteExit" || facts.weft_exit_policy.is_empty();
+            let strict =
+                !by_vote && (opt != "TestingDirAuthVoteExit" || facts.weft_exit_policy.is_empty());
             let _ = writeln!(a, "{opt}IsStrict {}", u8::from(strict));
         }
         line(a.trim_end());

@@ -272,6 +272,7 @@ pub fn parse(text: &str, file: &Path) -> Result<Config, ConfigError> {
     let mut migrate_every: Option<u64> = None;
     let mut place_on: Option<usize> = None;
     let mut limits = crate::config_limits::LimitOptions::default();
+    let mut dir_cache = true;
     let mut exit = crate::config_exit::ExitOptions::default();
     for (idx, raw) in text.lines().enumerate() {
         let line = idx + 1;
@@ -331,6 +332,7 @@ pub fn parse(text: &str, file: &Path) -> Result<Config, ConfigError> {
                 .push(parse_dir_authority(val).map_err(|m| err(format!("DirAuthority: {m}")))?),
             "testingtornetwork" => testing = parse_bool(val).map_err(err)?,
             "assumereachable" => assume_reachable = parse_bool(val).map_err(err)?,
+            "dircache" => dir_cache = parse_bool(val).map_err(err)?,
             "connectionthreads" => {
                 let n: usize = val
                     .parse()
@@ -498,6 +500,7 @@ pub fn parse(text: &str, file: &Path) -> Result<Config, ConfigError> {
             conn_limit: limits.conn_limit,
             exit_policy,
             dns_resolv_conf: exit.resolv_conf.clone(),
+            dir_cache,
         },
         logs,
         pid_file,

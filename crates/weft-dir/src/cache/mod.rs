@@ -14,6 +14,7 @@
 
 pub mod fetch;
 pub mod serve;
+pub mod store;
 #[cfg(test)]
 mod tests;
 
@@ -99,7 +100,13 @@ pub fn compress(method: Method, data: &[u8], once: bool) -> std::io::Result<Vec<
         }
         Method::Zstd => zstd::encode_all(data, if once { 9 } else { 3 }),
         Method::Lzma => {
-            let mut e = xz2::write::XzEncoder::new(Vec::new(), if once { 6 } else { 3 });
+            // C Tor's "x-tor-lzma" is the legacy .lzma ("alone") format,
+            // not .xz (`lzma_alone_encoder` with preset 6, or 4 per request).
+            let opts = xz2::stream::LzmaOptions::new_preset(if once { 6 } else { 4 })
+                .map_err(std::io::Error::other)?;
+            let stream =
+                xz2::stream::Stream::new_lzma_encoder(&opts).map_err(std::io::Error::other)?;
+            let mut e = xz2::write::XzEncoder::new_stream(Vec::new(), stream);
             e.write_all(data)?;
             e.finish()
         }
@@ -127,7 +134,10 @@ pub struct ConsensusDoc {
 impl ConsensusDoc {
     /// The body in `method`, if made.
     pub fn body(&self, method: Method) -> Option<&Arc<[u8]>> {
-        self.bodies.iter().find(|(m, _)| *m == method).map(|(_, b)| b)
+        self.bodies
+            .iter()
+            .find(|(m, _)| *m == method)
+            .map(|(_, b)| b)
     }
 
     /// The uncompressed text.

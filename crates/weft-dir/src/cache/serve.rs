@@ -127,7 +127,10 @@ pub fn parse_request(buf: &[u8]) -> Parsed {
     };
     // An absolute URL's path ("http://host/tor/...").
     if let Some(rest) = url.strip_prefix("http://") {
-        url = rest.find('/').map(|i| rest[i..].to_owned()).unwrap_or_default();
+        url = rest
+            .find('/')
+            .map(|i| rest[i..].to_owned())
+            .unwrap_or_default();
     }
     let mut accept = Method::Identity.bit();
     if let Some(u) = url.strip_suffix(".z") {
@@ -280,7 +283,10 @@ impl Responder<'_> {
 
     /// C's `write_short_http_response`.
     fn short(&self, resource: Resource, status: u16, reason: &str) -> Response {
-        let head = format!("HTTP/1.0 {status} {reason}\r\nDate: {}\r\n\r\n", self.date());
+        let head = format!(
+            "HTTP/1.0 {status} {reason}\r\nDate: {}\r\n\r\n",
+            self.date()
+        );
         Response {
             status,
             resource,
@@ -405,7 +411,11 @@ impl Responder<'_> {
                 );
             }
         }
-        if self.req.if_modified_since.is_some_and(|t| c.valid_after < t) {
+        if self
+            .req
+            .if_modified_since
+            .is_some_and(|t| c.valid_after < t)
+        {
             return self.short(res, 304, "Not modified");
         }
         let method = PREF_PRECOMPRESSED
@@ -531,11 +541,7 @@ impl Responder<'_> {
                 let (Some(id), Some(sk)) = (hex20(a), hex20(b)) else {
                     continue;
                 };
-                certs.extend(
-                    docs.certs
-                        .iter()
-                        .filter(|c| c.id_fp == id && c.sk_fp == sk),
-                );
+                certs.extend(docs.certs.iter().filter(|c| c.id_fp == id && c.sk_fp == sk));
             }
         } else {
             return self.short(res, 400, "Bad request");

@@ -24,7 +24,12 @@ fn docs() -> DirDocuments {
                 sha256 AAAA BBBB\n-----BEGIN SIGNATURE-----\n";
     let bodies = Method::ALL
         .iter()
-        .map(|&m| (m, Arc::<[u8]>::from(compress(m, text.as_bytes(), true).unwrap())))
+        .map(|&m| {
+            (
+                m,
+                Arc::<[u8]>::from(compress(m, text.as_bytes(), true).unwrap()),
+            )
+        })
         .collect();
     let c = ConsensusDoc {
         valid_after: now() - Duration::from_secs(600),
@@ -68,7 +73,9 @@ fn answer(url: &str, extra: &str) -> (u16, String, Vec<u8>) {
 
 fn inflate(b: &[u8]) -> Vec<u8> {
     let mut out = Vec::new();
-    flate2::read::ZlibDecoder::new(b).read_to_end(&mut out).unwrap();
+    flate2::read::ZlibDecoder::new(b)
+        .read_to_end(&mut out)
+        .unwrap();
     out
 }
 
@@ -82,7 +89,12 @@ fn request_heads_parse_as_c_reads_them() {
         "Accept-Encoding: x-zstd, x-tor-lzma, bogus\r\nIf-Modified-Since: Sun, 06 Nov 1994 08:49:37 GMT\r\n",
     );
     assert_eq!(r.url, "/tor/micro/d/x");
-    for m in [Method::Identity, Method::Deflate, Method::Zstd, Method::Lzma] {
+    for m in [
+        Method::Identity,
+        Method::Deflate,
+        Method::Zstd,
+        Method::Lzma,
+    ] {
         assert_ne!(r.accept & m.bit(), 0, "{m:?}");
     }
     assert_eq!(r.accept & Method::Gzip.bit(), 0);
@@ -113,7 +125,9 @@ fn consensus_is_served_in_the_best_method_the_client_accepts() {
     );
     assert!(head.contains("Content-Encoding: x-tor-lzma\r\n"), "{head}");
     let mut out = Vec::new();
-    xz2::read::XzDecoder::new(&body[..])
+    // The legacy .lzma format C Tor's lzma_alone_decoder reads.
+    let alone = xz2::stream::Stream::new_lzma_decoder(u64::MAX).unwrap();
+    xz2::read::XzDecoder::new_stream(&body[..], alone)
         .read_to_end(&mut out)
         .unwrap();
     assert!(out.starts_with(b"network-status-version 3"));
@@ -145,7 +159,10 @@ fn consensus_checks_signers_diffs_and_liveness() {
     let (s, _, _) = answer(base, &format!("X-Or-Diff-From-Consensus: {digest}\r\n"));
     assert_eq!(s, 304);
     // A diff we cannot make: the full consensus.
-    let (s, _, _) = answer(base, &format!("X-Or-Diff-From-Consensus: {}\r\n", "00".repeat(32)));
+    let (s, _, _) = answer(
+        base,
+        &format!("X-Or-Diff-From-Consensus: {}\r\n", "00".repeat(32)),
+    );
     assert_eq!(s, 200);
     // A diff demanded in the URL: 404.
     let (s, head, _) = answer(&format!("{base}/diff/{}", "00".repeat(32)), "");
@@ -206,8 +223,14 @@ fn descriptors_by_digest_fingerprint_and_authority() {
     let (s, body, res) = a("/tor/server/authority");
     assert_eq!((s, res), (200, Resource::Descriptor));
     assert_eq!(body, DESC.as_bytes());
-    assert_eq!(a(&format!("/tor/server/d/{}", hex::encode(digest))).1, DESC.as_bytes());
-    assert_eq!(a(&format!("/tor/server/fp/{}", hex::encode(own.fp))).1, DESC.as_bytes());
+    assert_eq!(
+        a(&format!("/tor/server/d/{}", hex::encode(digest))).1,
+        DESC.as_bytes()
+    );
+    assert_eq!(
+        a(&format!("/tor/server/fp/{}", hex::encode(own.fp))).1,
+        DESC.as_bytes()
+    );
     assert_eq!(a("/tor/server/all").1, DESC.as_bytes());
     assert_eq!(a("/tor/extra/authority").1, EXTRA.as_bytes());
     assert_eq!(a(&format!("/tor/server/d/{}", "00".repeat(20))).0, 404);
@@ -240,10 +263,16 @@ fn keys_by_fingerprint_signing_key_and_pair() {
         assert!(body.starts_with(b"dir-key-certificate-version 3"));
     }
     assert_eq!(answer("/tor/keys/authority", "").0, 404);
-    assert_eq!(answer(&format!("/tor/keys/fp/{}", "BB".repeat(20)), "").0, 404);
+    assert_eq!(
+        answer(&format!("/tor/keys/fp/{}", "BB".repeat(20)), "").0,
+        404
+    );
     assert_eq!(answer("/tor/keys/whatever", "").0, 400);
     let t = httpdate::fmt_http_date(now());
-    assert_eq!(answer("/tor/keys/all", &format!("If-Modified-Since: {t}\r\n")).0, 304);
+    assert_eq!(
+        answer("/tor/keys/all", &format!("If-Modified-Since: {t}\r\n")).0,
+        304
+    );
 }
 
 #[test]

@@ -14,6 +14,7 @@
 //! | EXTEND (v1) | refused | close (PROTOCOL) |
 //! | TRUNCATE | TRUNCATED built | [`ForwardAction::Truncate`] |
 //! | BEGIN, BEGIN_DIR, RESOLVE | answered as a non-exit ([`edge`]) | [`ForwardAction::Reply`] |
+//! | BEGIN_DIR at a directory cache | the stream room serves it | [`ForwardAction::Stream`] |
 //! | BEGIN, RESOLVE, DATA, END, stream SENDME, XOFF, XON at an exit | DATA counted in the circuit's deliver window ([`flow`]) | [`ForwardAction::Stream`] → weft-relay `worker/streams.rs`, `worker/stream_flow.rs` |
 //! | circuit SENDME at an exit | — | [`ForwardAction::CircuitSendme`] → `worker/stream_flow.rs`, which checks it with [`KeyedHalf::circuit_sendme_received`] (digest, then the fixed window or Vegas, [`congestion`]) |
 //! | ESTABLISH_INTRO, INTRODUCE1, ESTABLISH_RENDEZVOUS, RENDEZVOUS1 | checked ([`crate::onion`]), [`Purpose`] changed | `IntroEstablished`, `Introduce`, `EstablishRendezvous`, `Rendezvous1` → weft-relay `worker/onion.rs` |
@@ -111,6 +112,9 @@ pub struct ForwardCtx {
     /// something): stream commands go to the stream room instead of the
     /// non-exit answers of [`edge`].
     pub exit: bool,
+    /// We are a directory cache: BEGIN_DIR opens a stream in the stream
+    /// room (else END NOTDIRECTORY), and stream commands go there too.
+    pub dir_cache: bool,
 }
 
 /// What to do with a cell moving away from the client, after
@@ -292,16 +296,20 @@ impl KeyedHalf {
                 ForwardAction::Truncate { reason }
             }
             relay_cmd::DROP => ForwardAction::Drop,
-            c @ (relay_cmd::BEGIN
-            | relay_cmd::RESOLVE
-            | relay_cmd::DATA
+            c @ (relay_cmd::BEGIN | relay_cmd::RESOLVE) if ctx.exit && self.is_plain_edge() => {
+                self.exit_stream_cell(c, h.stream_id)
+            }
+            c @ (relay_cmd::DATA
             | relay_cmd::END
             | relay_cmd::SENDME
             | relay_cmd::XOFF
             | relay_cmd::XON)
-                if ctx.exit && self.is_plain_edge() =>
+                if (ctx.exit || ctx.dir_cache) && self.is_plain_edge() =>
             {
                 self.exit_stream_cell(c, h.stream_id)
+            }
+            relay_cmd::BEGIN_DIR if ctx.dir_cache && self.is_plain_edge() && h.stream_id != 0 => {
+                self.exit_stream_cell(relay_cmd::BEGIN_DIR, h.stream_id)
             }
             relay_cmd::BEGIN => {
                 let end = edge::end_for_begin(relay::data(body, &h), self.prev_is_client);

@@ -37,7 +37,7 @@ use crate::context::{DirAuthority, RelayConfig};
 /// control with XON/XOFF (proposal 324, `circuit/congestion.rs`): with
 /// `Relay=4` (ntor-v3) it makes clients ask an exit for congestion control.
 pub const PROTO: &str =
-    "Conflux=1 Cons=1-2 Desc=1-2 FlowCtrl=1-2 HSIntro=4-5 HSRend=1-2 Link=4-5 LinkAuth=3 Microdesc=1-2 Relay=2,4";
+    "Conflux=1 Cons=1-2 Desc=1-2 DirCache=1 FlowCtrl=1-2 HSIntro=4-5 HSRend=1-2 Link=4-5 LinkAuth=3 Microdesc=1-2 Relay=2,4";
 
 /// Results of background directory work, handled on the controller.
 #[derive(Debug)]
@@ -101,11 +101,14 @@ pub struct DirState {
     fetching: bool,
     selftest_last: Option<Instant>,
     selftest_busy: bool,
+    /// Our last published descriptor and extra-info (the cache serves
+    /// them).
+    own: Option<(String, String)>,
 }
 
 impl DirState {
     /// New state from the configuration.
-    pub fn new(cfg: &RelayConfig, tx: UnboundedSender<DirEvent>) -> Self {
+    pub fn new(cfg: &RelayConfig, tx: UnboundedSender<DirEvent>, dir_cache: bool) -> Self {
         let address = match cfg.advertised.ip() {
             std::net::IpAddr::V4(a) => a,
             std::net::IpAddr::V6(_) => std::net::Ipv4Addr::UNSPECIFIED,
@@ -129,6 +132,7 @@ impl DirState {
             onion_key_lifetime: Duration::from_secs(28 * 86400),
             exit_policy_lines: cfg.exit_policy.descriptor_lines(),
             overload_general: None,
+            tunnelled_dir_server: dir_cache,
         };
         DirState {
             authorities: cfg.authorities.clone(),
@@ -145,6 +149,7 @@ impl DirState {
             fetching: false,
             selftest_last: None,
             selftest_busy: false,
+            own: None,
         }
     }
 
@@ -193,6 +198,11 @@ impl DirState {
                 .map_err(|e| e.to_string());
             let _ = tx.send(DirEvent::SelfTestKeys { a, b, outcome: r });
         });
+    }
+
+    /// Our last published descriptor and extra-info.
+    pub fn own_documents(&self) -> Option<(String, String)> {
+        self.own.clone()
     }
 
     /// The latest verified consensus, if any.
@@ -304,6 +314,7 @@ impl DirState {
             }
         };
         let body = format!("{desc}{extra}");
+        self.own = Some((desc, extra));
         self.last_publish = Some(Instant::now());
         self.published_observed = observed;
         self.dirty = false;

@@ -16,7 +16,11 @@ pub(super) fn render_exit(o: &mut String, e: &crate::messages::ExitCounters) {
         "counter",
         "Total number of streams.",
     );
-    for (t, v) in [("begin", e.begin), ("begin_dir", 0), ("resolve", e.resolve)] {
+    for (t, v) in [
+        ("begin", e.begin),
+        ("begin_dir", e.dir.streams),
+        ("resolve", e.resolve),
+    ] {
         let _ = writeln!(o, "weft_relay_streams_total{{type=\"{t}\"}} {v}");
     }
     family(
@@ -102,6 +106,39 @@ pub(super) fn render_exit(o: &mut String, e: &crate::messages::ExitCounters) {
         );
     }
     render_conflux(o, &e.cfx);
+    render_dir(o, &e.dir);
+}
+
+/// The directory cache's answers (weft's names; C Tor counts these only
+/// in its dirreq statistics).
+fn render_dir(o: &mut String, d: &crate::messages::DirCounters) {
+    family(
+        o,
+        "weft_dir_requests_total",
+        "counter",
+        "Directory requests over BEGIN_DIR, by resource and result.",
+    );
+    for (i, r) in crate::worker::dir_streams::RESOURCES.iter().enumerate() {
+        for (result, v) in [("served", d.served[i]), ("refused", d.refused[i])] {
+            let _ = writeln!(
+                o,
+                "weft_dir_requests_total{{resource=\"{}\",result=\"{result}\"}} {v}",
+                r.label()
+            );
+        }
+    }
+    let _ = writeln!(
+        o,
+        "weft_dir_requests_total{{resource=\"any\",result=\"head_too_large\"}} {}",
+        d.too_large
+    );
+    family(
+        o,
+        "weft_dir_bytes_total",
+        "counter",
+        "Directory answer bytes (head and body) sent over BEGIN_DIR streams.",
+    );
+    let _ = writeln!(o, "weft_dir_bytes_total {}", d.bytes);
 }
 
 /// Conflux at the exit (C Tor exports no conflux family; weft's names).

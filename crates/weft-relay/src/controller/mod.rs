@@ -13,6 +13,7 @@
 
 mod balance;
 mod conflux;
+pub mod dir_cache;
 pub mod directory;
 mod exit_metrics;
 mod limits;
@@ -221,7 +222,8 @@ async fn run_controller(cfg: RelayConfig) -> anyhow::Result<()> {
             our_addrs(&cfg),
             &sched_params(&cfg, &NetParams::default()),
         )?
-        .with_exit(exit_settings(&cfg, resolver.as_ref(), None)),
+        .with_exit(exit_settings(&cfg, resolver.as_ref(), None))
+        .with_dir_cache(dir_cache::should_be_cache(&cfg)),
     );
 
     let listener = std::net::TcpListener::bind(cfg.or_listen)
@@ -291,7 +293,9 @@ async fn run_controller(cfg: RelayConfig) -> anyhow::Result<()> {
         None => None,
     };
     let (dir_tx, mut dir_rx) = unbounded_channel::<DirEvent>();
-    let mut dir = DirState::new(&cfg, dir_tx);
+    let mut dir = DirState::new(&cfg, dir_tx, ctx.dir_cache);
+    let (cache_tx, mut cache_rx) = unbounded_channel::<dir_cache::CacheEvent>();
+    let mut cache = dir_cache::DirCacheState::new(&cfg, cache_tx, ctx.dir_cache);
     let mut c = Controller {
         limits: limits::Limits::new(
             sched_params(&cfg, &NetParams::default()).dos,
@@ -362,10 +366,18 @@ async fn run_controller(cfg: RelayConfig) -> anyhow::Result<()> {
                 }
                 dir.maybe_selftest(c.bw.observed());
             }
+            Some(ev) = cache_rx.recv() => {
+                if let Some(docs) = cache.on_event(ev) {
+                    for w in &c.workers {
+                        w.send(WorkerMsg::DirDocuments(docs.clone()));
+                    }
+                }
+            }
             _ = tick.tick() => {
                 secs += 1;
                 c.bw.tick(bwhist::today());
                 dir.maybe_fetch_consensus();
+                cache.maybe_fill(dir.consensus(), dir.own_documents());
                 c.rebalance_bandwidth();
                 c.balance(secs);
                 if secs.is_multiple_of(10) {
@@ -715,11 +727,10 @@ impl Controller {
             &sched_params(&self.cfg, &dir.params),
         ) {
             Ok(ctx) => {
-                self.ctx = Arc::new(ctx.with_exit(exit_settings(
-                    &self.cfg,
-                    self.resolver.as_ref(),
-                    Some(dir),
-                )));
+                self.ctx = Arc::new(
+                    ctx.with_exit(exit_settings(&self.cfg, self.resolver.as_ref(), Some(dir)))
+                        .with_dir_cache(self.ctx.dir_cache),
+                );
                 for w in &self.workers {
                     w.send(WorkerMsg::NewContext(self.ctx.clone()));
                 }

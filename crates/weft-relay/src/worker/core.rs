@@ -233,6 +233,7 @@ impl Circuits {
                 refuse_single_hop_rend: ctx.dos.refuse_single_hop_rend,
                 now_s: 0,
                 exit: ctx.exit.is_some(),
+                dir_cache: ctx.dir_cache,
             },
             ctx,
             streams: Default::default(),
@@ -324,6 +325,7 @@ impl Circuits {
         self.fctx.intro_dos = ctx.intro_dos;
         self.fctx.refuse_single_hop_rend = ctx.dos.refuse_single_hop_rend;
         self.fctx.exit = ctx.exit.is_some();
+        self.fctx.dir_cache = ctx.dir_cache;
         self.ctx = ctx;
     }
 

@@ -114,6 +114,8 @@ pub(crate) enum WorkerMsg {
     },
     /// New immutable context (keys rotated, parameters changed).
     NewContext(Arc<SharedContext>),
+    /// The directory cache's new documents.
+    DirDocuments(Arc<weft_dir::cache::DirDocuments>),
     /// Onion service: relay `payload` as INTRODUCE2 on introduction half
     /// `to`, answer client half `from` with INTRODUCE_ACK.
     Introduce2 {
@@ -266,6 +268,7 @@ impl Worker {
                 self.ctx = c;
             }
             WorkerMsg::Resolved(a) => self.core.stream_resolved(a),
+            WorkerMsg::DirDocuments(d) => self.core.set_dir_documents(d),
             WorkerMsg::Shutdown => {
                 self.report();
                 let _ = self

@@ -35,6 +35,7 @@
 pub(crate) mod conflux;
 pub(crate) mod conn;
 pub(crate) mod core;
+pub(crate) mod dir_streams;
 pub(crate) mod dispatch;
 pub(crate) mod extend;
 pub(crate) mod half;

@@ -215,6 +215,13 @@ impl Worker {
         let mut buf = std::mem::take(&mut self.streams.buf);
         buf.resize(STREAM_CHUNK, 0);
         for &key in &list {
+            if self.core.is_dir_stream(key) {
+                // No socket: the answer comes from the directory cache.
+                if self.core.serve_dir(key, STREAM_READ_BUDGET) {
+                    self.streams.readers.push(key);
+                }
+                continue;
+            }
             let mut round = STREAM_READ_BUDGET;
             while let Some(Some(s)) = self.streams.socks.get_mut(key) {
                 if !s.connected || !s.readable {

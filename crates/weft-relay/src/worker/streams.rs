@@ -85,6 +85,9 @@ pub(super) enum State {
     /// The client sent END: the bytes still waiting go to the
     /// destination, then the socket closes.
     Flushing,
+    /// A BEGIN_DIR stream waiting for its request's head (then `Open`
+    /// while the answer goes out; [`super::dir_streams`]).
+    DirRequest,
 }
 
 /// One exit stream.
@@ -108,6 +111,8 @@ pub(super) struct ExitStream {
     /// Since when `to_dest` has not been empty (ns; 0: empty): the age of
     /// its oldest byte, for the memory limit.
     pub(super) waiting_since_ns: u64,
+    /// A BEGIN_DIR stream: its request and answer (no socket).
+    pub(super) dir: Option<Box<super::dir_streams::DirStream>>,
 }
 
 /// Every exit stream of a worker.
@@ -136,6 +141,9 @@ pub(crate) struct Streams {
     /// Each exit circuit's stream-creation bucket (`DoSStreamCreation*`):
     /// half slot → (tokens, second of the last refill).
     limiter: HashMap<u32, (u32, u64)>,
+    /// The directory cache's documents (shared, immutable; None before
+    /// the first snapshot: requests get 404).
+    pub(super) dir_docs: Option<std::sync::Arc<weft_dir::cache::DirDocuments>>,
 }
 
 impl Streams {
@@ -195,10 +203,14 @@ impl Circuits {
         let key = self.streams.by_id.get(&(slot, stream_id)).copied();
         match (command, key) {
             (relay_cmd::BEGIN, None) => self.begin(conn, slot, stream_id, relay::data(body, &h)),
-            (relay_cmd::BEGIN, Some(_)) => {
+            (relay_cmd::BEGIN | relay_cmd::BEGIN_DIR, Some(_)) => {
                 debug!("worker {}: BEGIN for a known stream dropped", self.me);
             }
             (relay_cmd::RESOLVE, _) => self.resolve(conn, slot, stream_id, relay::data(body, &h)),
+            (relay_cmd::BEGIN_DIR, None) => self.begin_dir(conn, slot, stream_id),
+            (relay_cmd::DATA, Some(key)) if self.streams.streams[key].dir.is_some() => {
+                self.dir_data(conn, slot, key, relay::data(body, &h))
+            }
             (relay_cmd::DATA, Some(key)) => {
                 self.stream_data(conn, slot, key, relay::data(body, &h))
             }
@@ -284,7 +296,13 @@ impl Circuits {
     }
 
     /// A new stream in the table.
-    fn new_stream(&mut self, conn: usize, slot: u32, stream_id: u16, state: State) -> usize {
+    pub(super) fn new_stream(
+        &mut self,
+        conn: usize,
+        slot: u32,
+        stream_id: u16,
+        state: State,
+    ) -> usize {
         // XON/XOFF on a circuit with congestion control, else windows.
         let set = super::conflux::is_set_slot(slot);
         let flow = match self.keyed(slot) {
@@ -305,6 +323,7 @@ impl Circuits {
             ttl: 0,
             to_dest: VecDeque::new(),
             waiting_since_ns: 0,
+            dir: None,
         })
     }
 
@@ -588,7 +607,7 @@ impl Circuits {
 
     /// Send END with `body` for stream `key` (unless the client ended it)
     /// and forget it.
-    fn end_stream(&mut self, key: usize, body: &[u8]) {
+    pub(super) fn end_stream(&mut self, key: usize, body: &[u8]) {
         let Some(s) = self.streams.streams.get(key) else {
             return;
         };
@@ -602,7 +621,7 @@ impl Circuits {
     }
 
     /// Count an END we send (its reason is the body's first byte).
-    fn count_end(&mut self, body: &[u8]) {
+    pub(super) fn count_end(&mut self, body: &[u8]) {
         if let Some(r) = body
             .first()
             .and_then(|&r| self.streams.counters.end_reasons.get_mut(usize::from(r)))

@@ -1,0 +1,212 @@
+//! The directory cache's streams (part of the sans-IO circuit core): a
+//! BEGIN_DIR opens a stream in the stream room with no socket behind it.
+//! The client's DATA carries an HTTP request; once its head is complete,
+//! weft-dir's `cache::serve` answers it from the worker's snapshot of the
+//! documents (`Arc<DirDocuments>`, replaced whole by the controller, never
+//! locked), and the answer leaves as DATA cells under the same budget as
+//! an exit stream's socket bytes (stream and circuit windows or the
+//! congestion window, and the circuit's queue high-water mark), then END
+//! DONE, as a C Tor cache closes the directory connection after writing.
+//! [C connection_edge.c connection_exit_begin_dir(); dircache.c]
+//!
+//! A big answer is a stream like any other: flow-controlled by the
+//! client's SENDMEs, served a round's share at a time, never blocking the
+//! worker.
+
+use std::sync::Arc;
+use std::time::SystemTime;
+
+use tracing::debug;
+use weft_dir::cache::serve::{self, Body, Parsed, Peer, Resource};
+use weft_dir::cache::DirDocuments;
+use weft_proto::relay::{end_reason, relay_cmd};
+
+use super::core::Circuits;
+use super::streams::State;
+
+/// The metric order of [`Resource`].
+pub(crate) const RESOURCES: [Resource; 6] = [
+    Resource::Consensus,
+    Resource::Microdesc,
+    Resource::Descriptor,
+    Resource::ExtraInfo,
+    Resource::Keys,
+    Resource::Other,
+];
+
+/// A BEGIN_DIR stream's request and answer.
+pub(crate) struct DirStream {
+    /// The request bytes received so far (until its head is complete).
+    request: Vec<u8>,
+    /// The answer's head, then its body; `sent` bytes of the two have left.
+    head: Vec<u8>,
+    body: Body,
+    sent: usize,
+}
+
+impl DirStream {
+    fn remaining(&self) -> usize {
+        (self.head.len() + self.body.bytes().len()).saturating_sub(self.sent)
+    }
+
+    /// The next unsent bytes (at most `n`, from one of head and body).
+    fn next_chunk(&self, n: usize) -> &[u8] {
+        let h = self.head.len();
+        let (part, off) = if self.sent < h {
+            (&self.head[..], self.sent)
+        } else {
+            (self.body.bytes(), self.sent - h)
+        };
+        let end = part.len().min(off + n);
+        &part[off.min(end)..end]
+    }
+}
+
+impl Circuits {
+    /// The worker's documents changed (or the cache started).
+    pub(crate) fn set_dir_documents(&mut self, docs: Arc<DirDocuments>) {
+        self.streams.dir_docs = Some(docs);
+    }
+
+    /// True if stream `key` is a directory stream (no socket).
+    pub(crate) fn is_dir_stream(&self, key: usize) -> bool {
+        self.streams
+            .streams
+            .get(key)
+            .is_some_and(|s| s.dir.is_some())
+    }
+
+    /// BEGIN_DIR: a stream served here, answered CONNECTED with no
+    /// address (only reached with `DirCache` on; the keyed half answers
+    /// END NOTDIRECTORY otherwise).
+    pub(super) fn begin_dir(&mut self, conn: usize, slot: u32, stream_id: u16) {
+        let key = self.new_stream(conn, slot, stream_id, State::DirRequest);
+        self.streams.streams[key].dir = Some(Box::new(DirStream {
+            request: Vec::new(),
+            head: Vec::new(),
+            body: Body::Empty,
+            sent: 0,
+        }));
+        self.streams.by_id.insert((slot, stream_id), key);
+        self.streams.counters.dir.streams += 1;
+        self.streams.opened += 1;
+        self.send_on(conn, slot, relay_cmd::CONNECTED, stream_id, &[]);
+    }
+
+    /// DATA on a directory stream: request bytes, answered once the head
+    /// is complete. Bytes after the head (a request body) are ignored, as
+    /// C Tor ignores a GET's body.
+    pub(super) fn dir_data(&mut self, conn: usize, slot: u32, key: usize, data: &[u8]) {
+        let s = &mut self.streams.streams[key];
+        if let Err(e) = s.flow.data_received() {
+            self.close_circuit(
+                conn,
+                slot,
+                weft_proto::cell::destroy_reason::PROTOCOL,
+                &e.to_string(),
+            );
+            return;
+        }
+        if s.state != State::DirRequest {
+            return;
+        }
+        let Some(d) = s.dir.as_mut() else { return };
+        d.request.extend_from_slice(data);
+        let parsed = serve::parse_request(&d.request);
+        let req = match parsed {
+            Parsed::Incomplete => return,
+            Parsed::TooLarge => {
+                debug!(
+                    "worker {}: directory request head over {} bytes; stream closed",
+                    self.me,
+                    serve::MAX_HEADERS
+                );
+                self.streams.counters.dir.too_large += 1;
+                return self.end_stream(key, &[end_reason::MISC]);
+            }
+            Parsed::Request(r) => r,
+        };
+        let peer = Peer {
+            addr: self.conn(conn).map(|c| c.peer_addr.ip()),
+        };
+        let answer = serve::respond(
+            self.streams.dir_docs.as_deref(),
+            &req,
+            peer,
+            SystemTime::now(),
+        );
+        let i = RESOURCES
+            .iter()
+            .position(|r| *r == answer.resource)
+            .unwrap_or(5);
+        let c = &mut self.streams.counters.dir;
+        if answer.status == 200 {
+            c.served[i] += 1;
+        } else {
+            c.refused[i] += 1;
+        }
+        debug!(
+            "worker {}: directory request {} {} → {} ({} bytes)",
+            self.me,
+            req.method,
+            req.url,
+            answer.status,
+            answer.body.bytes().len()
+        );
+        let s = &mut self.streams.streams[key];
+        s.state = State::Open;
+        if let Some(d) = s.dir.as_mut() {
+            d.request = Vec::new();
+            d.head = answer.head;
+            d.body = answer.body;
+        }
+        self.streams.may_read.push(key);
+    }
+
+    /// Send what directory stream `key` may send now (at most `round`
+    /// bytes); END DONE when all is sent. Returns true if the round's
+    /// share ran out with bytes left (serve again next round).
+    pub(crate) fn serve_dir(&mut self, key: usize, mut round: usize) -> bool {
+        loop {
+            let Some(s) = self.streams.streams.get(key) else {
+                return false;
+            };
+            let Some(d) = s.dir.as_deref() else {
+                return false;
+            };
+            if s.state != State::Open {
+                return false;
+            }
+            if d.remaining() == 0 {
+                self.end_stream(key, &[end_reason::DONE]);
+                return false;
+            }
+            if round == 0 {
+                return true;
+            }
+            let budget = self.stream_read_budget(key).min(round);
+            if budget == 0 {
+                // A window or the queue is full: listed again when it opens.
+                return false;
+            }
+            // Move the answer out while its bytes are packaged (the core
+            // needs itself mutably), then put it back.
+            let Some(d) = self.streams.streams[key].dir.take() else {
+                return false;
+            };
+            let chunk = d.next_chunk(budget);
+            let n = chunk.len();
+            self.stream_data_read(key, chunk);
+            self.streams.counters.dir.bytes += n as u64;
+            round -= n.min(round);
+            match self.streams.streams.get_mut(key) {
+                Some(s) => {
+                    let mut d = d;
+                    d.sent += n;
+                    s.dir = Some(d);
+                }
+                None => return false,
+            }
+        }
+    }
+}

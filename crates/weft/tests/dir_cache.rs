@@ -1,0 +1,276 @@
+//! weft as a directory cache and a guard for stock tor (issue 14,
+//! acceptance 1 and 2), on loopback:
+//!
+//! * 3 stock authorities that compute the Guard flag themselves (C Tor's
+//!   rules, thresholds lowered for a young network; no flag is voted by
+//!   list), 3 stock relays with `DirCache 0` (so not directory caches, not
+//!   guards), 1 stock exit, and weft with `ConnectionThreads 2` and
+//!   `TestingCrossWorkerExtends 1`;
+//! * weft must get V2Dir (its descriptor says `tunnelled-dir-server`) and
+//!   then Guard, which C's authorities give only to directory caches;
+//! * then a stock client whose only directory source is weft: its
+//!   `DirAuthority` lines carry the authorities' real identities (so it
+//!   verifies every signature itself) but dead addresses, weft is its only
+//!   `FallbackDir`, and `EntryNodes` is weft (`StrictNodes 1`). It must bootstrap to 100%
+//!   from what weft served (weft's MetricsPort counts the consensus,
+//!   certificate and microdescriptor answers), list weft as an `up` entry
+//!   guard and build its circuits through it.
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+mod common;
+
+use anyhow::{bail, ensure, Context, Result};
+use weft_testnet::{pick_base_port, ControlClient, Testnet, TestnetConfig, TorBinaries, WeftNode};
+
+/// Bound on every wait for flags and bootstrap.
+const BOUND: Duration = Duration::from_secs(300);
+
+/// A stock tor client started by this test (killed on drop).
+struct IsolatedClient {
+    child: Child,
+    dir: PathBuf,
+    control_port: u16,
+}
+
+impl Drop for IsolatedClient {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+impl IsolatedClient {
+    /// A client that can reach no authority (their addresses point at a
+    /// closed port) and knows weft as its only fallback directory and its
+    /// only entry.
+    fn start(net: &Testnet, weft_fp: &str, weft_or_port: u16, dir: &Path) -> Result<Self> {
+        std::fs::create_dir_all(dir)?;
+        let dead = common::free_port();
+        let control_port = common::free_port();
+        let socks_port = common::free_port();
+        let mut t = String::new();
+        t.push_str("TestingTorNetwork 1\n");
+        t.push_str(&format!("DataDirectory {}\n", dir.join("data").display()));
+        t.push_str(&format!("SocksPort 127.0.0.1:{socks_port}\n"));
+        t.push_str(&format!("ControlPort 127.0.0.1:{control_port}\n"));
+        t.push_str("CookieAuthentication 1\n");
+        t.push_str(&format!(
+            "Log notice file {}\n",
+            dir.join("notice.log").display()
+        ));
+        t.push_str(&format!(
+            "Log info file {}\n",
+            dir.join("info.log").display()
+        ));
+        for line in net.dir_authority_lines() {
+            t.push_str(&dead_authority(line, dead)?);
+            t.push('\n');
+        }
+        t.push_str(&format!(
+            "FallbackDir 127.0.0.1:{dead} orport={weft_or_port} id={weft_fp}\n"
+        ));
+        t.push_str(&format!("EntryNodes ${weft_fp}\n"));
+        t.push_str("StrictNodes 1\n");
+        t.push_str("UseEntryGuards 1\n");
+        let torrc = dir.join("torrc");
+        std::fs::write(&torrc, t)?;
+        let defaults = dir.join("torrc-defaults");
+        std::fs::write(&defaults, "")?;
+        let bins = TorBinaries::locate()?;
+        let child = Command::new(&bins.tor)
+            .arg("--defaults-torrc")
+            .arg(&defaults)
+            .arg("-f")
+            .arg(&torrc)
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .context("starting the isolated client")?;
+        Ok(IsolatedClient {
+            child,
+            dir: dir.to_path_buf(),
+            control_port,
+        })
+    }
+
+    fn control(&self) -> Result<ControlClient> {
+        ControlClient::connect(
+            ([127, 0, 0, 1], self.control_port).into(),
+            &self.dir.join("data"),
+            Duration::from_secs(30),
+        )
+    }
+
+    fn log(&self) -> String {
+        std::fs::read_to_string(self.dir.join("notice.log")).unwrap_or_default()
+    }
+}
+
+/// The authority line with its ORPort and DirPort moved to `dead`.
+fn dead_authority(line: &str, dead: u16) -> Result<String> {
+    let mut out = Vec::new();
+    for w in line.split(' ') {
+        if w.starts_with("orport=") {
+            out.push(format!("orport={dead}"));
+        } else if w.starts_with("127.0.0.1:") {
+            out.push(format!("127.0.0.1:{dead}"));
+        } else {
+            out.push(w.to_string());
+        }
+    }
+    ensure!(out.len() > 4, "odd DirAuthority line {line}");
+    Ok(out.join(" "))
+}
+
+/// The sum of every series of metric line `prefix`.
+fn metric(net: &Testnet, port: u16, prefix: &str) -> Result<f64> {
+    let dir = &net.weft().context("no weft")?.dir;
+    let token = common::metrics_token(dir)?;
+    let (status, body) = common::scrape_metrics(port, Some(&token))?;
+    ensure!(status == 200, "MetricsPort answered {status}");
+    Ok(body
+        .lines()
+        .filter_map(|l| {
+            l.strip_prefix(prefix)
+                .and_then(|v| v.trim().parse::<f64>().ok())
+        })
+        .sum())
+}
+
+fn served(net: &Testnet, port: u16, resource: &str) -> Result<f64> {
+    metric(
+        net,
+        port,
+        &format!("weft_dir_requests_total{{resource=\"{resource}\",result=\"served\"}}"),
+    )
+}
+
+#[test]
+fn stock_client_bootstraps_from_weft_alone_and_uses_it_as_guard() -> Result<()> {
+    let metrics_port = common::free_port();
+    let base_dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR"))
+        .join(format!("weft-net-dircache-{}", std::process::id()));
+    let mut cfg = TestnetConfig::new(&base_dir, 0);
+    cfg.relays = 3;
+    cfg.exits = 1;
+    cfg.clients = 0;
+    cfg.guards_by_vote = true;
+    cfg.relay_torrc = vec![vec!["DirCache 0".to_string()]; 3];
+    let mut w = WeftNode::new(env!("CARGO_BIN_EXE_weft"));
+    w.connection_threads = Some(2);
+    w.extra_torrc = vec![
+        format!("MetricsPort 127.0.0.1:{metrics_port}"),
+        "TestingCrossWorkerExtends 1".to_string(),
+    ];
+    cfg.weft = Some(w);
+    cfg.base_port = pick_base_port(cfg.ports_needed())?;
+    eprintln!(
+        "[dircache] network in {} from port {}",
+        base_dir.display(),
+        cfg.base_port
+    );
+    let mut net = Testnet::start(cfg)?;
+    let weft = net.weft().context("weft")?;
+    let fp = weft.fingerprint()?.to_string();
+    let weft_or_port = weft.or_addr().context("weft ORPort")?.port();
+
+    // The whole network first (a client that starts from a consensus
+    // without exits would pick other paths).
+    let stock: Vec<String> = net
+        .nodes()
+        .iter()
+        .filter_map(|n| n.fingerprint.clone())
+        .filter(|f| *f != fp)
+        .collect();
+    net.wait_until_listed(&stock, &["Running", "Valid"], BOUND)?;
+    net.wait_until_listed(&[net.fingerprint("exit0")?], &["Exit"], BOUND)?;
+    let t = net.wait_until_listed(&[&fp], &["Running", "Valid", "V2Dir"], BOUND)?;
+    eprintln!("[dircache] weft listed V2Dir after {t:?}");
+    let t = net.wait_until_listed(&[&fp], &["Guard"], BOUND)?;
+    eprintln!("[dircache] weft voted Guard after {t:?} more");
+    // The stock relays are not caches: no V2Dir, so no Guard.
+    let relay_fp = net.fingerprint("relay0")?;
+    let mut auth = net.control("auth0")?;
+    if let weft_testnet::ConsensusEntry::Listed { flags, .. } = auth.consensus_entry(&relay_fp)? {
+        ensure!(
+            !flags.iter().any(|f| f == "V2Dir" || f == "Guard"),
+            "a relay with DirCache 0 is listed {flags:?}"
+        );
+    }
+
+    let client = IsolatedClient::start(&net, &fp, weft_or_port, &base_dir.join("isolated"))?;
+    let deadline = Instant::now() + BOUND;
+    let mut ctl = loop {
+        match client.control() {
+            Ok(c) => break c,
+            Err(e) if Instant::now() > deadline => bail!("client control port: {e}"),
+            Err(_) => std::thread::sleep(Duration::from_millis(300)),
+        }
+    };
+    loop {
+        let (pct, summary) = ctl.bootstrap_phase()?;
+        if pct == 100 {
+            break;
+        }
+        if Instant::now() > deadline {
+            bail!(
+                "client stuck at {pct}% ({summary}); its log:\n{}",
+                client.log()
+            );
+        }
+        std::thread::sleep(Duration::from_millis(500));
+    }
+    eprintln!("[dircache] client bootstrapped to 100% with weft as its only directory");
+    let consensus = served(&net, metrics_port, "consensus")?;
+    let mds = served(&net, metrics_port, "microdesc")?;
+    let keys = served(&net, metrics_port, "keys")?;
+    eprintln!("[dircache] weft served: consensus {consensus}, microdesc {mds}, keys {keys}");
+    ensure!(
+        consensus >= 1.0 && mds >= 1.0 && keys >= 1.0,
+        "weft served too little"
+    );
+
+    let guards = ctl.getinfo("entry-guards")?;
+    eprintln!(
+        "[dircache] client entry-guards: {}",
+        guards.replace('\n', " | ")
+    );
+    ensure!(
+        guards.lines().any(
+            |l| l.to_ascii_uppercase().contains(&fp.to_ascii_uppercase()) && l.contains(" up")
+        ),
+        "weft is not an up entry guard of the client: {guards}"
+    );
+    // Circuits through weft as the first hop (the client's own: its
+    // network's exits accept only private addresses, which a client's
+    // path selection does not count as exits, so it builds internal
+    // circuits; no stream goes out).
+    let deadline = Instant::now() + BOUND;
+    let upper = format!("${}", fp.to_ascii_uppercase());
+    loop {
+        let circs = ctl.getinfo("circuit-status")?;
+        let through_weft = circs
+            .lines()
+            .filter(|l| l.contains(" BUILT "))
+            .filter(|l| {
+                l.split(' ')
+                    .nth(2)
+                    .is_some_and(|p| p.to_ascii_uppercase().starts_with(&upper))
+            })
+            .count();
+        if through_weft > 0 {
+            eprintln!("[dircache] {through_weft} built circuits start at weft");
+            break;
+        }
+        if Instant::now() > deadline {
+            bail!("no built circuit starts at weft: {circs}");
+        }
+        std::thread::sleep(Duration::from_millis(500));
+    }
+    net.stop()?;
+    Ok(())
+}
