@@ -1,5 +1,5 @@
 //! Replays the committed cargo-fuzz corpora of this crate's network parsers
-//! (`fuzz/corpus/dir_http`, `fuzz/corpus/dir_documents`,
+//! (`fuzz/corpus/dir_http`, `fuzz/corpus/dir_request`, `fuzz/corpus/dir_documents`,
 //! `fuzz/corpus/exit_policy`) on stable.
 
 use std::path::Path;
@@ -19,6 +19,11 @@ fn each_seed(target: &str, f: impl Fn(&[u8])) {
 #[test]
 fn dir_http_corpus() {
     each_seed("dir_http", weft_dir::fuzzing::http_response);
+}
+
+#[test]
+fn dir_request_corpus() {
+    each_seed("dir_request", weft_dir::fuzzing::dir_request);
 }
 
 #[test]

@@ -28,6 +28,7 @@ use crate::ring::{ring, Consumer};
 mod conflux;
 mod congestion;
 mod controller;
+mod dir_streams;
 mod limits;
 mod migrate;
 mod onion;
