@@ -25,6 +25,10 @@ const REASONABLY_LIVE: Duration = Duration::from_secs(24 * 3600);
 const DIGEST_LIFETIME: u64 = 48 * 3600;
 /// C's `FULL_DIR_CACHE_LIFETIME`.
 const FULL_DIR_LIFETIME: u64 = 60;
+/// Answers made per request above this are sent uncompressed (see
+/// `Responder::owned`): a few milliseconds of deflate at most (a
+/// microdescriptor batch, 92 of them, is about 40 KB).
+pub const MAX_COMPRESS_PER_REQUEST: usize = 128 * 1024;
 /// Certificates' lifetime in C's `handle_get_keys`.
 const KEYS_LIFETIME: u64 = 3600;
 
@@ -344,9 +348,16 @@ impl Responder<'_> {
     }
 
     /// A body made for this request, compressed in the client's best
-    /// method.
+    /// method — but sent as it is when it is big: a worker compresses
+    /// nothing that would hold up its circuits for long, and every client
+    /// accepts identity (C's `parse_accept_encoding_header` always adds
+    /// it). Only `/tor/server/all`-sized answers are affected.
     fn owned(&self, resource: Resource, text: &[u8], lifetime: u64) -> Response {
-        let method = self.streaming_method();
+        let method = if text.len() > MAX_COMPRESS_PER_REQUEST {
+            Method::Identity
+        } else {
+            self.streaming_method()
+        };
         match compress(method, text, false) {
             Ok(b) => self.full(resource, method, None, None, lifetime, Body::Owned(b)),
             Err(_) => self.short(resource, 500, "Internal error"),

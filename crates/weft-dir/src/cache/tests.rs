@@ -5,7 +5,9 @@ use std::io::Read;
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
-use super::serve::{parse_request, respond, Body, Parsed, Peer, Request, Resource, MAX_HEADERS};
+use super::serve::{
+    self, parse_request, respond, Body, Parsed, Peer, Request, Resource, MAX_HEADERS,
+};
 use super::*;
 
 const DESC: &str = include_str!("../../tests/data/ctor-descriptor-test002a.txt");
@@ -322,4 +324,33 @@ fn splitting_documents() {
     for m in Method::ALL {
         assert!(!compress(m, b"abc", false).unwrap().is_empty());
     }
+}
+
+#[test]
+fn big_per_request_answers_go_uncompressed() {
+    let mut d = docs();
+    let mut n = 0u32;
+    while d.microdescs.values().map(|m| m.len()).sum::<usize>() <= serve::MAX_COMPRESS_PER_REQUEST {
+        n += 1;
+        let t = format!("onion-key\nntor-onion-key {n:0>2000}\n");
+        let (digest, md) = split_microdescs(&t)[0];
+        d.microdescs.insert(digest, md.into());
+    }
+    let ids: Vec<String> = d
+        .microdescs
+        .keys()
+        .map(|k| base64::Engine::encode(&base64::engine::general_purpose::STANDARD_NO_PAD, k))
+        .collect();
+    let r = respond(
+        Some(&d),
+        &get(
+            &format!("/tor/micro/d/{}.z", ids.join("-")),
+            "Accept-Encoding: x-zstd\r\n",
+        ),
+        Peer { addr: None },
+        now(),
+    );
+    assert_eq!(r.status, 200);
+    assert!(String::from_utf8_lossy(&r.head).contains("Content-Encoding: identity"));
+    assert!(r.body.bytes().len() > serve::MAX_COMPRESS_PER_REQUEST);
 }

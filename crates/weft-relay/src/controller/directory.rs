@@ -5,7 +5,8 @@
 //! hours [dir-spec §2.1; protocol-notes §10.3]; fetch and verify the
 //! consensus from an authority for the network parameters and our own
 //! listing, again at a random point between fresh-until and valid-until
-//! [dir-spec §5.1; protocol-notes §10.5].
+//! (earlier as a directory cache, as C's caches) [dir-spec §5.1;
+//! protocol-notes §10.5].
 
 use std::time::{Duration, Instant, SystemTime};
 
@@ -239,16 +240,31 @@ impl DirState {
         });
     }
 
-    /// When to fetch again after a consensus: a random point in the first
-    /// half of [fresh-until, valid-until] (C Tor picks a random time in a
-    /// similar window), at least 10 s away.
+    /// When to fetch again after a consensus. A directory cache fetches
+    /// as C Tor's caches do (`dirclient_fetches_dir_info_early`): a
+    /// random point in the half interval that starts 2 minutes (at most
+    /// 1/16 of the interval) after fresh-until, before clients ask; a
+    /// relay that is not a cache, a random point in the first half of
+    /// [fresh-until, valid-until]. At least 10 s away.
+    /// [C networkstatus.c update_consensus_networkstatus_fetch_time_impl()]
     fn schedule_after(&mut self, c: &ConsensusSummary) {
         let now = SystemTime::now();
-        let fresh = c.fresh_until.duration_since(now).unwrap_or_default();
-        let valid = c.valid_until.duration_since(now).unwrap_or_default();
-        let span = valid.saturating_sub(fresh) / 2;
+        let after = |t: SystemTime| t.duration_since(now).unwrap_or_default();
+        let (start, span) = if self.desc.tunnelled_dir_server {
+            let interval = c
+                .fresh_until
+                .duration_since(c.valid_after)
+                .unwrap_or_default();
+            let slop = Duration::from_secs(120)
+                .min(interval / 16)
+                .max(Duration::from_secs(1));
+            (after(c.fresh_until) + slop, interval / 2)
+        } else {
+            let fresh = after(c.fresh_until);
+            (fresh, after(c.valid_until).saturating_sub(fresh) / 2)
+        };
         let jitter = Duration::from_millis(rand::random_range(0..=span.as_millis() as u64));
-        self.next_fetch = Instant::now() + (fresh + jitter).max(Duration::from_secs(10));
+        self.next_fetch = Instant::now() + (start + jitter).max(Duration::from_secs(10));
     }
 
     /// First publication, once the ORPort is listening.

@@ -45,6 +45,20 @@ pub(crate) struct DirStream {
 }
 
 impl DirStream {
+    /// Memory this stream holds of its own (a body made for this request,
+    /// unsent; a consensus is shared with the snapshot): counted in
+    /// MaxMemInQueues, so clients that ask for big answers and never read
+    /// them are the OOM handler's victims, oldest first.
+    pub(crate) fn held_bytes(&self) -> u64 {
+        let own = match &self.body {
+            Body::Owned(b) => b.len(),
+            _ => 0,
+        } + self.head.len()
+            + self.request.len();
+        let sent_own = self.sent.min(own);
+        (own - sent_own) as u64
+    }
+
     fn remaining(&self) -> usize {
         (self.head.len() + self.body.bytes().len()).saturating_sub(self.sent)
     }
@@ -155,6 +169,7 @@ impl Circuits {
         );
         let s = &mut self.streams.streams[key];
         s.state = State::Open;
+        s.waiting_since_ns = self.now_ns.max(1);
         if let Some(d) = s.dir.as_mut() {
             d.request = Vec::new();
             d.head = answer.head;

@@ -246,13 +246,14 @@ impl Circuits {
         }
     }
 
-    /// Bytes this worker's streams hold for their destinations
+    /// Bytes this worker's streams hold for their destinations, and the
+    /// directory answers made for one request still unsent
     /// (MaxMemInQueues counts them with the cell queues).
     pub(crate) fn stream_buffered_bytes(&self) -> u64 {
         self.streams
             .streams
             .iter()
-            .map(|(_, s)| s.to_dest.len() as u64)
+            .map(|(_, s)| s.to_dest.len() as u64 + s.dir.as_ref().map_or(0, |d| d.held_bytes()))
             .sum()
     }
 
@@ -267,13 +268,16 @@ impl Circuits {
         self.streams
             .streams
             .iter()
-            .filter(|(_, s)| s.waiting_since_ns != 0 && !s.to_dest.is_empty())
+            .filter(|(_, s)| {
+                s.waiting_since_ns != 0
+                    && (!s.to_dest.is_empty() || s.dir.as_ref().is_some_and(|d| d.held_bytes() > 0))
+            })
             .map(move |(_, s)| {
                 (
                     s.conn,
                     s.slot,
                     now_ns.saturating_sub(s.waiting_since_ns),
-                    s.to_dest.len() as u64,
+                    s.to_dest.len() as u64 + s.dir.as_ref().map_or(0, |d| d.held_bytes()),
                 )
             })
     }

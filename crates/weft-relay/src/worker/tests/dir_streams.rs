@@ -246,6 +246,22 @@ fn bad_requests_get_c_tors_answers_and_nothing_else_is_disturbed() {
     let (msgs, destroyed) = read(&mut net, 1, 1, &mut c);
     assert!(!destroyed, "only the stream closes");
     assert_eq!(answer(&msgs, 30), (Vec::new(), Some(end_reason::MISC)));
+    // An answer made for one request counts in MaxMemInQueues until sent.
+    send(&mut net, 1, 1, &mut c, relay_cmd::BEGIN_DIR, 31, &[]);
+    send(
+        &mut net,
+        1,
+        1,
+        &mut c,
+        relay_cmd::DATA,
+        31,
+        &get("/tor/server/all"),
+    );
+    assert!(net.cores[0].stream_buffered_bytes() > 1000);
+    assert_eq!(net.cores[0].stream_oom_candidates(u64::MAX).count(), 1);
+    serve(&mut net);
+    assert_eq!(net.cores[0].stream_buffered_bytes(), 0);
+    let _ = read(&mut net, 1, 1, &mut c);
     // The other circuit and the first one still serve.
     for (conn, circ, client) in [(2, 2, &mut other), (1, 1, &mut c)] {
         send(&mut net, conn, circ, client, relay_cmd::BEGIN_DIR, 40, &[]);
