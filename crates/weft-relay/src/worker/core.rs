@@ -185,6 +185,9 @@ pub(crate) struct Circuits {
     /// The driver's clock at the start of this round (ns on the workers'
     /// shared epoch): read once per round, passed in ([`Circuits::set_now`]).
     pub(crate) now_ns: u64,
+    /// Wall-clock time at `now_ns == 0` (the driver sets it; the
+    /// directory cache's HTTP dates and consensus liveness use it).
+    pub(crate) wall_epoch: std::time::SystemTime,
     /// DoS marks, the handshake queue (see [`super::limits`]).
     pub(crate) guards: super::limits::Guards,
     /// Counters of the resource limits.
@@ -225,6 +228,7 @@ impl Circuits {
             effects: VecDeque::new(),
             counters: CoreCounters::default(),
             now_ns: 0,
+            wall_epoch: std::time::SystemTime::UNIX_EPOCH,
             guards: Default::default(),
             limit_counters: Default::default(),
             fctx: ForwardCtx {

@@ -14,7 +14,7 @@
 //! worker.
 
 use std::sync::Arc;
-use std::time::SystemTime;
+use std::time::Duration;
 
 use tracing::debug;
 use weft_dir::cache::serve::{self, Body, Parsed, Peer, Resource};
@@ -147,7 +147,7 @@ impl Circuits {
             self.streams.dir_docs.as_deref(),
             &req,
             peer,
-            SystemTime::now(),
+            self.wall_epoch + Duration::from_nanos(self.now_ns),
         );
         let i = RESOURCES
             .iter()

@@ -265,7 +265,11 @@ impl Worker {
             peers,
             ins: parts.ins,
             controller,
-            core: Circuits::new(parts.id, limits, ctx.clone(), parts.outs),
+            core: {
+                let mut core = Circuits::new(parts.id, limits, ctx.clone(), parts.outs);
+                core.wall_epoch = std::time::SystemTime::now() - parts.epoch.elapsed();
+                core
+            },
             ctx,
             cfg,
             conns: Slab::new(),

@@ -147,7 +147,11 @@ impl Net {
         let cores = outs
             .into_iter()
             .enumerate()
-            .map(|(w, o)| Circuits::new(w, limits, ctx.clone(), o))
+            .map(|(w, o)| {
+                let mut core = Circuits::new(w, limits, ctx.clone(), o);
+                core.wall_epoch = SystemTime::now();
+                core
+            })
             .collect();
         Net {
             _dir: dir,
