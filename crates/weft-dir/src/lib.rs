@@ -12,6 +12,7 @@
 //!   checks streams against it and writes its descriptor lines;
 //! * [`cache`] is the directory cache: documents fetched from the
 //!   authorities, answered over BEGIN_DIR as C Tor's caches answer;
+//! * [`dirport`] fetches documents from an authority's DirPort;
 //! * [`http`] is the small, bounded HTTP/1.0 client both use.
 //!
 //! Everything read from the network is untrusted: sizes are capped before
@@ -28,6 +29,7 @@
 pub mod cache;
 pub mod consensus;
 pub mod descriptor;
+pub mod dirport;
 pub mod exit_policy;
 #[doc(hidden)]
 pub mod fuzzing;

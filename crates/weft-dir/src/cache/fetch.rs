@@ -7,17 +7,20 @@
 //! listed digest. Extra-info documents of others are not fetched (C Tor's
 //! caches do not either, without `DownloadExtraInfo`).
 
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
+use std::hash::Hash;
 use std::net::SocketAddr;
+use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
 use base64::Engine as _;
 
 use super::{split_certs, split_descriptors, split_microdescs, CacheInputs, DirDocuments};
 use crate::consensus::{
-    fetch_authority_certs_text, fetch_consensus_text, get_document, verify_consensus,
-    AuthorityCerts, ConsensusFlavor, FetchOptions, MAX_CONSENSUS_SIZE,
+    fetch_authority_certs_text, fetch_consensus_text, verify_consensus, AuthorityCerts,
+    ConsensusFlavor, FetchOptions, MAX_CONSENSUS_SIZE,
 };
+use crate::dirport::get_document;
 use crate::DirError;
 
 /// Digests per microdescriptor request (C's `DL_PER_REQUEST` for
@@ -56,68 +59,80 @@ pub async fn fetch_inputs(
         let summary = verify_consensus(&text, flavor, &certs, trusted, now)?;
         inputs.consensus.push((summary, text));
     }
-    // Microdescriptors.
-    let listed: Vec<[u8; 32]> = inputs
+    // Microdescriptors and server descriptors the consensuses list.
+    let mds: Vec<[u8; 32]> = inputs
         .consensus
         .iter()
         .flat_map(|(s, _)| s.relays.iter().filter_map(|r| r.md_digest))
         .collect();
-    let mut missing = Vec::new();
-    for d in listed {
-        match prev.and_then(|p| p.microdescs.get(&d)) {
-            Some(md) => {
-                inputs.microdescs.insert(d, md.clone());
-            }
-            None => missing.push(d),
-        }
-    }
+    let missing = reuse(&mds, prev.map(|p| &p.microdescs), &mut inputs.microdescs);
     for batch in missing.chunks(MDS_PER_REQUEST) {
-        let want: HashSet<[u8; 32]> = batch.iter().copied().collect();
         let ids: Vec<String> = batch
             .iter()
             .map(|d| base64::engine::general_purpose::STANDARD_NO_PAD.encode(d))
             .collect();
         let path = format!("/tor/micro/d/{}", ids.join("-"));
-        match get_document(dirport, &path, MAX_BATCH, timeout).await {
-            Ok(text) => {
-                for (digest, md) in split_microdescs(&text) {
-                    if want.contains(&digest) {
-                        inputs.microdescs.insert(digest, md.into());
-                    }
-                }
-            }
-            Err(e) => tracing::debug!("microdescriptor batch: {e}"),
-        }
+        let got = fetch_batch(dirport, &path, timeout, batch, |t| {
+            split_microdescs(t)
+                .into_iter()
+                .map(|(d, md)| (d, Arc::<str>::from(md)))
+                .collect()
+        })
+        .await;
+        inputs.microdescs.extend(got);
     }
-    // Server descriptors.
-    let listed: Vec<[u8; 20]> = inputs
+    let descs: Vec<[u8; 20]> = inputs
         .consensus
         .iter()
         .flat_map(|(s, _)| s.relays.iter().filter_map(|r| r.descriptor_digest))
         .collect();
-    let mut missing = Vec::new();
-    for d in listed {
-        match prev.and_then(|p| p.descs.get(&d)) {
-            Some(doc) => {
-                inputs.descs.insert(d, doc.clone());
-            }
-            None => missing.push(d),
-        }
-    }
+    let missing = reuse(&descs, prev.map(|p| &p.descs), &mut inputs.descs);
     for batch in missing.chunks(DESCS_PER_REQUEST) {
-        let want: HashSet<[u8; 20]> = batch.iter().copied().collect();
         let ids: Vec<String> = batch.iter().map(hex::encode_upper).collect();
         let path = format!("/tor/server/d/{}", ids.join("+"));
-        match get_document(dirport, &path, MAX_BATCH, timeout).await {
-            Ok(text) => {
-                for (digest, doc) in split_descriptors(&text) {
-                    if want.contains(&digest) {
-                        inputs.descs.insert(digest, doc);
-                    }
-                }
-            }
-            Err(e) => tracing::debug!("descriptor batch: {e}"),
-        }
+        let got = fetch_batch(dirport, &path, timeout, batch, split_descriptors).await;
+        inputs.descs.extend(got);
     }
     Ok(inputs)
+}
+
+/// Copy into `into` what `prev` holds of `listed`; return the rest.
+fn reuse<K: Hash + Eq + Copy, V: Clone>(
+    listed: &[K],
+    prev: Option<&HashMap<K, V>>,
+    into: &mut HashMap<K, V>,
+) -> Vec<K> {
+    let mut missing = Vec::new();
+    for d in listed {
+        match prev.and_then(|p| p.get(d)) {
+            Some(v) => {
+                into.insert(*d, v.clone());
+            }
+            None => missing.push(*d),
+        }
+    }
+    missing
+}
+
+/// GET `path` (one batch of digests) and keep the documents whose digest
+/// (computed by `split`) was asked for; a failed batch is logged and
+/// skipped (the next fill asks again).
+async fn fetch_batch<K: Hash + Eq + Copy, V>(
+    dirport: SocketAddr,
+    path: &str,
+    timeout: Duration,
+    asked: &[K],
+    split: impl Fn(&str) -> Vec<(K, V)>,
+) -> Vec<(K, V)> {
+    let want: HashSet<K> = asked.iter().copied().collect();
+    match get_document(dirport, path, MAX_BATCH, timeout).await {
+        Ok(text) => split(&text)
+            .into_iter()
+            .filter(|(d, _)| want.contains(d))
+            .collect(),
+        Err(e) => {
+            tracing::debug!("directory batch {}…: {e}", &path[..path.len().min(24)]);
+            Vec::new()
+        }
+    }
 }
