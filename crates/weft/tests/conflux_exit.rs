@@ -44,17 +44,10 @@ fn weft_lines(metrics_port: u16, extra: &[&str]) -> Vec<String> {
 /// The sum of every series of metric line `prefix` (e.g. one per
 /// worker; 0 if absent).
 fn metric(net: &Testnet, port: u16, prefix: &str) -> Result<f64> {
-    let dir = &net.weft().context("no weft")?.dir;
-    let token = common::metrics_token(dir)?;
-    let (status, body) = common::scrape_metrics(port, Some(&token))?;
-    ensure!(status == 200, "MetricsPort answered {status}");
-    Ok(body
-        .lines()
-        .filter_map(|l| {
-            l.strip_prefix(prefix)
-                .and_then(|v| v.trim().parse::<f64>().ok())
-        })
-        .sum())
+    Ok(common::metric_sum(
+        &common::testnet_metrics(net, port)?,
+        prefix,
+    ))
 }
 
 fn start(sink_port: u16, metrics_port: u16) -> Result<Testnet> {

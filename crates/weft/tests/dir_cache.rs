@@ -126,19 +126,13 @@ fn dead_authority(line: &str, dead: u16) -> Result<String> {
     Ok(out.join(" "))
 }
 
-/// The sum of every series of metric line `prefix`.
+/// The sum of every series of metric line `prefix` (e.g. one per
+/// worker; 0 if absent).
 fn metric(net: &Testnet, port: u16, prefix: &str) -> Result<f64> {
-    let dir = &net.weft().context("no weft")?.dir;
-    let token = common::metrics_token(dir)?;
-    let (status, body) = common::scrape_metrics(port, Some(&token))?;
-    ensure!(status == 200, "MetricsPort answered {status}");
-    Ok(body
-        .lines()
-        .filter_map(|l| {
-            l.strip_prefix(prefix)
-                .and_then(|v| v.trim().parse::<f64>().ok())
-        })
-        .sum())
+    Ok(common::metric_sum(
+        &common::testnet_metrics(net, port)?,
+        prefix,
+    ))
 }
 
 fn served(net: &Testnet, port: u16, resource: &str) -> Result<f64> {

@@ -133,10 +133,7 @@ fn weft_lines(resolv_conf: &std::path::Path, metrics_port: u16) -> Vec<String> {
 /// The sum of every series of family `name` (e.g. one per worker); an
 /// error if there is none.
 fn metric_sum(net: &Testnet, port: u16, name: &str) -> Result<f64> {
-    let dir = &net.weft().context("no weft")?.dir;
-    let token = common::metrics_token(dir)?;
-    let (status, body) = common::scrape_metrics(port, Some(&token))?;
-    ensure!(status == 200, "MetricsPort answered {status}");
+    let body = common::testnet_metrics(net, port)?;
     let values: Vec<f64> = body
         .lines()
         .filter(|l| l.starts_with(name) && !l.starts_with('#'))
@@ -148,10 +145,7 @@ fn metric_sum(net: &Testnet, port: u16, name: &str) -> Result<f64> {
 }
 
 fn metric(net: &Testnet, port: u16, line: &str) -> Result<f64> {
-    let dir = &net.weft().context("no weft")?.dir;
-    let token = common::metrics_token(dir)?;
-    let (status, body) = common::scrape_metrics(port, Some(&token))?;
-    ensure!(status == 200, "MetricsPort answered {status}");
+    let body = common::testnet_metrics(net, port)?;
     Ok(body
         .lines()
         .find_map(|l| l.strip_prefix(line).and_then(|v| v.trim().parse().ok()))

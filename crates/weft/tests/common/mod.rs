@@ -398,3 +398,25 @@ pub fn parallel_streams(
     );
     Ok(moved)
 }
+
+/// weft's MetricsPort page in a test network (its bearer token read from
+/// weft's data directory).
+pub fn testnet_metrics(net: &weft_testnet::Testnet, port: u16) -> anyhow::Result<String> {
+    use anyhow::Context;
+    let dir = &net.weft().context("no weft")?.dir;
+    let token = metrics_token(dir)?;
+    let (status, body) = scrape_metrics(port, Some(&token))?;
+    anyhow::ensure!(status == 200, "MetricsPort answered {status}");
+    Ok(body)
+}
+
+/// The sum of every line of `body` that starts with `prefix` (e.g. one
+/// series per worker; 0 if there is none).
+pub fn metric_sum(body: &str, prefix: &str) -> f64 {
+    body.lines()
+        .filter_map(|l| {
+            l.strip_prefix(prefix)
+                .and_then(|v| v.trim().parse::<f64>().ok())
+        })
+        .sum()
+}
