@@ -189,6 +189,9 @@ pub struct DirDocuments {
     pub certs: Vec<CertDoc>,
     /// Our own descriptor (`/tor/server/authority`).
     pub own: Option<DescDoc>,
+    /// Every newest descriptor, by relay identity, concatenated once per
+    /// snapshot: `/tor/server/all` is shared, not copied per request.
+    pub all_descs: Arc<[u8]>,
 }
 
 impl DirDocuments {
@@ -301,6 +304,19 @@ impl CacheInputs {
                 }
             }
         }
+        let mut newest: Vec<&DescDoc> = docs
+            .desc_by_fp
+            .values()
+            .filter_map(|d| docs.descs.get(d))
+            .collect();
+        newest.sort_by_key(|d| d.fp);
+        docs.all_descs = Arc::from(
+            newest
+                .iter()
+                .map(|d| &*d.text)
+                .collect::<String>()
+                .as_bytes(),
+        );
         docs
     }
 }

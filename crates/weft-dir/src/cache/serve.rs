@@ -482,7 +482,22 @@ impl Responder<'_> {
         };
         let mut texts: Vec<&str> = Vec::new();
         let mut lifetime = 0;
-        let publish_cutoff = self.now - Duration::from_secs(5 * 24 * 3600);
+        let publish_cutoff = self
+            .now
+            .checked_sub(Duration::from_secs(5 * 24 * 3600))
+            .unwrap_or(SystemTime::UNIX_EPOCH);
+        if what == "all" && !extra && docs.all_descs.len() > MAX_COMPRESS_PER_REQUEST {
+            // Big: the snapshot's own copy, shared, uncompressed.
+            let all = docs.all_descs.clone();
+            return self.full(
+                res,
+                Method::Identity,
+                None,
+                None,
+                FULL_DIR_LIFETIME,
+                Body::Shared(all),
+            );
+        }
         if what == "all" {
             let mut all: Vec<_> = by_fp.values().filter_map(|d| by_digest.get(d)).collect();
             all.sort_by_key(|d| d.fp);

@@ -234,6 +234,7 @@ fn descriptors_by_digest_fingerprint_and_authority() {
         DESC.as_bytes()
     );
     assert_eq!(a("/tor/server/all").1, DESC.as_bytes());
+    assert_eq!(&d.all_descs[..], DESC.as_bytes());
     assert_eq!(a("/tor/extra/authority").1, EXTRA.as_bytes());
     assert_eq!(a(&format!("/tor/server/d/{}", "00".repeat(20))).0, 404);
     assert_eq!(a("/tor/server/bogus").0, 404);
@@ -353,4 +354,13 @@ fn big_per_request_answers_go_uncompressed() {
     assert_eq!(r.status, 200);
     assert!(String::from_utf8_lossy(&r.head).contains("Content-Encoding: identity"));
     assert!(r.body.bytes().len() > serve::MAX_COMPRESS_PER_REQUEST);
+    // A big /tor/server/all is the snapshot's shared copy, not a new one.
+    d.all_descs = Arc::from(vec![b'r'; serve::MAX_COMPRESS_PER_REQUEST + 1]);
+    let r = respond(
+        Some(&d),
+        &get("/tor/server/all", ""),
+        Peer { addr: None },
+        now(),
+    );
+    assert!(matches!(&r.body, Body::Shared(b) if Arc::ptr_eq(b, &d.all_descs)));
 }
