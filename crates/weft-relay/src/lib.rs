@@ -6,7 +6,7 @@
 //! [`ring`]s; [`messages`] are how all of them talk.
 //!
 //! Layers (a module uses only modules of lower layers; checked by the test
-//! `module_layers`): leaf modules (`bucket`, `bwhist`, `context`, `dos`,
+//! `module_layers`): leaf modules (`bucket`, `bwhist`, `context`, `control`, `dos`,
 //! `ewma`, `histogram`, `kist`, `link_io`, `oom`, `pool`, `ring`,
 //! `sched_slice`, `selftest`, `tls`), then `messages`, then `worker`, then
 //! `controller`.
@@ -19,6 +19,7 @@
 pub mod bucket;
 pub mod bwhist;
 pub mod context;
+pub mod control;
 pub mod controller;
 pub mod dos;
 pub mod ewma;

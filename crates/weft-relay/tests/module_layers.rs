@@ -11,8 +11,10 @@ use std::path::{Path, PathBuf};
 /// Layer of each top-level module (higher may use lower, not the reverse).
 fn layer(m: &str) -> Option<u8> {
     Some(match m {
-        "bucket" | "bwhist" | "context" | "dos" | "ewma" | "histogram" | "kist" | "link_io"
-        | "oom" | "pool" | "resolver" | "ring" | "sched_slice" | "selftest" | "tls" => 0,
+        "bucket" | "bwhist" | "context" | "control" | "dos" | "ewma" | "histogram" | "kist"
+        | "link_io" | "oom" | "pool" | "resolver" | "ring" | "sched_slice" | "selftest" | "tls" => {
+            0
+        }
         "messages" => 1,
         "worker" => 2,
         "controller" => 3,
