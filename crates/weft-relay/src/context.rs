@@ -100,6 +100,90 @@ pub struct RelayConfig {
     /// DirCache (default 1): serve directory documents over BEGIN_DIR
     /// when the bandwidth allows (see `controller::dir_cache`).
     pub dir_cache: bool,
+    /// The ControlPort (no listeners: off).
+    pub control: ControlSettings,
+    /// The torrc as GETCONF and `GETINFO config-text` show it.
+    pub torrc: TorrcView,
+}
+
+/// Where a ControlPort listens.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ControlListener {
+    /// A TCP address (loopback unless the torrc says otherwise).
+    Tcp(SocketAddr),
+    /// A unix socket (`ControlPort unix:/path`, `ControlSocket`).
+    Unix(PathBuf),
+}
+
+/// The ControlPort options.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ControlSettings {
+    /// Listeners (none: no ControlPort).
+    pub listeners: Vec<ControlListener>,
+    /// CookieAuthentication.
+    pub cookie_auth: bool,
+    /// CookieAuthFile (None: `DataDirectory/control_auth_cookie`).
+    pub cookie_file: Option<PathBuf>,
+    /// CookieAuthFileGroupReadable: the cookie file is 0640, not 0600.
+    pub cookie_group_readable: bool,
+    /// HashedControlPassword values ("16:…"), checked when parsed.
+    pub hashed_passwords: Vec<String>,
+}
+
+/// One option weft takes: its canonical name, the type C Tor's
+/// `config/names` gives it, and its default as GETCONF prints it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct OptionInfo {
+    /// Canonical spelling ("BandwidthRate").
+    pub name: &'static str,
+    /// Type name as in `GETINFO config/names`.
+    pub kind: &'static str,
+    /// Default value ("" when unset by default).
+    pub default: &'static str,
+}
+
+/// The configuration file as the controller shows it.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct TorrcView {
+    /// The torrc's path.
+    pub path: PathBuf,
+    /// Every option line set, as (canonical name, value), in file order.
+    pub lines: Vec<(String, String)>,
+    /// Every option weft takes.
+    pub options: &'static [OptionInfo],
+}
+
+impl TorrcView {
+    /// GETCONF: an option's canonical name and its values (those set, or
+    /// the default); `None` when weft has no such option.
+    pub fn get(&self, key: &str) -> Option<(String, Vec<String>)> {
+        let info = self
+            .options
+            .iter()
+            .find(|o| o.name.eq_ignore_ascii_case(key))?;
+        let set: Vec<String> = self
+            .lines
+            .iter()
+            .filter(|(k, _)| k == info.name)
+            .map(|(_, v)| v.clone())
+            .collect();
+        let values = if !set.is_empty() {
+            set
+        } else if info.default.is_empty() {
+            Vec::new()
+        } else {
+            vec![info.default.to_string()]
+        };
+        Some((info.name.to_string(), values))
+    }
+
+    /// `config-text`: the options set, one per line, sorted by name as
+    /// C Tor prints them.
+    pub fn text(&self) -> String {
+        let mut lines: Vec<&(String, String)> = self.lines.iter().collect();
+        lines.sort_by_key(|(k, _)| k.to_ascii_lowercase());
+        lines.iter().map(|(k, v)| format!("{k} {v}\n")).collect()
+    }
 }
 
 /// Scheduling and circuit-handling parameters, from the configuration and

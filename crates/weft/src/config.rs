@@ -5,6 +5,7 @@
 use std::net::{IpAddr, SocketAddr};
 use std::path::{Path, PathBuf};
 
+use weft_relay::context::TorrcView;
 use weft_relay::{DirAuthority, RelayConfig};
 
 /// `WorkerSchedSlice` default: the scheduler time slice worker threads ask
@@ -274,6 +275,8 @@ pub fn parse(text: &str, file: &Path) -> Result<Config, ConfigError> {
     let mut limits = crate::config_limits::LimitOptions::default();
     let mut dir_cache = true;
     let mut exit = crate::config_exit::ExitOptions::default();
+    let mut control = crate::config_control::ControlOptions::default();
+    let mut view_lines = Vec::new();
     for (idx, raw) in text.lines().enumerate() {
         let line = idx + 1;
         let err = |msg: String| ConfigError {
@@ -293,6 +296,16 @@ pub fn parse(text: &str, file: &Path) -> Result<Config, ConfigError> {
             return Err(err(format!("option {key} needs a value")));
         }
         let lower = key.to_ascii_lowercase();
+        view_lines.push((
+            crate::config_names::canonical(key)
+                .unwrap_or(key)
+                .to_string(),
+            val.to_string(),
+        ));
+        if let Some(r) = control.take(&lower, val) {
+            r.map_err(|e| err(format!("{key}: {e}")))?;
+            continue;
+        }
         if let Some(r) = limits.take(&lower, val, parse_bytes) {
             r.map_err(|e| err(format!("{key}: {e}")))?;
             continue;
@@ -442,7 +455,9 @@ pub fn parse(text: &str, file: &Path) -> Result<Config, ConfigError> {
     if !adv_ip.is_ipv4() {
         return Err(at_end("Address must be IPv4"));
     }
-    let (exit_policy, exit_warnings) = exit.finish(adv_ip).map_err(|e| at_end(&e))?;
+    let (exit_policy, mut warnings) = exit.finish(adv_ip).map_err(|e| at_end(&e))?;
+    let (control, control_warnings) = control.finish();
+    warnings.extend(control_warnings);
     if (migrate_every.is_some() || place_on.is_some()) && !testing {
         return Err(at_end("TestingMigrateEvery / TestingPlaceOnWorker are for tests (they need TestingTorNetwork 1)"));
     }
@@ -501,10 +516,16 @@ pub fn parse(text: &str, file: &Path) -> Result<Config, ConfigError> {
             exit_policy,
             dns_resolv_conf: exit.resolv_conf.clone(),
             dir_cache,
+            control,
+            torrc: TorrcView {
+                path: std::path::absolute(file).unwrap_or_else(|_| file.to_path_buf()),
+                lines: view_lines,
+                options: crate::config_names::OPTIONS,
+            },
         },
         logs,
         pid_file,
-        warnings: exit_warnings,
+        warnings,
     })
 }
 

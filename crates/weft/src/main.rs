@@ -14,6 +14,9 @@ use clap::Parser;
 use tracing_subscriber::filter::{filter_fn, LevelFilter};
 use tracing_subscriber::prelude::*;
 use tracing_subscriber::Layer;
+use weft_relay::control::Severity;
+use weft_relay::controller::control_port::{log_feed, LogSender};
+use weft_relay::controller::RelayHooks;
 
 /// weft: a multi-threaded Tor relay.
 #[derive(Parser, Debug)]
@@ -27,7 +30,47 @@ struct Args {
     verify_config: bool,
 }
 
-fn init_logging(logs: &[config::LogSpec]) -> anyhow::Result<()> {
+/// Forwards notice, warn and err lines to the ControlPort's log events
+/// when a controller asked for them. Filtered at tor's notice, so it turns
+/// on no debug or info call site.
+struct ControlLogLayer(LogSender);
+
+/// Collects an event's message and fields into one line.
+struct MessageText(String);
+
+impl tracing::field::Visit for MessageText {
+    fn record_debug(&mut self, field: &tracing::field::Field, value: &dyn std::fmt::Debug) {
+        use std::fmt::Write;
+        if field.name() == "message" {
+            let _ = write!(self.0, "{value:?}");
+        } else {
+            let _ = write!(self.0, " {}={value:?}", field.name());
+        }
+    }
+}
+
+impl<S: tracing::Subscriber> Layer<S> for ControlLogLayer {
+    fn on_event(
+        &self,
+        event: &tracing::Event<'_>,
+        _ctx: tracing_subscriber::layer::Context<'_, S>,
+    ) {
+        let sev = match *event.metadata().level() {
+            tracing::Level::ERROR => Severity::Err,
+            tracing::Level::WARN => Severity::Warn,
+            tracing::Level::INFO => Severity::Notice,
+            _ => return,
+        };
+        if !self.0.wants(sev) {
+            return;
+        }
+        let mut m = MessageText(String::new());
+        event.record(&mut m);
+        self.0.send(sev, m.0);
+    }
+}
+
+fn init_logging(logs: &[config::LogSpec], control: Option<LogSender>) -> anyhow::Result<()> {
     let mut layers: Vec<Box<dyn Layer<tracing_subscriber::Registry> + Send + Sync>> = Vec::new();
     let default = [config::LogSpec {
         min: tracing::Level::INFO,
@@ -58,11 +101,39 @@ fn init_logging(logs: &[config::LogSpec]) -> anyhow::Result<()> {
         };
         layers.push(layer);
     }
+    if let Some(sender) = control {
+        layers.push(
+            ControlLogLayer(sender)
+                .with_filter(LevelFilter::INFO)
+                .boxed(),
+        );
+    }
     tracing_subscriber::registry()
         .with(layers)
         .with(LevelFilter::TRACE)
         .init();
     Ok(())
+}
+
+/// SIGHUP / SIGNAL RELOAD: read and parse the torrc again. Log and
+/// PidFile changes need a restart (said in the log).
+fn reloader(
+    path: PathBuf,
+    logs: Vec<config::LogSpec>,
+    pid_file: Option<PathBuf>,
+) -> weft_relay::controller::Reloader {
+    Box::new(move || {
+        let text = std::fs::read_to_string(&path)
+            .map_err(|e| format!("cannot read {}: {e}", path.display()))?;
+        let cfg = config::parse(&text, &path).map_err(|e| format!("configuration error: {e}"))?;
+        for w in &cfg.warnings {
+            tracing::warn!("{w}");
+        }
+        if cfg.logs != logs || cfg.pid_file != pid_file {
+            tracing::warn!("reload: Log and PidFile changes need a restart (old values kept)");
+        }
+        Ok(cfg.relay)
+    })
 }
 
 fn main() -> ExitCode {
@@ -86,7 +157,13 @@ fn main() -> ExitCode {
         println!("Configuration was valid");
         return ExitCode::SUCCESS;
     }
-    if let Err(e) = init_logging(&cfg.logs) {
+    let (log_sender, log_feed) = if cfg.relay.control.listeners.is_empty() {
+        (None, None)
+    } else {
+        let (s, f) = log_feed();
+        (Some(s), Some(f))
+    };
+    if let Err(e) = init_logging(&cfg.logs, log_sender) {
         eprintln!("weft: {e}");
         return ExitCode::from(1);
     }
@@ -119,7 +196,15 @@ fn main() -> ExitCode {
     );
     let mut relay = cfg.relay;
     relay.alloc_probe = Some(weft::alloc::thread_allocations);
-    match weft_relay::run_relay(relay) {
+    let hooks = RelayHooks {
+        log_feed,
+        reloader: Some(reloader(
+            args.config.clone(),
+            cfg.logs.clone(),
+            cfg.pid_file.clone(),
+        )),
+    };
+    match weft_relay::controller::run_relay_with(relay, hooks) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             tracing::error!("weft stopped: {e}");

@@ -13,13 +13,14 @@
 mod common;
 
 use std::collections::HashMap;
-use std::path::PathBuf;
 use std::time::Duration;
 
 use anyhow::{ensure, Context, Result};
-use common::{free_port, parse_metrics as parse, scrape_metrics as scrape, WeftProcess};
+use common::{
+    free_port, load_through, parse_metrics as parse, scrape_metrics as scrape, WeftProcess,
+};
 use weft_bench::load::{PHASE_RUN, PHASE_STOP};
-use weft_bench::run::{BenchEnv, LoadRun, Procedure};
+use weft_bench::run::Procedure;
 
 /// Sum of a counter family over workers.
 fn total(scrape: &prometheus_parse::Scrape, name: &str) -> f64 {
@@ -46,20 +47,6 @@ fn start_with_metrics(workers: u32) -> Result<(WeftProcess, u16, String)> {
     );
     let token = common::metrics_token(&weft.data_dir())?;
     Ok((weft, mport, token))
-}
-
-/// weft-bench's load (generators and sinks in this process) through
-/// `weft` by procedure `p`; the directory must outlive the load.
-fn load_through(weft: &WeftProcess, p: &Procedure) -> Result<(tempfile::TempDir, LoadRun)> {
-    let hop = weft.hop_target()?;
-    let dir = tempfile::tempdir()?;
-    let env = BenchEnv {
-        dir: dir.path().to_path_buf(),
-        weft_bin: PathBuf::new(),
-        tor_bin: PathBuf::new(),
-    };
-    let load = LoadRun::start(&env, p, Some(hop), None)?;
-    Ok((dir, load))
 }
 
 #[test]

@@ -68,8 +68,10 @@ pub const EVENT_NAMES: &[&str] = &[
 ];
 
 /// The events weft emits; the others are accepted (as by a stock relay
-/// that has nothing to say about them) and never sent.
-pub const EVENTS_EMITTED: &[&str] = &["BW", "DEBUG", "INFO", "NOTICE", "WARN", "ERR", "SIGNAL"];
+/// that has nothing to say about them) and never sent. DEBUG and INFO are
+/// among the latter: turning on tor's debug and info levels for a
+/// controller would turn on every trace point on the workers' hot path.
+pub const EVENTS_EMITTED: &[&str] = &["BW", "NOTICE", "WARN", "ERR", "SIGNAL"];
 
 /// A set of subscribed events (bit i = `EVENT_NAMES[i]`).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -125,6 +127,15 @@ impl Severity {
             Severity::Err => "ERR",
         }
     }
+}
+
+/// One log message for the ControlPort's log events.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LogLine {
+    /// Its severity.
+    pub severity: Severity,
+    /// The message.
+    pub message: String,
 }
 
 /// `650 BW <read> <written>`: bytes in the last second.

@@ -201,6 +201,36 @@ impl DirState {
         });
     }
 
+    /// A reload changed what the descriptor says (nickname, contact,
+    /// bandwidth, exit policy): publish anew at the next check.
+    pub fn reconfigure(&mut self, cfg: &RelayConfig) {
+        let d = &mut self.desc;
+        let before = (
+            d.nickname.clone(),
+            d.contact.clone(),
+            d.bandwidth_avg,
+            d.bandwidth_burst,
+            d.exit_policy_lines.clone(),
+        );
+        d.nickname = cfg.nickname.clone();
+        d.contact = cfg.contact.clone();
+        d.bandwidth_avg = cfg
+            .bandwidth_rate
+            .min(cfg.max_advertised_bandwidth.unwrap_or(u64::MAX));
+        d.bandwidth_burst = cfg.bandwidth_burst;
+        d.exit_policy_lines = cfg.exit_policy.descriptor_lines();
+        let after = (
+            d.nickname.clone(),
+            d.contact.clone(),
+            d.bandwidth_avg,
+            d.bandwidth_burst,
+            d.exit_policy_lines.clone(),
+        );
+        if before != after {
+            self.dirty = true;
+        }
+    }
+
     /// Our last published descriptor and extra-info.
     pub fn own_documents(&self) -> Option<(String, String)> {
         self.own.clone()

@@ -9,10 +9,14 @@
 //! the self-test's first hops), [`balance`] (worker choice, migration,
 //! bandwidth shares), [`limits`] (DoS table, ConnLimit, file descriptors,
 //! MaxMemInQueues), [`local`] (`ConnectionThreads 0`), [`directory`]
-//! (descriptor upload, consensus fetch) and [`metrics`] (MetricsPort).
+//! (descriptor upload, consensus fetch), [`metrics`] (MetricsPort),
+//! [`control_port`] and `control_info` (ControlPort sockets, sessions,
+//! events; what GETINFO reads) and `signals` (reload, heartbeat, dump).
 
 mod balance;
 mod conflux;
+mod control_info;
+pub mod control_port;
 pub mod dir_cache;
 pub mod directory;
 mod exit_metrics;
@@ -21,6 +25,7 @@ mod local;
 pub mod metrics;
 mod onion;
 mod registry;
+mod signals;
 
 use std::collections::HashMap;
 use std::net::{IpAddr, SocketAddr};
@@ -112,13 +117,52 @@ struct Controller {
     started: Instant,
 }
 
+pub use self::signals::Reloader;
+
+/// What the binary gives the relay beyond its configuration.
+#[derive(Default)]
+pub struct RelayHooks {
+    /// Log lines for the ControlPort's log events.
+    pub log_feed: Option<control_port::LogFeed>,
+    /// Re-reads the torrc on SIGHUP / SIGNAL RELOAD (none: reload is
+    /// refused with a warning).
+    pub reloader: Option<Reloader>,
+}
+
 /// Run the relay until SIGINT/SIGTERM. Must be called on the main thread.
 pub fn run_relay(cfg: RelayConfig) -> anyhow::Result<()> {
+    run_relay_with(cfg, RelayHooks::default())
+}
+
+/// [`run_relay`] with the binary's hooks (log feed, reload).
+pub fn run_relay_with(cfg: RelayConfig, hooks: RelayHooks) -> anyhow::Result<()> {
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()?;
     let local = tokio::task::LocalSet::new();
-    local.block_on(&rt, run_controller(cfg))
+    local.block_on(&rt, run_controller(cfg, hooks))
+}
+
+/// The next command from a controller, or never without a ControlPort.
+async fn next_control(c: &mut Option<control_port::ControlPorts>) -> control_port::ControlIn {
+    match c {
+        Some(c) => match c.rx.recv().await {
+            Some(m) => m,
+            None => std::future::pending().await,
+        },
+        None => std::future::pending().await,
+    }
+}
+
+/// The next log line for the ControlPort, or never without a feed.
+async fn next_log(f: &mut Option<control_port::LogFeed>) -> crate::control::LogLine {
+    match f {
+        Some(f) => match f.recv().await {
+            Some(l) => l,
+            None => std::future::pending().await,
+        },
+        None => std::future::pending().await,
+    }
 }
 
 /// Scheduling parameters: torrc where set, else the consensus (C Tor's
@@ -191,11 +235,13 @@ fn our_addrs(cfg: &RelayConfig) -> Vec<IpAddr> {
     vec![cfg.advertised.ip()]
 }
 
-async fn run_controller(cfg: RelayConfig) -> anyhow::Result<()> {
+async fn run_controller(cfg: RelayConfig, mut hooks: RelayHooks) -> anyhow::Result<()> {
     // Before anything answers: a SIGTERM from then on is a clean stop.
     use tokio::signal::unix::{signal, SignalKind};
     let mut sigterm = signal(SignalKind::terminate())?;
     let mut sigint = signal(SignalKind::interrupt())?;
+    let mut sighup = signal(SignalKind::hangup())?;
+    let mut sigusr1 = signal(SignalKind::user_defined1())?;
     let now = SystemTime::now();
     let keys =
         RelayKeys::load_or_create(&cfg.data_dir, &cfg.nickname, DEFAULT_ONION_ROTATION, now)?;
@@ -292,6 +338,14 @@ async fn run_controller(cfg: RelayConfig) -> anyhow::Result<()> {
         }
         None => None,
     };
+    let log_wanted = hooks
+        .log_feed
+        .as_ref()
+        .map(|f| f.wanted())
+        .unwrap_or_default();
+    let mut control =
+        control_port::ControlPorts::open(&cfg.control, &cfg.data_dir, log_wanted).await?;
+    let mut log_feed = hooks.log_feed.take();
     let (dir_tx, mut dir_rx) = unbounded_channel::<DirEvent>();
     let mut dir = DirState::new(&cfg, dir_tx, ctx.dir_cache);
     let (cache_tx, mut cache_rx) = unbounded_channel::<dir_cache::CacheEvent>();
@@ -373,9 +427,41 @@ async fn run_controller(cfg: RelayConfig) -> anyhow::Result<()> {
                     }
                 }
             }
+            m = next_control(&mut control) => {
+                let Some(cp) = control.as_mut() else { continue };
+                let view = control_info::ControlView { c: &c, dir: &dir };
+                if let Some(s) = cp.on_input(m, &view) {
+                    use crate::control::Signal;
+                    info!("signal {} from a controller", s.name());
+                    match s {
+                        Signal::Shutdown | Signal::Halt => break,
+                        Signal::Reload => c.reload(reload_torrc(&mut hooks.reloader), &mut dir),
+                        Signal::Heartbeat => c.log_heartbeat(),
+                        Signal::Dump => c.log_dump(),
+                        Signal::Newnym | Signal::Active | Signal::Dormant => {}
+                    }
+                    cp.signal_done(s);
+                }
+            }
+            l = next_log(&mut log_feed) => {
+                if let Some(cp) = control.as_mut() {
+                    cp.log(&l);
+                }
+            }
+            _ = sighup.recv() => {
+                info!("SIGHUP: re-reading the torrc");
+                c.reload(reload_torrc(&mut hooks.reloader), &mut dir);
+                if let Some(cp) = control.as_mut() {
+                    cp.signal_done(crate::control::Signal::Reload);
+                }
+            }
+            _ = sigusr1.recv() => c.log_dump(),
             _ = tick.tick() => {
                 secs += 1;
                 c.bw.tick(bwhist::today());
+                if let Some(cp) = control.as_mut() {
+                    cp.tick(c.bw.total_read, c.bw.total_written);
+                }
                 dir.maybe_fetch_consensus();
                 cache.maybe_fill(dir.consensus(), dir.own_documents());
                 c.rebalance_bandwidth();
@@ -637,50 +723,6 @@ impl Controller {
         }
     }
 
-    fn log_heartbeat(&self) {
-        let circuits: u64 = self.worker_load.iter().map(|w| w.circuits).sum();
-        let conns = self.conns.len();
-        let main_cpu = worker::thread_cpu_ns();
-        let worker_cpu: u64 = self.worker_cpu_ns.iter().sum();
-        info!(
-            "heartbeat: uptime {}s, {conns} connections, {} circuit halves, read {} B, written {} B, observed {} B/s, extends {} same-worker / {} cross-worker, main thread CPU {:.2}s, worker CPU {:.2}s",
-            self.started.elapsed().as_secs(),
-            circuits,
-            self.bw.total_read,
-            self.bw.total_written,
-            self.bw.observed(),
-            self.extends_same_worker,
-            self.extends_cross_worker,
-            main_cpu as f64 / 1e9,
-            worker_cpu as f64 / 1e9,
-        );
-        let mut l = crate::messages::LimitReport::default();
-        for w in &self.worker_totals {
-            l.add(&w.report.limits);
-        }
-        let d = &self.limits.clients.stats;
-        info!(
-            "DoS mitigation since startup: {} circuits rejected, {} marked addresses, {} same address concurrent connections rejected, {} connections rejected, {} single hop clients refused; {} addresses tracked",
-            l.dos_cc_rejected,
-            d.cc_marked_addrs,
-            d.conn_rejected,
-            d.conn_connect_rejected,
-            l.single_hop_refused,
-            self.limits.clients.len()
-        );
-        info!(
-            "memory: cell queues hold {} KiB of MaxMemInQueues {} MiB; out-of-memory handler closed {} circuits ({} KiB); CREATE2 handshakes {} processed, {} dropped",
-            self.limits.queued_total() / 1024,
-            self.limits.max_mem >> 20,
-            l.oom_circuits,
-            l.oom_bytes / 1024,
-            l.onionskins_processed,
-            l.onionskins_dropped
-        );
-    }
-
-    /// Regenerate the TLS context every 2 hours, rotate onion keys and the
-    /// signing key when due, and hand workers the new snapshot.
     fn rotate_if_due(&mut self, dir: &mut DirState) {
         let now = SystemTime::now();
         let mut changed = false;
@@ -751,6 +793,14 @@ impl Controller {
         );
         self.limits.dos = sched_params(&self.cfg, &dir.params).dos;
         self.rebuild_context(dir);
+    }
+}
+
+/// Re-read the torrc with the binary's reloader.
+fn reload_torrc(r: &mut Option<Reloader>) -> Result<RelayConfig, String> {
+    match r {
+        Some(f) => f(),
+        None => Err("this weft was started without a torrc to re-read".into()),
     }
 }
 

@@ -420,3 +420,20 @@ pub fn metric_sum(body: &str, prefix: &str) -> f64 {
         })
         .sum()
 }
+
+/// weft-bench's load (generators and sinks in this process) through
+/// `weft` by procedure `p`; the directory must outlive the load.
+pub fn load_through(
+    weft: &WeftProcess,
+    p: &weft_bench::run::Procedure,
+) -> anyhow::Result<(tempfile::TempDir, weft_bench::run::LoadRun)> {
+    let hop = weft.hop_target()?;
+    let dir = tempfile::tempdir()?;
+    let env = weft_bench::run::BenchEnv {
+        dir: dir.path().to_path_buf(),
+        weft_bin: PathBuf::new(),
+        tor_bin: PathBuf::new(),
+    };
+    let load = weft_bench::run::LoadRun::start(&env, p, Some(hop), None)?;
+    Ok((dir, load))
+}

@@ -1,0 +1,235 @@
+//! What an operator's signals do on the main thread: SIGHUP and SIGNAL
+//! RELOAD apply a re-read torrc — what C Tor applies at run time
+//! (bandwidth, exit policy, nickname, contact, scheduler and DoS options)
+//! takes effect without dropping a circuit; options that need a restart
+//! are named in the log and keep their old values; a torrc that does not
+//! parse is refused with its error and the old configuration stays.
+//! HEARTBEAT logs the heartbeat now; DUMP logs it with each worker's
+//! counters.
+
+use tracing::{info, warn};
+
+use super::directory::DirState;
+use super::{sched_params, worker, Controller};
+use crate::context::RelayConfig;
+use crate::worker::WorkerMsg;
+
+/// Re-reads the torrc for a reload (installed by the binary).
+pub type Reloader = Box<dyn FnMut() -> Result<RelayConfig, String>>;
+
+impl Controller {
+    pub(super) fn log_heartbeat(&self) {
+        let circuits: u64 = self.worker_load.iter().map(|w| w.circuits).sum();
+        let conns = self.conns.len();
+        let main_cpu = worker::thread_cpu_ns();
+        let worker_cpu: u64 = self.worker_cpu_ns.iter().sum();
+        info!(
+            "heartbeat: uptime {}s, {conns} connections, {} circuit halves, read {} B, written {} B, observed {} B/s, extends {} same-worker / {} cross-worker, main thread CPU {:.2}s, worker CPU {:.2}s",
+            self.started.elapsed().as_secs(),
+            circuits,
+            self.bw.total_read,
+            self.bw.total_written,
+            self.bw.observed(),
+            self.extends_same_worker,
+            self.extends_cross_worker,
+            main_cpu as f64 / 1e9,
+            worker_cpu as f64 / 1e9,
+        );
+        let mut l = crate::messages::LimitReport::default();
+        for w in &self.worker_totals {
+            l.add(&w.report.limits);
+        }
+        let d = &self.limits.clients.stats;
+        info!(
+            "DoS mitigation since startup: {} circuits rejected, {} marked addresses, {} same address concurrent connections rejected, {} connections rejected, {} single hop clients refused; {} addresses tracked",
+            l.dos_cc_rejected,
+            d.cc_marked_addrs,
+            d.conn_rejected,
+            d.conn_connect_rejected,
+            l.single_hop_refused,
+            self.limits.clients.len()
+        );
+        info!(
+            "memory: cell queues hold {} KiB of MaxMemInQueues {} MiB; out-of-memory handler closed {} circuits ({} KiB); CREATE2 handshakes {} processed, {} dropped",
+            self.limits.queued_total() / 1024,
+            self.limits.max_mem >> 20,
+            l.oom_circuits,
+            l.oom_bytes / 1024,
+            l.onionskins_processed,
+            l.onionskins_dropped
+        );
+    }
+
+    /// Regenerate the TLS context every 2 hours, rotate onion keys and the
+    /// signing key when due, and hand workers the new snapshot.
+
+    /// DUMP / SIGUSR1: the heartbeat and each worker's counters.
+    pub(super) fn log_dump(&self) {
+        self.log_heartbeat();
+        for (i, w) in self.worker_totals.iter().enumerate() {
+            info!(
+                "worker {i}: read {} B, written {} B, {} cells relayed, {} circuit halves, CPU {:.2}s",
+                w.report.read_bytes,
+                w.report.written_bytes,
+                w.report.cells_relayed,
+                self.worker_load.get(i).map(|l| l.circuits).unwrap_or(0),
+                self.worker_cpu_ns.get(i).copied().unwrap_or(0) as f64 / 1e9
+            );
+        }
+    }
+
+    /// Apply a re-read configuration (or refuse it and keep the old).
+    pub(super) fn reload(&mut self, new: Result<RelayConfig, String>, dir: &mut DirState) {
+        let mut new = match new {
+            Ok(n) => n,
+            Err(e) => {
+                warn!("reload refused: {e}; the old configuration stays");
+                return;
+            }
+        };
+        let old = &self.cfg;
+        let mut restart = Vec::new();
+        for (name, same) in [
+            ("ORPort", old.or_listen == new.or_listen),
+            ("Address", old.advertised == new.advertised),
+            ("DataDirectory", old.data_dir == new.data_dir),
+            ("DirAuthority", old.authorities == new.authorities),
+            (
+                "ConnectionThreads",
+                old.connection_threads == new.connection_threads,
+            ),
+            (
+                "WorkerSchedSlice",
+                old.worker_sched_slice == new.worker_sched_slice,
+            ),
+            ("MetricsPort", old.metrics_port == new.metrics_port),
+            (
+                "ControlPort and its authentication",
+                old.control == new.control,
+            ),
+            (
+                "TestingTorNetwork",
+                old.testing_tor_network == new.testing_tor_network,
+            ),
+            ("DirCache", old.dir_cache == new.dir_cache),
+            (
+                "MaxMemInQueues",
+                old.max_mem_in_queues == new.max_mem_in_queues,
+            ),
+            ("ConnLimit", old.conn_limit == new.conn_limit),
+            (
+                "TokenBucketRefillInterval",
+                old.token_bucket_refill == new.token_bucket_refill,
+            ),
+            (
+                "ServerDNSResolvConfFile",
+                old.dns_resolv_conf == new.dns_resolv_conf,
+            ),
+            (
+                "exit relay on/off",
+                old.exit_policy.is_reject_star() == new.exit_policy.is_reject_star(),
+            ),
+            (
+                "Testing options",
+                old.testing_cross_worker == new.testing_cross_worker
+                    && old.testing_migrate_every == new.testing_migrate_every
+                    && old.testing_place_on_worker == new.testing_place_on_worker,
+            ),
+        ] {
+            if !same {
+                restart.push(name);
+            }
+        }
+        let mut applied = Vec::new();
+        for (name, same) in [
+            ("Nickname", old.nickname == new.nickname),
+            ("ContactInfo", old.contact == new.contact),
+            (
+                "BandwidthRate/Burst",
+                old.bandwidth_rate == new.bandwidth_rate
+                    && old.bandwidth_burst == new.bandwidth_burst,
+            ),
+            (
+                "MaxAdvertisedBandwidth",
+                old.max_advertised_bandwidth == new.max_advertised_bandwidth,
+            ),
+            ("ExitPolicy", old.exit_policy == new.exit_policy),
+            (
+                "ExtendAllowPrivateAddresses",
+                old.extend_allow_private == new.extend_allow_private,
+            ),
+            (
+                "CircuitPriorityHalflife",
+                old.circuit_priority_halflife == new.circuit_priority_halflife,
+            ),
+            (
+                "KIST options",
+                old.kist_run_interval_ms == new.kist_run_interval_ms
+                    && old.kist_sock_buf_factor == new.kist_sock_buf_factor,
+            ),
+            ("DoS options", old.dos == new.dos),
+            ("torrc view", old.torrc == new.torrc),
+        ] {
+            if !same && name != "torrc view" {
+                applied.push(name);
+            }
+        }
+        // What needs a restart keeps its running value.
+        new.or_listen = old.or_listen;
+        new.advertised = old.advertised;
+        new.data_dir = old.data_dir.clone();
+        new.authorities = old.authorities.clone();
+        new.connection_threads = old.connection_threads;
+        new.worker_sched_slice = old.worker_sched_slice;
+        new.metrics_port = old.metrics_port;
+        new.control = old.control.clone();
+        new.testing_tor_network = old.testing_tor_network;
+        new.dir_cache = old.dir_cache;
+        new.max_mem_in_queues = old.max_mem_in_queues;
+        new.conn_limit = old.conn_limit;
+        new.token_bucket_refill = old.token_bucket_refill;
+        new.dns_resolv_conf = old.dns_resolv_conf.clone();
+        new.testing_cross_worker = old.testing_cross_worker;
+        new.testing_migrate_every = old.testing_migrate_every;
+        new.testing_place_on_worker = old.testing_place_on_worker;
+        new.alloc_probe = old.alloc_probe;
+        if old.exit_policy.is_reject_star() != new.exit_policy.is_reject_star() {
+            new.exit_policy = old.exit_policy.clone();
+        }
+        let bw_changed =
+            old.bandwidth_rate != new.bandwidth_rate || old.bandwidth_burst != new.bandwidth_burst;
+        self.cfg = new;
+        if bw_changed {
+            let n = self.workers.len().max(1) as u64;
+            let (rate, burst) = (
+                (self.cfg.bandwidth_rate / n).max(1),
+                (self.cfg.bandwidth_burst / n).max(1),
+            );
+            for (i, w) in self.workers.iter().enumerate() {
+                w.send(WorkerMsg::BandwidthShare { rate, burst });
+                if let Some(s) = self.shares.get_mut(i) {
+                    *s = rate;
+                }
+            }
+        }
+        self.limits.dos = sched_params(&self.cfg, &dir.params).dos;
+        dir.reconfigure(&self.cfg);
+        self.rebuild_context(dir);
+        info!(
+            "reloaded the torrc: applied {}{}",
+            if applied.is_empty() {
+                "no change".to_string()
+            } else {
+                applied.join(", ")
+            },
+            if restart.is_empty() {
+                String::new()
+            } else {
+                format!(
+                    "; these changed but need a restart (old values kept): {}",
+                    restart.join(", ")
+                )
+            }
+        );
+    }
+}

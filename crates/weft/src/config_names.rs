@@ -1,0 +1,101 @@
+//! Every torrc option weft takes, with its canonical spelling, the type
+//! C Tor's `GETINFO config/names` gives it and its default as GETCONF
+//! prints it; plus a few stock tor options that controllers (nyx) ask
+//! about and weft does not take, answered with what weft does. The parser
+//! records each line under its canonical name for GETCONF and
+//! `config-text`.
+
+use weft_relay::context::OptionInfo;
+
+const fn o(name: &'static str, kind: &'static str, default: &'static str) -> OptionInfo {
+    OptionInfo {
+        name,
+        kind,
+        default,
+    }
+}
+
+/// The options (alphabetical, as C Tor lists them).
+pub static OPTIONS: &[OptionInfo] = &[
+    o("Address", "String", ""),
+    o("AssumeReachable", "Boolean", "0"),
+    o("BandwidthBurst", "DataSize", "1073741824"),
+    o("BandwidthRate", "DataSize", "1073741824"),
+    o("CircuitPriorityHalflife", "Float", "-1"),
+    o("ConnLimit", "Integer", "1000"),
+    o("ConnectionThreads", "Integer", ""),
+    o("ContactInfo", "String", ""),
+    o("ControlPort", "LineList", ""),
+    o("ControlSocket", "LineList", ""),
+    o("CookieAuthentication", "Boolean", "0"),
+    o("CookieAuthFile", "Filename", ""),
+    o("CookieAuthFileGroupReadable", "Boolean", "0"),
+    o("DataDirectory", "Filename", ""),
+    o("DirAuthority", "LineList", ""),
+    o("DirCache", "Boolean", "1"),
+    // Not taken: weft has no DirPort (directory requests come over
+    // BEGIN_DIR).
+    o("DirPort", "LineList", ""),
+    // Not taken: weft does not change the process's dumpability.
+    o("DisableDebuggerAttachment", "Boolean", "0"),
+    o("DoSCircuitCreationBurst", "Integer", "0"),
+    o("DoSCircuitCreationDefenseTimePeriod", "Interval", "0"),
+    o("DoSCircuitCreationDefenseType", "Integer", "0"),
+    o("DoSCircuitCreationEnabled", "Autobool", "auto"),
+    o("DoSCircuitCreationMinConnections", "Integer", "0"),
+    o("DoSCircuitCreationRate", "Integer", "0"),
+    o("DoSConnectionConnectBurst", "Integer", "0"),
+    o("DoSConnectionConnectDefenseTimePeriod", "Interval", "0"),
+    o("DoSConnectionConnectRate", "Integer", "0"),
+    o("DoSConnectionDefenseType", "Integer", "0"),
+    o("DoSConnectionEnabled", "Autobool", "auto"),
+    o("DoSConnectionMaxConcurrentCount", "Integer", "0"),
+    o("DoSRefuseSingleHopClientRendezvous", "Autobool", "auto"),
+    o("DoSStreamCreationBurst", "Integer", "0"),
+    o("DoSStreamCreationDefenseType", "Integer", "0"),
+    o("DoSStreamCreationEnabled", "Autobool", "auto"),
+    o("DoSStreamCreationRate", "Integer", "0"),
+    o("ExitPolicy", "LineList", ""),
+    o("ExitPolicyRejectLocalInterfaces", "Boolean", "0"),
+    o("ExitPolicyRejectPrivate", "Boolean", "1"),
+    o("ExitRelay", "Autobool", "auto"),
+    o("ExtendAllowPrivateAddresses", "Boolean", "0"),
+    o("HashedControlPassword", "LineList", ""),
+    // Not taken: weft runs no onion service.
+    o("HiddenServiceOptions", "Virtual", ""),
+    o("IPv6Exit", "Boolean", "0"),
+    o("KISTSchedRunInterval", "Interval", "0 msec"),
+    o("KISTSockBufSizeFactor", "Float", "1.0"),
+    o("Log", "LineList", ""),
+    o("MaxAdvertisedBandwidth", "DataSize", "1073741824"),
+    o("MaxMemInQueues", "Memunit", "0"),
+    o("MetricsPort", "LineList", ""),
+    o("Nickname", "String", ""),
+    o("ORPort", "LineList", ""),
+    o("PidFile", "Filename", ""),
+    o("ReducedExitPolicy", "Boolean", "0"),
+    // Not taken: every byte weft moves is relayed traffic, so
+    // BandwidthRate/Burst are the relay's limits (0 = unset, as in C).
+    o("RelayBandwidthBurst", "DataSize", "0"),
+    o("RelayBandwidthRate", "DataSize", "0"),
+    o("RunAsDaemon", "Boolean", "0"),
+    o("Schedulers", "CommaList", "KIST,KISTLite,Vanilla"),
+    o("ServerDNSResolvConfFile", "Filename", ""),
+    o("TestingCrossWorkerExtends", "Boolean", "0"),
+    o("TestingMigrateEvery", "Integer", "0"),
+    o("TestingPlaceOnWorker", "Integer", ""),
+    o("TestingTorNetwork", "Boolean", "0"),
+    o("TokenBucketRefillInterval", "TimeMsecInterval", "100 msec"),
+    // Not taken: weft uses microdescriptors, as stock tor's auto does.
+    o("UseMicrodescriptors", "Autobool", "auto"),
+    o("WorkerSchedSlice", "TimeMsecInterval", "5 msec"),
+    o("__OwningControllerProcess", "String", ""),
+];
+
+/// The canonical spelling of an option (`key` in any case).
+pub fn canonical(key: &str) -> Option<&'static str> {
+    OPTIONS
+        .iter()
+        .find(|o| o.name.eq_ignore_ascii_case(key))
+        .map(|o| o.name)
+}
