@@ -458,6 +458,10 @@ pub fn parse(text: &str, file: &Path) -> Result<Config, ConfigError> {
     let (exit_policy, mut warnings) = exit.finish(adv_ip).map_err(|e| at_end(&e))?;
     let (control, control_warnings) = control.finish();
     warnings.extend(control_warnings);
+    if control.cookie_auth && !view_lines.iter().any(|(k, _)| k == "CookieAuthentication") {
+        // Turned on for a ControlPort without a method: GETCONF says so.
+        view_lines.push(("CookieAuthentication".into(), "1".into()));
+    }
     if (migrate_every.is_some() || place_on.is_some()) && !testing {
         return Err(at_end("TestingMigrateEvery / TestingPlaceOnWorker are for tests (they need TestingTorNetwork 1)"));
     }

@@ -326,46 +326,27 @@ fn stem_and_nyx_see_what_the_metrics_port_sees() -> Result<()> {
     );
 
     // nyx in a terminal.
-    let session = format!("weft-nyx-{}", std::process::id());
-    let status = Command::new("tmux")
-        .args(["new-session", "-d", "-s", &session, "-x", "160", "-y", "50"])
-        .arg(format!("nyx -i 127.0.0.1:{cport}"))
-        .status()
-        .context("tmux (scripts/install-deps.sh installs it)")?;
-    ensure!(status.success(), "tmux did not start");
-    struct KillSession(String);
-    impl Drop for KillSession {
-        fn drop(&mut self) {
-            let _ = Command::new("tmux")
-                .args(["kill-session", "-t", &self.0])
-                .status();
-        }
-    }
-    let _guard = KillSession(session.clone());
-    std::thread::sleep(Duration::from_secs(5));
-    let mut c = Ctl::tcp(cport)?;
-    c.authenticate(&weft.data_dir().join("control_auth_cookie"))?;
-    ensure!(c.cmd("SIGNAL HEARTBEAT")? == "250 OK\r\n");
-    let deadline = Instant::now() + Duration::from_secs(30);
-    let screen = loop {
-        let out = Command::new("tmux")
-            .args(["capture-pane", "-p", "-t", &session])
-            .output()?;
-        let screen = String::from_utf8_lossy(&out.stdout).to_string();
-        let download = screen
-            .lines()
-            .find(|l| l.contains("Download ("))
-            .unwrap_or("");
-        if screen.contains("heartbeat: uptime")
-            && screen.contains("weftTest")
-            && !download.is_empty()
-            && !download.contains("total: 0.0 B")
-        {
-            break screen;
-        }
-        ensure!(Instant::now() < deadline, "nyx's screen:\n{screen}");
-        std::thread::sleep(Duration::from_millis(500));
-    };
+    let cookie = weft.data_dir().join("control_auth_cookie");
+    let screen = common::nyx_screen(
+        cport,
+        Duration::from_secs(30),
+        || {
+            let mut c = Ctl::tcp(cport)?;
+            c.authenticate(&cookie)?;
+            ensure!(c.cmd("SIGNAL HEARTBEAT")? == "250 OK\r\n");
+            Ok(())
+        },
+        |screen| {
+            let download = screen
+                .lines()
+                .find(|l| l.contains("Download ("))
+                .unwrap_or("");
+            screen.contains("heartbeat: uptime")
+                && screen.contains("weftTest")
+                && !download.is_empty()
+                && !download.contains("total: 0.0 B")
+        },
+    )?;
     eprintln!("nyx:\n{screen}");
     let fp = std::fs::read_to_string(weft.data_dir().join("fingerprint"))?;
     ensure!(

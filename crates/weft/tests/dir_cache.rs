@@ -16,6 +16,7 @@
 //!   certificate and microdescriptor answers), list weft as an `up` entry
 //!   guard and build its circuits through it.
 
+use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
@@ -146,6 +147,7 @@ fn served(net: &Testnet, port: u16, resource: &str) -> Result<f64> {
 #[test]
 fn stock_client_bootstraps_from_weft_alone_and_uses_it_as_guard() -> Result<()> {
     let metrics_port = common::free_port();
+    let control_port = common::free_port();
     let base_dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR"))
         .join(format!("weft-net-dircache-{}", std::process::id()));
     let mut cfg = TestnetConfig::new(&base_dir, 0);
@@ -159,6 +161,7 @@ fn stock_client_bootstraps_from_weft_alone_and_uses_it_as_guard() -> Result<()> 
     w.extra_torrc = vec![
         format!("MetricsPort 127.0.0.1:{metrics_port}"),
         "TestingCrossWorkerExtends 1".to_string(),
+        format!("ControlPort {control_port}"),
     ];
     cfg.weft = Some(w);
     cfg.base_port = pick_base_port(cfg.ports_needed())?;
@@ -186,6 +189,45 @@ fn stock_client_bootstraps_from_weft_alone_and_uses_it_as_guard() -> Result<()> 
     eprintln!("[dircache] weft listed V2Dir after {t:?}");
     let t = net.wait_until_listed(&[&fp], &["Guard"], BOUND)?;
     eprintln!("[dircache] weft voted Guard after {t:?} more");
+    // weft's own ControlPort shows the flags (once weft has the
+    // consensus that gives them), to stem's parser and on nyx's screen.
+    let mut weft_ctl = ControlClient::connect(
+        SocketAddr::from(([127, 0, 0, 1], control_port)),
+        &net.weft().context("weft")?.dir,
+        Duration::from_secs(10),
+    )?;
+    let deadline = Instant::now() + BOUND;
+    loop {
+        let entry = weft_ctl.getinfo(&format!("ns/id/{fp}")).unwrap_or_default();
+        if entry
+            .lines()
+            .any(|l| l.starts_with("s ") && l.contains(" Guard") && l.contains(" V2Dir"))
+        {
+            eprintln!(
+                "[dircache] weft's ControlPort: {}",
+                entry.replace('\n', " | ")
+            );
+            break;
+        }
+        ensure!(
+            Instant::now() < deadline,
+            "weft's own consensus entry: {entry}"
+        );
+        std::thread::sleep(Duration::from_secs(1));
+    }
+    let screen = common::nyx_screen(
+        control_port,
+        Duration::from_secs(30),
+        || Ok(()),
+        |s| {
+            s.lines()
+                .any(|l| l.starts_with("flags:") && l.contains("Guard") && l.contains("V2Dir"))
+        },
+    )?;
+    eprintln!(
+        "[dircache] nyx: {}",
+        screen.lines().take(3).collect::<Vec<_>>().join(" | ")
+    );
     // The stock relays are not caches: no V2Dir, so no Guard.
     let relay_fp = net.fingerprint("relay0")?;
     let mut auth = net.control("auth0")?;

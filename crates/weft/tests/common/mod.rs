@@ -437,3 +437,46 @@ pub fn load_through(
     let load = weft_bench::run::LoadRun::start(&env, p, Some(hop), None)?;
     Ok((dir, load))
 }
+
+/// Run nyx in a tmux terminal (160×50) against the ControlPort at
+/// `port` until its screen satisfies `done` (bounded by `timeout`);
+/// returns the screen. `nudge` runs once after nyx has had 5 s to start
+/// (e.g. to make weft log something). The tmux session is killed after.
+pub fn nyx_screen(
+    port: u16,
+    timeout: Duration,
+    nudge: impl FnOnce() -> anyhow::Result<()>,
+    done: impl Fn(&str) -> bool,
+) -> anyhow::Result<String> {
+    use anyhow::Context;
+    let session = format!("weft-nyx-{}-{port}", std::process::id());
+    let status = Command::new("tmux")
+        .args(["new-session", "-d", "-s", &session, "-x", "160", "-y", "50"])
+        .arg(format!("nyx -i 127.0.0.1:{port}"))
+        .status()
+        .context("tmux (scripts/install-deps.sh installs it)")?;
+    anyhow::ensure!(status.success(), "tmux did not start");
+    struct KillSession(String);
+    impl Drop for KillSession {
+        fn drop(&mut self) {
+            let _ = Command::new("tmux")
+                .args(["kill-session", "-t", &self.0])
+                .status();
+        }
+    }
+    let _guard = KillSession(session.clone());
+    std::thread::sleep(Duration::from_secs(5));
+    nudge()?;
+    let deadline = Instant::now() + timeout;
+    loop {
+        let out = Command::new("tmux")
+            .args(["capture-pane", "-p", "-t", &session])
+            .output()?;
+        let screen = String::from_utf8_lossy(&out.stdout).to_string();
+        if done(&screen) {
+            return Ok(screen);
+        }
+        anyhow::ensure!(Instant::now() < deadline, "nyx's screen:\n{screen}");
+        std::thread::sleep(Duration::from_millis(500));
+    }
+}
