@@ -245,8 +245,30 @@ fn parse_metrics_port(v: &str) -> Result<Option<SocketAddr>, String> {
     Ok(Some(addr))
 }
 
-/// Parse a configuration from text.
+impl ConfigError {
+    /// An error at `file`:`line` (0: the file as a whole).
+    pub fn new(file: &str, line: usize, msg: impl Into<String>) -> ConfigError {
+        ConfigError {
+            file: file.to_string(),
+            line,
+            msg: msg.into(),
+        }
+    }
+}
+
+/// Parse a configuration from one file's text (`%include` is not
+/// followed here; [`crate::config_files::load`] does that).
 pub fn parse(text: &str, file: &Path) -> Result<Config, ConfigError> {
+    let lines = crate::config_files::split(text, &file.display().to_string())?;
+    parse_lines(&lines, file)
+}
+
+/// Parse a configuration from its option lines; `file` is the torrc
+/// (GETINFO config-file).
+pub fn parse_lines(
+    lines: &[crate::config_files::SourceLine],
+    file: &Path,
+) -> Result<Config, ConfigError> {
     let fname = file.display().to_string();
     let mut or_port: Option<(Option<IpAddr>, u16)> = None;
     let mut address: Option<IpAddr> = None;
@@ -277,21 +299,14 @@ pub fn parse(text: &str, file: &Path) -> Result<Config, ConfigError> {
     let mut exit = crate::config_exit::ExitOptions::default();
     let mut control = crate::config_control::ControlOptions::default();
     let mut view_lines = Vec::new();
-    for (idx, raw) in text.lines().enumerate() {
-        let line = idx + 1;
+    for sl in lines {
+        let line = sl.line;
         let err = |msg: String| ConfigError {
-            file: fname.clone(),
+            file: sl.file.clone(),
             line,
             msg,
         };
-        let l = raw.split('#').next().unwrap_or("").trim();
-        if l.is_empty() {
-            continue;
-        }
-        let (key, val) = match l.split_once(char::is_whitespace) {
-            Some((k, v)) => (k, v.trim()),
-            None => (l, ""),
-        };
+        let (key, val) = (sl.key.as_str(), sl.value.as_str());
         if val.is_empty() {
             return Err(err(format!("option {key} needs a value")));
         }
@@ -476,7 +491,9 @@ pub fn parse(text: &str, file: &Path) -> Result<Config, ConfigError> {
         ));
     }
     if burst < rate {
-        burst = rate;
+        return Err(at_end(
+            "BandwidthBurst must be at least equal to BandwidthRate (as C Tor)",
+        ));
     }
     let listen_ip = bind_ip.unwrap_or(IpAddr::from([0, 0, 0, 0]));
     let threads = threads.unwrap_or_else(|| {

@@ -1,13 +1,17 @@
 //! The `weft` binary's library half: the torrc-style configuration parser
 //! ([`config`], with the resource-limit options in [`config_limits`], the exit
 //! policy's in [`config_exit`], the ControlPort's in [`config_control`] and
-//! every option's canonical name and default in [`config_names`]) and the run-time allocator switch ([`alloc`]), kept out of
+//! every option's canonical name and default in [`config_names`]; files,
+//! `%include`, defaults and command-line options in [`config_files`]), the
+//! command line ([`cli`]) and the run-time allocator switch ([`alloc`]), kept out of
 //! `main.rs` so that tests and the fuzz target can reach them.
 #![warn(missing_docs)]
 
 pub mod alloc;
+pub mod cli;
 pub mod config;
 pub mod config_control;
 pub mod config_exit;
+pub mod config_files;
 pub mod config_limits;
 pub mod config_names;

@@ -2,7 +2,9 @@
 //! set up logging as its `Log` lines say, write the PidFile, and run the
 //! relay (controller on this main thread, workers on their own threads).
 
+use weft::cli::{self, Action};
 use weft::config;
+use weft::config_files::{self, Sources};
 
 #[global_allocator]
 static ALLOCATOR: weft::alloc::SwitchableAllocator = weft::alloc::SwitchableAllocator::new();
@@ -10,25 +12,12 @@ static ALLOCATOR: weft::alloc::SwitchableAllocator = weft::alloc::SwitchableAllo
 use std::path::PathBuf;
 use std::process::ExitCode;
 
-use clap::Parser;
 use tracing_subscriber::filter::{filter_fn, LevelFilter};
 use tracing_subscriber::prelude::*;
 use tracing_subscriber::Layer;
 use weft_relay::control::Severity;
 use weft_relay::controller::control_port::{log_feed, LogSender};
 use weft_relay::controller::RelayHooks;
-
-/// weft: a multi-threaded Tor relay.
-#[derive(Parser, Debug)]
-#[command(version, about)]
-struct Args {
-    /// Configuration file (torrc syntax).
-    #[arg(short = 'f', long = "config")]
-    config: PathBuf,
-    /// Only check the configuration and exit.
-    #[arg(long)]
-    verify_config: bool,
-}
 
 /// Forwards notice, warn and err lines to the ControlPort's log events
 /// when a controller asked for them. Filtered at tor's notice, so it turns
@@ -118,14 +107,12 @@ fn init_logging(logs: &[config::LogSpec], control: Option<LogSender>) -> anyhow:
 /// SIGHUP / SIGNAL RELOAD: read and parse the torrc again. Log and
 /// PidFile changes need a restart (said in the log).
 fn reloader(
-    path: PathBuf,
+    sources: Sources,
     logs: Vec<config::LogSpec>,
     pid_file: Option<PathBuf>,
 ) -> weft_relay::controller::Reloader {
     Box::new(move || {
-        let text = std::fs::read_to_string(&path)
-            .map_err(|e| format!("cannot read {}: {e}", path.display()))?;
-        let cfg = config::parse(&text, &path).map_err(|e| format!("configuration error: {e}"))?;
+        let cfg = config_files::load(&sources).map_err(|e| format!("configuration error: {e}"))?;
         for w in &cfg.warnings {
             tracing::warn!("{w}");
         }
@@ -138,24 +125,75 @@ fn reloader(
 
 fn main() -> ExitCode {
     let large_blocks_returned = ALLOCATOR.return_large_blocks_to_os();
-    let args = Args::parse();
-    let text = match std::fs::read_to_string(&args.config) {
-        Ok(t) => t,
+    let argv: Vec<String> = std::env::args().skip(1).collect();
+    let cli = match cli::parse(&argv) {
+        Ok(c) => c,
         Err(e) => {
-            eprintln!("weft: cannot read {}: {e}", args.config.display());
+            eprintln!("weft: {e}");
             return ExitCode::from(1);
         }
     };
-    let cfg = match config::parse(&text, &args.config) {
+    match &cli.action {
+        Action::Version => {
+            println!(
+                "weft version {} (the Tor protocol of tor {}).",
+                env!("CARGO_PKG_VERSION"),
+                weft_relay::control::TOR_COMPAT_VERSION
+            );
+            return ExitCode::SUCCESS;
+        }
+        Action::Help => {
+            print!("{}", cli::USAGE);
+            return ExitCode::SUCCESS;
+        }
+        Action::HashPassword(pw) => {
+            let salt: [u8; 8] = weft_crypto::random_array();
+            println!(
+                "{}",
+                weft_crypto::control_auth::hash_password(pw.as_bytes(), salt)
+            );
+            return ExitCode::SUCCESS;
+        }
+        _ => {}
+    }
+    let cfg = match config_files::load(&cli.sources) {
         Ok(c) => c,
         Err(e) => {
             eprintln!("weft: configuration error: {e}");
             return ExitCode::from(1);
         }
     };
-    if args.verify_config {
-        println!("Configuration was valid");
-        return ExitCode::SUCCESS;
+    match cli.action {
+        Action::VerifyConfig => {
+            if !cli.quiet {
+                for w in &cfg.warnings {
+                    eprintln!("weft: warning: {w}");
+                }
+            }
+            println!("Configuration was valid");
+            return ExitCode::SUCCESS;
+        }
+        Action::ListFingerprint => {
+            let keys = match weft_crypto::keys::RelayKeys::load_or_create(
+                &cfg.relay.data_dir,
+                &cfg.relay.nickname,
+                std::time::Duration::from_secs(28 * 86400),
+                std::time::SystemTime::now(),
+            ) {
+                Ok(k) => k,
+                Err(e) => {
+                    eprintln!("weft: cannot load or create keys: {e}");
+                    return ExitCode::from(1);
+                }
+            };
+            println!(
+                "{} {}",
+                cfg.relay.nickname,
+                cli::spaced_fingerprint(&keys.fingerprint_hex())
+            );
+            return ExitCode::SUCCESS;
+        }
+        _ => {}
     }
     let (log_sender, log_feed) = if cfg.relay.control.listeners.is_empty() {
         (None, None)
@@ -199,7 +237,7 @@ fn main() -> ExitCode {
     let hooks = RelayHooks {
         log_feed,
         reloader: Some(reloader(
-            args.config.clone(),
+            cli.sources.clone(),
             cfg.logs.clone(),
             cfg.pid_file.clone(),
         )),

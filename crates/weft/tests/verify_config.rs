@@ -1,0 +1,246 @@
+//! `weft --verify-config` against stock tor's: for each option weft
+//! takes, a good and a bad value (and a few shapes: the command line,
+//! `%include`, unknown options), both programs judge the same torrc and
+//! must agree — except where weft is knowingly different, listed in
+//! `KNOWN_DIFFERENCES` with the reason (and in the README).
+
+use std::path::Path;
+use std::process::Command;
+
+use anyhow::{ensure, Context, Result};
+
+/// (option, value). A torrc is a base relay configuration with the
+/// option's line replaced by this one.
+const CASES: &[(&str, &str)] = &[
+    ("ORPort", "127.0.0.1:9002"),
+    ("ORPort", "9003"),
+    ("ORPort", "notaport"),
+    ("ORPort", "127.0.0.1:99999"),
+    ("Address", "127.0.0.1"),
+    ("Address", "300.1.1.1"),
+    ("Nickname", "GoodName"),
+    ("Nickname", "bad-name"),
+    ("Nickname", "waytoolongnicknameforatorrelay"),
+    ("ContactInfo", "ops <ops AT example dot org>"),
+    ("Log", "notice stdout"),
+    ("Log", "info-err stderr"),
+    ("Log", "notice file @DIR@/notice.log"),
+    ("Log", "blah stdout"),
+    ("Log", "notice nowhere"),
+    ("DirCache", "0"),
+    ("DirCache", "2"),
+    ("TestingTorNetwork", "0"),
+    ("AssumeReachable", "1"),
+    ("AssumeReachable", "maybe"),
+    ("BandwidthRate", "1 MB"),
+    ("BandwidthRate", "100 KBytes"),
+    ("BandwidthRate", "10 KBytes"),
+    ("BandwidthRate", "1 parsec"),
+    ("BandwidthBurst", "2 MB"),
+    ("BandwidthBurst", "2 GB"),
+    ("BandwidthBurst", "lots"),
+    ("MaxAdvertisedBandwidth", "500 KB"),
+    ("MaxAdvertisedBandwidth", "x"),
+    ("ConnLimit", "2000"),
+    ("ConnLimit", "-1"),
+    ("MaxMemInQueues", "512 MB"),
+    ("MaxMemInQueues", "1 parsec"),
+    ("ExitRelay", "1"),
+    ("ExitRelay", "auto"),
+    ("ExitRelay", "yes"),
+    ("ExitPolicy", "accept *:80,reject *:*"),
+    ("ExitPolicy", "accept *:99999"),
+    ("ExitPolicy", "permit *:*"),
+    ("ExitPolicyRejectPrivate", "0"),
+    ("ExitPolicyRejectPrivate", "2"),
+    ("ExitPolicyRejectLocalInterfaces", "1"),
+    ("ReducedExitPolicy", "1"),
+    ("IPv6Exit", "1"),
+    ("IPv6Exit", "x"),
+    ("ControlPort", "9051"),
+    ("ControlPort", "127.0.0.1:9051"),
+    ("ControlPort", "unix:@DIR@/control"),
+    ("ControlPort", "notaport"),
+    ("ControlPort", "0"),
+    ("CookieAuthentication", "1"),
+    ("CookieAuthentication", "2"),
+    ("CookieAuthFile", "@DIR@/cookie"),
+    ("CookieAuthFileGroupReadable", "1"),
+    (
+        "HashedControlPassword",
+        "16:A69662735A265BAC602C01B03AE915B2705F1C8715ACD45E700AF749B5",
+    ),
+    ("HashedControlPassword", "16:00"),
+    ("MetricsPort", "127.0.0.1:9035"),
+    ("MetricsPort", "notaport"),
+    ("PidFile", "@DIR@/pid"),
+    ("RunAsDaemon", "0"),
+    ("CircuitPriorityHalflife", "30"),
+    ("CircuitPriorityHalflife", "soon"),
+    ("KISTSchedRunInterval", "10 msec"),
+    ("KISTSchedRunInterval", "1000 msec"),
+    ("KISTSockBufSizeFactor", "1.5"),
+    ("KISTSockBufSizeFactor", "-1"),
+    ("Schedulers", "KIST,Vanilla"),
+    ("Schedulers", "Fancy"),
+    ("TokenBucketRefillInterval", "10 msec"),
+    ("TokenBucketRefillInterval", "5000 msec"),
+    ("DoSCircuitCreationEnabled", "1"),
+    ("DoSCircuitCreationEnabled", "maybe"),
+    ("DoSCircuitCreationRate", "3"),
+    ("DoSCircuitCreationRate", "-3"),
+    ("DoSConnectionEnabled", "0"),
+    ("DoSConnectionMaxConcurrentCount", "50"),
+    ("DoSConnectionDefenseType", "2"),
+    ("DoSConnectionDefenseType", "7"),
+    ("DoSRefuseSingleHopClientRendezvous", "1"),
+    ("DoSStreamCreationEnabled", "1"),
+    ("ServerDNSResolvConfFile", "/etc/resolv.conf"),
+    ("ExtendAllowPrivateAddresses", "1"),
+    ("Frobnicate", "1"),
+];
+
+/// Where weft's verdict differs from tor's on purpose.
+const KNOWN_DIFFERENCES: &[(&str, &str, &str)] = &[
+    (
+        "Address",
+        "300.1.1.1",
+        "tor takes any Address as a host name to resolve later; weft needs an IP address",
+    ),
+    (
+        "DoSConnectionDefenseType",
+        "7",
+        "tor takes an unknown defense type and applies none; weft refuses it",
+    ),
+];
+
+fn verdict(cmd: &mut Command) -> Result<bool> {
+    let out = cmd.output()?;
+    Ok(out.status.success())
+}
+
+fn torrc(dir: &Path, key: &str, value: &str, for_tor: bool) -> String {
+    let mut t = format!(
+        "DataDirectory {}/data\nNickname parity\nExitRelay 0\nAddress 127.0.0.1\nORPort 127.0.0.1:9001\n",
+        dir.display()
+    );
+    if for_tor {
+        // A relay without a SocksPort, as weft is.
+        t.push_str("SocksPort 0\n");
+    }
+    let mut lines: Vec<&str> = t
+        .lines()
+        .filter(|l| {
+            !l.to_ascii_lowercase()
+                .starts_with(&format!("{} ", key.to_ascii_lowercase()))
+        })
+        .collect();
+    let case = format!(
+        "{key} {}",
+        value.replace("@DIR@", &dir.display().to_string())
+    );
+    lines.push(&case);
+    lines.join("\n") + "\n"
+}
+
+#[test]
+fn verify_config_agrees_with_stock_tor() -> Result<()> {
+    let dir = tempfile::tempdir()?;
+    let d = dir.path();
+    std::fs::create_dir(d.join("data"))?;
+    std::fs::set_permissions(
+        d.join("data"),
+        std::os::unix::fs::PermissionsExt::from_mode(0o700),
+    )?;
+    let weft = env!("CARGO_BIN_EXE_weft");
+    let mut disagreements = Vec::new();
+    let mut agreed = 0;
+    for (key, value) in CASES {
+        let (t, w) = (d.join("torrc.tor"), d.join("torrc.weft"));
+        std::fs::write(&t, torrc(d, key, value, true))?;
+        std::fs::write(&w, torrc(d, key, value, false))?;
+        let tor_ok = verdict(
+            Command::new("tor")
+                .args(["--verify-config", "--quiet", "-f"])
+                .arg(&t),
+        )
+        .context("stock tor (scripts/install-deps.sh installs it)")?;
+        let weft_ok = verdict(
+            Command::new(weft)
+                .args(["--verify-config", "--quiet", "-f"])
+                .arg(&w),
+        )?;
+        let known = KNOWN_DIFFERENCES
+            .iter()
+            .any(|(k, v, _)| k == key && v == value);
+        eprintln!(
+            "{key} {value}: tor {} weft {}{}",
+            if tor_ok { "valid" } else { "invalid" },
+            if weft_ok { "valid" } else { "invalid" },
+            if known { " (known difference)" } else { "" }
+        );
+        if known {
+            ensure!(
+                tor_ok != weft_ok,
+                "{key} {value}: listed as a difference but both agree now"
+            );
+        } else if tor_ok != weft_ok {
+            disagreements.push(format!("{key} {value}: tor {tor_ok}, weft {weft_ok}"));
+        } else {
+            agreed += 1;
+        }
+    }
+    ensure!(
+        disagreements.is_empty(),
+        "verdicts differ: {disagreements:#?}"
+    );
+
+    // The same through the command line and %include.
+    std::fs::write(d.join("torrc.tor"), torrc(d, "ContactInfo", "x", true))?;
+    std::fs::write(d.join("torrc.weft"), torrc(d, "ContactInfo", "x", false))?;
+    for (args, want) in [
+        (vec!["--Nickname", "bad-name"], false),
+        (vec!["--Nickname", "GoodName"], true),
+        (vec!["--BandwidthRate", "10 KBytes"], false),
+    ] {
+        let tor_ok = verdict(
+            Command::new("tor")
+                .args(["--verify-config", "--quiet", "-f"])
+                .arg(d.join("torrc.tor"))
+                .args(&args),
+        )?;
+        let weft_ok = verdict(
+            Command::new(weft)
+                .args(["--verify-config", "--quiet", "-f"])
+                .arg(d.join("torrc.weft"))
+                .args(&args),
+        )?;
+        ensure!(
+            tor_ok == want && weft_ok == want,
+            "{args:?}: tor {tor_ok}, weft {weft_ok}"
+        );
+    }
+    std::fs::create_dir(d.join("conf.d"))?;
+    for (extra, want) in [
+        ("Nickname GoodName\n", true),
+        ("Nickname bad-name\n", false),
+    ] {
+        std::fs::write(d.join("conf.d/50-extra"), extra)?;
+        for (file, prog, sock) in [("torrc.tor", "tor", true), ("torrc.weft", weft, false)] {
+            let mut t = torrc(d, "ContactInfo", "x", sock);
+            t.push_str(&format!("%include {}/conf.d\n", d.display()));
+            std::fs::write(d.join(file), t)?;
+            let ok = verdict(
+                Command::new(prog)
+                    .args(["--verify-config", "--quiet", "-f"])
+                    .arg(d.join(file)),
+            )?;
+            ensure!(ok == want, "{prog} with %include of {extra:?}: {ok}");
+        }
+    }
+    eprintln!(
+        "{agreed} verdicts agree; {} known differences",
+        KNOWN_DIFFERENCES.len()
+    );
+    Ok(())
+}
