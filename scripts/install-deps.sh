@@ -12,6 +12,8 @@ dpkg -s perl >/dev/null 2>&1 || need+=(perl)
 dpkg -s make >/dev/null 2>&1 || need+=(make)
 # The ControlPort tests drive nyx in a terminal.
 command -v tmux >/dev/null 2>&1 || need+=(tmux)
+# The Debian package test installs the .deb into a debootstrapped bookworm.
+command -v debootstrap >/dev/null 2>&1 || need+=(debootstrap)
 command -v python3 >/dev/null 2>&1 || need+=(python3 python3-pip)
 if [ ${#need[@]} -gt 0 ]; then
   SUDO=""
@@ -23,5 +25,9 @@ fi
 if ! python3 -c 'import stem, nyx' >/dev/null 2>&1; then
   python3 -m pip install -q stem==1.8.2 nyx==2.1.0 2>/dev/null \
     || python3 -m pip install -q --break-system-packages stem==1.8.2 nyx==2.1.0
+fi
+# cargo-deb builds the Debian package (pinned; crates.io).
+if ! cargo deb --version >/dev/null 2>&1; then
+  cargo install --locked -q cargo-deb --version 3.8.0
 fi
 tor --version | head -1

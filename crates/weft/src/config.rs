@@ -296,6 +296,8 @@ pub fn parse_lines(
     let mut place_on: Option<usize> = None;
     let mut limits = crate::config_limits::LimitOptions::default();
     let mut dir_cache = true;
+    // C Tor's HeartbeatPeriod default: 6 hours (0: none).
+    let mut heartbeat: Option<u32> = Some(6 * 3600);
     let mut exit = crate::config_exit::ExitOptions::default();
     let mut control = crate::config_control::ControlOptions::default();
     let mut view_lines = Vec::new();
@@ -361,6 +363,10 @@ pub fn parse_lines(
             "testingtornetwork" => testing = parse_bool(val).map_err(err)?,
             "assumereachable" => assume_reachable = parse_bool(val).map_err(err)?,
             "dircache" => dir_cache = parse_bool(val).map_err(err)?,
+            "heartbeatperiod" => {
+                heartbeat = crate::config_limits::interval(val)
+                    .map_err(|e| err(format!("HeartbeatPeriod: {e}")))?
+            }
             "connectionthreads" => {
                 let n: usize = val
                     .parse()
@@ -471,6 +477,12 @@ pub fn parse_lines(
         return Err(at_end("Address must be IPv4"));
     }
     let (exit_policy, mut warnings) = exit.finish(adv_ip).map_err(|e| at_end(&e))?;
+    if let Some(h) = heartbeat.filter(|h| *h < 1800 && !testing) {
+        warnings.push(format!(
+            "HeartbeatPeriod {h} seconds is too short; raising to 30 minutes (as C Tor)"
+        ));
+        heartbeat = Some(1800);
+    }
     let (control, control_warnings) = control.finish();
     warnings.extend(control_warnings);
     if control.cookie_auth && !view_lines.iter().any(|(k, _)| k == "CookieAuthentication") {
@@ -538,6 +550,7 @@ pub fn parse_lines(
             dns_resolv_conf: exit.resolv_conf.clone(),
             dir_cache,
             control,
+            heartbeat_period: heartbeat.map(|h| std::time::Duration::from_secs(h.into())),
             torrc: TorrcView {
                 path: std::path::absolute(file).unwrap_or_else(|_| file.to_path_buf()),
                 lines: view_lines,

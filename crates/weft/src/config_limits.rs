@@ -59,7 +59,7 @@ fn defense(v: &str) -> Result<Option<u32>, String> {
 }
 
 /// A tor interval in seconds ("3600", "1 hour", "2 days"); 0: consensus.
-fn interval(v: &str) -> Result<Option<u32>, String> {
+pub(crate) fn interval(v: &str) -> Result<Option<u32>, String> {
     let mut it = v.split_whitespace();
     let n: u64 = it
         .next()

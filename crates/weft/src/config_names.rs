@@ -62,6 +62,7 @@ pub static OPTIONS: &[OptionInfo] = &[
     o("ExtendAllowPrivateAddresses", "Boolean", "0"),
     o("HashedControlPassword", "LineList", ""),
     // Not taken: weft runs no onion service.
+    o("HeartbeatPeriod", "Interval", "6 hours"),
     o("HiddenServiceOptions", "Virtual", ""),
     o("IPv6Exit", "Boolean", "0"),
     o("KISTSchedRunInterval", "Interval", "0 msec"),

@@ -133,6 +133,28 @@ pub struct ControlPorts {
     listening: Vec<String>,
 }
 
+/// The next command from a controller, or never without a ControlPort.
+pub(super) async fn next_control(c: &mut Option<ControlPorts>) -> ControlIn {
+    match c {
+        Some(c) => match c.rx.recv().await {
+            Some(m) => m,
+            None => std::future::pending().await,
+        },
+        None => std::future::pending().await,
+    }
+}
+
+/// The next log line for the ControlPort, or never without a feed.
+pub(super) async fn next_log(f: &mut Option<LogFeed>) -> LogLine {
+    match f {
+        Some(f) => match f.recv().await {
+            Some(l) => l,
+            None => std::future::pending().await,
+        },
+        None => std::future::pending().await,
+    }
+}
+
 /// Write the cookie file: 32 random bytes, 0600 (0640 when group
 /// readable), replaced atomically.
 fn write_cookie(path: &Path, group_readable: bool) -> anyhow::Result<[u8; COOKIE_LEN]> {

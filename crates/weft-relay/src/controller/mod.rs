@@ -143,28 +143,6 @@ pub fn run_relay_with(cfg: RelayConfig, hooks: RelayHooks) -> anyhow::Result<()>
     local.block_on(&rt, run_controller(cfg, hooks))
 }
 
-/// The next command from a controller, or never without a ControlPort.
-async fn next_control(c: &mut Option<control_port::ControlPorts>) -> control_port::ControlIn {
-    match c {
-        Some(c) => match c.rx.recv().await {
-            Some(m) => m,
-            None => std::future::pending().await,
-        },
-        None => std::future::pending().await,
-    }
-}
-
-/// The next log line for the ControlPort, or never without a feed.
-async fn next_log(f: &mut Option<control_port::LogFeed>) -> crate::control::LogLine {
-    match f {
-        Some(f) => match f.recv().await {
-            Some(l) => l,
-            None => std::future::pending().await,
-        },
-        None => std::future::pending().await,
-    }
-}
-
 /// Scheduling parameters: torrc where set, else the consensus (C Tor's
 /// `CircuitPriorityHalflifeMsec`, `KISTSchedRunInterval`), else defaults.
 fn sched_params(cfg: &RelayConfig, p: &NetParams) -> SchedParams {
@@ -377,7 +355,7 @@ async fn run_controller(cfg: RelayConfig, mut hooks: RelayHooks) -> anyhow::Resu
         conns: HashMap::new(),
         by_identity: HashMap::new(),
         pending: HashMap::new(),
-        bw: load_bwhist(&state_path),
+        bw: BandwidthHistory::load(&state_path),
         extends_same_worker: 0,
         extends_cross_worker: 0,
         onion: onion::OnionTables::default(),
@@ -427,30 +405,19 @@ async fn run_controller(cfg: RelayConfig, mut hooks: RelayHooks) -> anyhow::Resu
                     }
                 }
             }
-            m = next_control(&mut control) => {
-                let Some(cp) = control.as_mut() else { continue };
-                let view = control_info::ControlView { c: &c, dir: &dir };
-                if let Some(s) = cp.on_input(m, &view) {
-                    use crate::control::Signal;
-                    info!("signal {} from a controller", s.name());
-                    match s {
-                        Signal::Shutdown | Signal::Halt => break,
-                        Signal::Reload => c.reload(reload_torrc(&mut hooks.reloader), &mut dir),
-                        Signal::Heartbeat => c.log_heartbeat(),
-                        Signal::Dump => c.log_dump(),
-                        Signal::Newnym | Signal::Active | Signal::Dormant => {}
-                    }
-                    cp.signal_done(s);
+            m = control_port::next_control(&mut control) => {
+                if c.on_control(control.as_mut(), m, &mut dir, &mut hooks.reloader) {
+                    break;
                 }
             }
-            l = next_log(&mut log_feed) => {
+            l = control_port::next_log(&mut log_feed) => {
                 if let Some(cp) = control.as_mut() {
                     cp.log(&l);
                 }
             }
             _ = sighup.recv() => {
                 info!("SIGHUP: re-reading the torrc");
-                c.reload(reload_torrc(&mut hooks.reloader), &mut dir);
+                c.reload(signals::reload_torrc(&mut hooks.reloader), &mut dir);
                 if let Some(cp) = control.as_mut() {
                     cp.signal_done(crate::control::Signal::Reload);
                 }
@@ -470,10 +437,12 @@ async fn run_controller(cfg: RelayConfig, mut hooks: RelayHooks) -> anyhow::Resu
                     dir.set_overload(c.limits.overload_line());
                     dir.maybe_republish(&c.keys, c.started, c.bw.observed());
                 }
+                if c.cfg.heartbeat_period.is_some_and(|p| secs.is_multiple_of(p.as_secs().max(1))) {
+                    c.log_heartbeat();
+                }
                 if secs.is_multiple_of(60) {
                     c.limits.clients.expire(unix_secs());
-                    save_bwhist(&state_path, &c.bw);
-                    c.log_heartbeat();
+                    c.bw.save(&state_path);
                     c.rotate_if_due(&mut dir);
                 }
             }
@@ -496,7 +465,7 @@ async fn run_controller(cfg: RelayConfig, mut hooks: RelayHooks) -> anyhow::Resu
             Ok(None) | Err(_) => break,
         }
     }
-    save_bwhist(&state_path, &c.bw);
+    c.bw.save(&state_path);
     info!(
         "stopped after {}s: relayed {} cells, read {} B, written {} B, extends {} same-worker / {} cross-worker",
         c.started.elapsed().as_secs(),
@@ -796,14 +765,6 @@ impl Controller {
     }
 }
 
-/// Re-read the torrc with the binary's reloader.
-fn reload_torrc(r: &mut Option<Reloader>) -> Result<RelayConfig, String> {
-    match r {
-        Some(f) => f(),
-        None => Err("this weft was started without a torrc to re-read".into()),
-    }
-}
-
 /// Seconds since the epoch (the DoS table's clock).
 fn unix_secs() -> u64 {
     SystemTime::now()
@@ -819,29 +780,5 @@ async fn accept_metrics(
     match l {
         Some((l, _)) => l.accept().await,
         None => std::future::pending().await,
-    }
-}
-
-/// The bandwidth history saved by the last run, if any (a bad file is
-/// reported and ignored: it holds no secret and no identity).
-fn load_bwhist(path: &std::path::Path) -> BandwidthHistory {
-    match std::fs::read_to_string(path) {
-        Ok(t) => match BandwidthHistory::from_state(&t, bwhist::today()) {
-            Ok(h) => {
-                info!("bandwidth history loaded: observed {} B/s", h.observed());
-                h
-            }
-            Err(e) => {
-                warn!("{}: {e}; starting a new bandwidth history", path.display());
-                BandwidthHistory::default()
-            }
-        },
-        Err(_) => BandwidthHistory::default(),
-    }
-}
-
-fn save_bwhist(path: &std::path::Path, h: &BandwidthHistory) {
-    if let Err(e) = weft_crypto::keys::write_private_file(path, h.to_state().as_bytes()) {
-        warn!("cannot save the bandwidth history: {e}");
     }
 }

@@ -9,15 +9,43 @@
 
 use tracing::{info, warn};
 
+use super::control_info::ControlView;
+use super::control_port::{ControlIn, ControlPorts};
 use super::directory::DirState;
 use super::{sched_params, worker, Controller};
 use crate::context::RelayConfig;
+use crate::control::Signal;
 use crate::worker::WorkerMsg;
 
 /// Re-reads the torrc for a reload (installed by the binary).
 pub type Reloader = Box<dyn FnMut() -> Result<RelayConfig, String>>;
 
 impl Controller {
+    /// A command from a controller; true when it asked weft to stop.
+    pub(super) fn on_control(
+        &mut self,
+        cp: Option<&mut ControlPorts>,
+        m: ControlIn,
+        dir: &mut DirState,
+        reloader: &mut Option<Reloader>,
+    ) -> bool {
+        let Some(cp) = cp else { return false };
+        let view = ControlView { c: self, dir };
+        let Some(s) = cp.on_input(m, &view) else {
+            return false;
+        };
+        info!("signal {} from a controller", s.name());
+        match s {
+            Signal::Shutdown | Signal::Halt => return true,
+            Signal::Reload => self.reload(reload_torrc(reloader), dir),
+            Signal::Heartbeat => self.log_heartbeat(),
+            Signal::Dump => self.log_dump(),
+            Signal::Newnym | Signal::Active | Signal::Dormant => {}
+        }
+        cp.signal_done(s);
+        false
+    }
+
     pub(super) fn log_heartbeat(&self) {
         let circuits: u64 = self.worker_load.iter().map(|w| w.circuits).sum();
         let conns = self.conns.len();
@@ -168,6 +196,10 @@ impl Controller {
                     && old.kist_sock_buf_factor == new.kist_sock_buf_factor,
             ),
             ("DoS options", old.dos == new.dos),
+            (
+                "HeartbeatPeriod",
+                old.heartbeat_period == new.heartbeat_period,
+            ),
             ("torrc view", old.torrc == new.torrc),
         ] {
             if !same && name != "torrc view" {
@@ -231,5 +263,13 @@ impl Controller {
                 )
             }
         );
+    }
+}
+
+/// Re-read the torrc with the binary's reloader.
+pub(super) fn reload_torrc(r: &mut Option<Reloader>) -> Result<RelayConfig, String> {
+    match r {
+        Some(f) => f(),
+        None => Err("this weft was started without a torrc to re-read".into()),
     }
 }
