@@ -284,6 +284,7 @@ pub fn parse_lines(
     let mut pid_file = None;
     let mut rate: u64 = 1 << 30;
     let mut burst: u64 = 1 << 30;
+    let (mut relay_rate, mut relay_burst) = (0u64, 0u64);
     let mut extend_private: Option<bool> = None;
     let mut cross_worker = false;
     let mut metrics_port: Option<SocketAddr> = None;
@@ -388,6 +389,8 @@ pub fn parse_lines(
             "pidfile" => pid_file = Some(PathBuf::from(val)),
             "bandwidthrate" => rate = parse_bytes(val).map_err(err)?,
             "bandwidthburst" => burst = parse_bytes(val).map_err(err)?,
+            "relaybandwidthrate" => relay_rate = parse_bytes(val).map_err(err)?,
+            "relaybandwidthburst" => relay_burst = parse_bytes(val).map_err(err)?,
             "extendallowprivateaddresses" => extend_private = Some(parse_bool(val).map_err(err)?),
             "testingcrossworkerextends" => cross_worker = parse_bool(val).map_err(err)?,
             "metricsport" => metrics_port = parse_metrics_port(val).map_err(err)?,
@@ -506,6 +509,31 @@ pub fn parse_lines(
         return Err(at_end(
             "BandwidthBurst must be at least equal to BandwidthRate (as C Tor)",
         ));
+    }
+    // RelayBandwidthRate/Burst, as C Tor's relay_config.c: each defaults
+    // to the other; they raise BandwidthRate/Burst when higher; and since
+    // every byte weft moves is relayed, the buckets take the lower.
+    if relay_rate > 0 && relay_burst == 0 {
+        relay_burst = relay_rate;
+    }
+    if relay_burst > 0 && relay_rate == 0 {
+        relay_rate = relay_burst;
+    }
+    if relay_rate > 0 && relay_rate < 76_800 {
+        return Err(at_end(&format!(
+            "RelayBandwidthRate is set to {relay_rate} bytes/second. For servers, it must be at least 76800."
+        )));
+    }
+    if relay_rate > relay_burst {
+        return Err(at_end(
+            "RelayBandwidthBurst must be at least equal to RelayBandwidthRate.",
+        ));
+    }
+    if relay_rate > 0 {
+        // C raises BandwidthRate/Burst to these when lower and limits
+        // relayed bytes to these: for weft, these are the limits.
+        rate = relay_rate;
+        burst = relay_burst;
     }
     let listen_ip = bind_ip.unwrap_or(IpAddr::from([0, 0, 0, 0]));
     let threads = threads.unwrap_or_else(|| {

@@ -75,8 +75,6 @@ pub static OPTIONS: &[OptionInfo] = &[
     o("ORPort", "LineList", ""),
     o("PidFile", "Filename", ""),
     o("ReducedExitPolicy", "Boolean", "0"),
-    // Not taken: every byte weft moves is relayed traffic, so
-    // BandwidthRate/Burst are the relay's limits (0 = unset, as in C).
     o("RelayBandwidthBurst", "DataSize", "0"),
     o("RelayBandwidthRate", "DataSize", "0"),
     o("RunAsDaemon", "Boolean", "0"),
