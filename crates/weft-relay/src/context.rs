@@ -100,6 +100,8 @@ pub struct RelayConfig {
     /// DirCache (default 1): serve directory documents over BEGIN_DIR
     /// when the bandwidth allows (see `controller::dir_cache`).
     pub dir_cache: bool,
+    /// User: whom to run as once the listeners are bound.
+    pub user: Option<crate::privileges::RunAs>,
     /// HeartbeatPeriod (None: no heartbeat lines).
     pub heartbeat_period: Option<std::time::Duration>,
     /// The ControlPort (no listeners: off).

@@ -285,6 +285,7 @@ pub fn parse_lines(
     let mut rate: u64 = 1 << 30;
     let mut burst: u64 = 1 << 30;
     let (mut relay_rate, mut relay_burst) = (0u64, 0u64);
+    let mut user = None;
     let mut extend_private: Option<bool> = None;
     let mut cross_worker = false;
     let mut metrics_port: Option<SocketAddr> = None;
@@ -364,6 +365,9 @@ pub fn parse_lines(
             "testingtornetwork" => testing = parse_bool(val).map_err(err)?,
             "assumereachable" => assume_reachable = parse_bool(val).map_err(err)?,
             "dircache" => dir_cache = parse_bool(val).map_err(err)?,
+            "user" => {
+                user = Some(weft_relay::privileges::lookup(val).map_err(err)?);
+            }
             "heartbeatperiod" => {
                 heartbeat = crate::config_limits::interval(val)
                     .map_err(|e| err(format!("HeartbeatPeriod: {e}")))?
@@ -535,6 +539,9 @@ pub fn parse_lines(
         rate = relay_rate;
         burst = relay_burst;
     }
+    if let Some(u) = &user {
+        weft_relay::privileges::check_data_dir(u, &data_dir).map_err(|e| at_end(&e))?;
+    }
     let listen_ip = bind_ip.unwrap_or(IpAddr::from([0, 0, 0, 0]));
     let threads = threads.unwrap_or_else(|| {
         std::thread::available_parallelism()
@@ -578,6 +585,7 @@ pub fn parse_lines(
             dns_resolv_conf: exit.resolv_conf.clone(),
             dir_cache,
             control,
+            user,
             heartbeat_period: heartbeat.map(|h| std::time::Duration::from_secs(h.into())),
             torrc: TorrcView {
                 path: std::path::absolute(file).unwrap_or_else(|_| file.to_path_buf()),

@@ -86,6 +86,7 @@ pub static OPTIONS: &[OptionInfo] = &[
     o("TestingTorNetwork", "Boolean", "0"),
     o("TokenBucketRefillInterval", "TimeMsecInterval", "100 msec"),
     // Not taken: weft uses microdescriptors, as stock tor's auto does.
+    o("User", "String", ""),
     o("UseMicrodescriptors", "Autobool", "auto"),
     o("WorkerSchedSlice", "TimeMsecInterval", "5 msec"),
     o("__OwningControllerProcess", "String", ""),

@@ -104,6 +104,8 @@ const CASES: &[(&str, &str)] = &[
     ("DoSStreamCreationEnabled", "1"),
     ("ServerDNSResolvConfFile", "/etc/resolv.conf"),
     ("ExtendAllowPrivateAddresses", "1"),
+    ("User", "nobody"),
+    ("User", "nosuchuserx"),
     ("Frobnicate", "1"),
 ];
 

@@ -220,6 +220,9 @@ async fn run_controller(cfg: RelayConfig, mut hooks: RelayHooks) -> anyhow::Resu
     let mut sigint = signal(SignalKind::interrupt())?;
     let mut sighup = signal(SignalKind::hangup())?;
     let mut sigusr1 = signal(SignalKind::user_defined1())?;
+    if let (Some(u), 0) = (&cfg.user, crate::privileges::effective_uid()?) {
+        crate::privileges::prepare_data_dir(u, &cfg.data_dir)?;
+    }
     let now = SystemTime::now();
     let keys =
         RelayKeys::load_or_create(&cfg.data_dir, &cfg.nickname, DEFAULT_ONION_ROTATION, now)?;
@@ -324,6 +327,9 @@ async fn run_controller(cfg: RelayConfig, mut hooks: RelayHooks) -> anyhow::Resu
     let mut control =
         control_port::ControlPorts::open(&cfg.control, &cfg.data_dir, log_wanted).await?;
     let mut log_feed = hooks.log_feed.take();
+    if let Some(u) = &cfg.user {
+        crate::privileges::run_as(u, &cfg.data_dir)?;
+    }
     let (dir_tx, mut dir_rx) = unbounded_channel::<DirEvent>();
     let mut dir = DirState::new(&cfg, dir_tx, ctx.dir_cache);
     let (cache_tx, mut cache_rx) = unbounded_channel::<dir_cache::CacheEvent>();

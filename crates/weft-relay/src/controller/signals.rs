@@ -121,6 +121,7 @@ impl Controller {
             ("ORPort", old.or_listen == new.or_listen),
             ("Address", old.advertised == new.advertised),
             ("DataDirectory", old.data_dir == new.data_dir),
+            ("User", old.user == new.user),
             ("DirAuthority", old.authorities == new.authorities),
             (
                 "ConnectionThreads",
@@ -210,6 +211,7 @@ impl Controller {
         new.or_listen = old.or_listen;
         new.advertised = old.advertised;
         new.data_dir = old.data_dir.clone();
+        new.user = old.user.clone();
         new.authorities = old.authorities.clone();
         new.connection_threads = old.connection_threads;
         new.worker_sched_slice = old.worker_sched_slice;
