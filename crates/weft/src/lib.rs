@@ -3,7 +3,7 @@
 //! policy's in [`config_exit`], the ControlPort's in [`config_control`] and
 //! every option's canonical name and default in [`config_names`]; files,
 //! `%include`, defaults and command-line options in [`config_files`]), the
-//! command line ([`cli`]) and the run-time allocator switch ([`alloc`]), kept out of
+//! command line ([`cli`]), the syslog log target ([`syslog`]) and the run-time allocator switch ([`alloc`]), kept out of
 //! `main.rs` so that tests and the fuzz target can reach them.
 #![warn(missing_docs)]
 
@@ -15,3 +15,4 @@ pub mod config_exit;
 pub mod config_files;
 pub mod config_limits;
 pub mod config_names;
+pub mod syslog;

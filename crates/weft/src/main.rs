@@ -77,6 +77,12 @@ fn init_logging(logs: &[config::LogSpec], control: Option<LogSender>) -> anyhow:
         let layer: Box<dyn Layer<_> + Send + Sync> = match &spec.target {
             config::LogTarget::Stdout => base.with_writer(std::io::stdout).with_filter(f).boxed(),
             config::LogTarget::Stderr => base.with_writer(std::io::stderr).with_filter(f).boxed(),
+            config::LogTarget::Syslog => {
+                let s = weft::syslog::Syslog::connect().map_err(|e| {
+                    anyhow::anyhow!("cannot reach the system logger at /dev/log: {e}")
+                })?;
+                base.without_time().with_writer(s).with_filter(f).boxed()
+            }
             config::LogTarget::File(p) => {
                 let file = std::fs::OpenOptions::new()
                     .create(true)

@@ -25,6 +25,7 @@ const CASES: &[(&str, &str)] = &[
     ("Log", "notice stdout"),
     ("Log", "info-err stderr"),
     ("Log", "notice file @DIR@/notice.log"),
+    ("Log", "notice syslog"),
     ("Log", "blah stdout"),
     ("Log", "notice nowhere"),
     ("DirCache", "0"),
