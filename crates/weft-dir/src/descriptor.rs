@@ -101,8 +101,10 @@ pub struct DescriptorParams {
     /// ntor crosscert expires at `published + onion_key_lifetime`.
     pub onion_key_lifetime: Duration,
     /// Exit policy lines, each `accept …` or `reject …`; at least one.
-    /// (No `family` support yet.)
     pub exit_policy_lines: Vec<String>,
+    /// `family` entries (`$FINGERPRINT`s, or nicknames), from MyFamily;
+    /// no line when empty.
+    pub family: Vec<String>,
     /// `overload-general 1 <time>`: the start of the hour of the last
     /// general overload (out of memory, CREATE cells dropped), written
     /// while it is under 72 h old. [C rephist.c
@@ -133,6 +135,7 @@ impl DescriptorParams {
             published,
             onion_key_lifetime: DEFAULT_ONION_KEY_LIFETIME,
             exit_policy_lines: vec!["reject *:*".to_owned()],
+            family: Vec::new(),
             overload_general: None,
             tunnelled_dir_server: false,
         }
@@ -199,6 +202,14 @@ fn check_params(p: &DescriptorParams) -> Result<(), DescError> {
     check_line("proto", &p.proto)?;
     if p.proto.trim().is_empty() || !p.proto.contains('=') {
         return bad("proto", "must list Name=versions entries");
+    }
+    for f in &p.family {
+        if f.is_empty() || !f.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'$') {
+            return Err(DescError::InvalidField {
+                field: "family",
+                why: "entries are $fingerprints or nicknames",
+            });
+        }
     }
     if let Some(c) = &p.contact {
         check_line("contact", c)?;
@@ -355,6 +366,9 @@ pub fn build_server_descriptor(
     pem(&mut d, "ED25519 CERT", &ntor_cc);
     if let Some(c) = &p.contact {
         let _ = writeln!(d, "contact {c}");
+    }
+    if !p.family.is_empty() {
+        let _ = writeln!(d, "family {}", p.family.join(" "));
     }
     let _ = writeln!(
         d,

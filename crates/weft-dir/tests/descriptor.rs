@@ -488,3 +488,31 @@ fn overload_general_line_placed_as_c_tor_and_expires() {
     let (desc, _) = build_descriptor_pair(&k, &p).unwrap();
     assert!(!desc.contains("overload-general"));
 }
+
+/// MyFamily's entries give one `family` line (Arti's parser reads it
+/// back); bad entries are refused.
+#[test]
+fn family_line() {
+    let (_t, k) = make_keys();
+    let now = now_secs();
+    let mut p = params(now);
+    p.family = vec![
+        "$AAAABBBBCCCCDDDDEEEEFFFF0000111122223333".into(),
+        "friend".into(),
+    ];
+    let (desc, _) = build_descriptor_pair(&k, &p).unwrap();
+    assert!(
+        desc.contains("\nfamily $AAAABBBBCCCCDDDDEEEEFFFF0000111122223333 friend\n"),
+        "{desc}"
+    );
+    let rd: RouterDesc = RouterDesc::parse(&desc)
+        .expect("parse")
+        .check_signature()
+        .expect("signature")
+        .dangerously_assume_timely();
+    assert_eq!(rd.family().members().count(), 2);
+    p.family = vec!["bad entry\nrouter".into()];
+    assert!(build_descriptor_pair(&k, &p).is_err());
+    let (plain, _) = build_descriptor_pair(&k, &params(now)).unwrap();
+    assert!(!plain.contains("\nfamily "));
+}

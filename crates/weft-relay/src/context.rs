@@ -100,6 +100,9 @@ pub struct RelayConfig {
     /// DirCache (default 1): serve directory documents over BEGIN_DIR
     /// when the bandwidth allows (see `controller::dir_cache`).
     pub dir_cache: bool,
+    /// MyFamily: `$FINGERPRINT`s (upper-case hex) and nicknames, sorted,
+    /// without duplicates.
+    pub family: Vec<String>,
     /// User: whom to run as once the listeners are bound.
     pub user: Option<crate::privileges::RunAs>,
     /// HeartbeatPeriod (None: no heartbeat lines).

@@ -101,6 +101,26 @@ fn parse_bytes(v: &str) -> Result<u64, String> {
     Ok((n * mult) as u64)
 }
 
+/// One MyFamily entry: `$HEX`, `HEX`, `$HEX~nick` or `$HEX=nick` become
+/// `$HEX` (upper case); a nickname stays (true: it is one), as C Tor.
+fn parse_family_entry(e: &str) -> Result<(String, bool), String> {
+    let hexpart = e
+        .trim_start_matches('$')
+        .split(['~', '='])
+        .next()
+        .unwrap_or("");
+    if hexpart.len() == 40 && hexpart.bytes().all(|b| b.is_ascii_hexdigit()) {
+        return Ok((format!("${}", hexpart.to_ascii_uppercase()), false));
+    }
+    if !e.starts_with('$')
+        && (1..=19).contains(&e.len())
+        && e.bytes().all(|b| b.is_ascii_alphanumeric())
+    {
+        return Ok((e.to_string(), true));
+    }
+    Err(format!("Invalid nickname '{e}' in MyFamily line"))
+}
+
 /// Parse a `DirAuthority` line value. [tor manual: DirAuthority]
 pub fn parse_dir_authority(v: &str) -> Result<DirAuthority, String> {
     let toks: Vec<&str> = v.split_whitespace().collect();
@@ -289,6 +309,8 @@ pub fn parse_lines(
     let mut burst: u64 = 1 << 30;
     let (mut relay_rate, mut relay_burst) = (0u64, 0u64);
     let mut user = None;
+    let mut family: Vec<String> = Vec::new();
+    let mut warnings: Vec<String> = Vec::new();
     let mut extend_private: Option<bool> = None;
     let mut cross_worker = false;
     let mut metrics_port: Option<SocketAddr> = None;
@@ -368,6 +390,15 @@ pub fn parse_lines(
             "testingtornetwork" => testing = parse_bool(val).map_err(err)?,
             "assumereachable" => assume_reachable = parse_bool(val).map_err(err)?,
             "dircache" => dir_cache = parse_bool(val).map_err(err)?,
+            "myfamily" => {
+                for e in val.split([',', ' ']).filter(|e| !e.is_empty()) {
+                    let (entry, nick) = parse_family_entry(e).map_err(err)?;
+                    if nick {
+                        warnings.push(format!("MyFamily entry '{e}' is a nickname: anyone can take a nickname; list $fingerprints"));
+                    }
+                    family.push(entry);
+                }
+            }
             "user" => {
                 user = Some(weft_relay::privileges::lookup(val).map_err(err)?);
             }
@@ -486,7 +517,10 @@ pub fn parse_lines(
     if !adv_ip.is_ipv4() {
         return Err(at_end("Address must be IPv4"));
     }
-    let (exit_policy, mut warnings) = exit.finish(adv_ip).map_err(|e| at_end(&e))?;
+    let (exit_policy, exit_warnings) = exit.finish(adv_ip).map_err(|e| at_end(&e))?;
+    warnings.extend(exit_warnings);
+    family.sort();
+    family.dedup();
     if let Some(h) = heartbeat.filter(|h| *h < 1800 && !testing) {
         warnings.push(format!(
             "HeartbeatPeriod {h} seconds is too short; raising to 30 minutes (as C Tor)"
@@ -589,6 +623,7 @@ pub fn parse_lines(
             dir_cache,
             control,
             user,
+            family,
             heartbeat_period: heartbeat.map(|h| std::time::Duration::from_secs(h.into())),
             torrc: TorrcView {
                 path: std::path::absolute(file).unwrap_or_else(|_| file.to_path_buf()),

@@ -27,6 +27,10 @@ use anyhow::{bail, ensure, Context, Result};
 use weft_testnet::{pick_base_port, ControlClient, Testnet, TestnetConfig, TorBinaries, WeftNode};
 
 /// Bound on every wait for flags and bootstrap.
+/// A family member in weft's MyFamily (not in the network: a family line
+/// may name relays that are not running).
+const FAMILY: &str = "$AAAABBBBCCCCDDDDEEEEFFFF0000111122223333";
+
 const BOUND: Duration = Duration::from_secs(300);
 
 /// A stock tor client started by this test (killed on drop).
@@ -162,6 +166,7 @@ fn stock_client_bootstraps_from_weft_alone_and_uses_it_as_guard() -> Result<()> 
         format!("MetricsPort 127.0.0.1:{metrics_port}"),
         "TestingCrossWorkerExtends 1".to_string(),
         format!("ControlPort {control_port}"),
+        format!("MyFamily {FAMILY}"),
     ];
     cfg.weft = Some(w);
     cfg.base_port = pick_base_port(cfg.ports_needed())?;
@@ -231,6 +236,12 @@ fn stock_client_bootstraps_from_weft_alone_and_uses_it_as_guard() -> Result<()> 
     // The stock relays are not caches: no V2Dir, so no Guard.
     let relay_fp = net.fingerprint("relay0")?;
     let mut auth = net.control("auth0")?;
+    // The authorities took weft's descriptor with its family line.
+    let desc = auth.getinfo(&format!("desc/id/{fp}")).unwrap_or_default();
+    ensure!(
+        desc.lines().any(|l| l == format!("family {FAMILY}")),
+        "weft's descriptor at auth0: {desc}"
+    );
     if let weft_testnet::ConsensusEntry::Listed { flags, .. } = auth.consensus_entry(&relay_fp)? {
         ensure!(
             !flags.iter().any(|f| f == "V2Dir" || f == "Guard"),

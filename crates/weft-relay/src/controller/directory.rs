@@ -132,6 +132,7 @@ impl DirState {
             published: SystemTime::now(),
             onion_key_lifetime: Duration::from_secs(28 * 86400),
             exit_policy_lines: cfg.exit_policy.descriptor_lines(),
+            family: cfg.family.clone(),
             overload_general: None,
             tunnelled_dir_server: dir_cache,
         };
@@ -211,6 +212,7 @@ impl DirState {
             d.bandwidth_avg,
             d.bandwidth_burst,
             d.exit_policy_lines.clone(),
+            d.family.clone(),
         );
         d.nickname = cfg.nickname.clone();
         d.contact = cfg.contact.clone();
@@ -219,12 +221,15 @@ impl DirState {
             .min(cfg.max_advertised_bandwidth.unwrap_or(u64::MAX));
         d.bandwidth_burst = cfg.bandwidth_burst;
         d.exit_policy_lines = cfg.exit_policy.descriptor_lines();
+        let me = format!("${}", hex::encode_upper(self.our_fp));
+        d.family = cfg.family.iter().filter(|f| **f != me).cloned().collect();
         let after = (
             d.nickname.clone(),
             d.contact.clone(),
             d.bandwidth_avg,
             d.bandwidth_burst,
             d.exit_policy_lines.clone(),
+            d.family.clone(),
         );
         if before != after {
             self.dirty = true;
@@ -300,6 +305,9 @@ impl DirState {
     /// First publication, once the ORPort is listening.
     pub fn start(&mut self, keys: &RelayKeys, started: Instant, observed: u64) {
         self.our_fp = keys.fingerprint;
+        // C Tor leaves itself out of its own family line.
+        let me = format!("${}", hex::encode_upper(keys.fingerprint));
+        self.desc.family.retain(|f| *f != me);
         self.publish(keys, started, observed, "startup");
     }
 

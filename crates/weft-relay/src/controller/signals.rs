@@ -173,6 +173,7 @@ impl Controller {
         for (name, same) in [
             ("Nickname", old.nickname == new.nickname),
             ("ContactInfo", old.contact == new.contact),
+            ("MyFamily", old.family == new.family),
             (
                 "BandwidthRate/Burst",
                 old.bandwidth_rate == new.bandwidth_rate
