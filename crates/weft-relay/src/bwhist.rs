@@ -118,6 +118,33 @@ pub fn today() -> u64 {
         .map_or(0, |d| d.as_secs() / 86400)
 }
 
+impl BandwidthHistory {
+    /// The history saved by the last run, if any (a bad file is reported
+    /// and ignored: it holds no secret and no identity).
+    pub fn load(path: &std::path::Path) -> BandwidthHistory {
+        match std::fs::read_to_string(path) {
+            Ok(t) => match BandwidthHistory::from_state(&t, today()) {
+                Ok(h) => {
+                    tracing::info!("bandwidth history loaded: observed {} B/s", h.observed());
+                    h
+                }
+                Err(e) => {
+                    tracing::warn!("{}: {e}; starting a new bandwidth history", path.display());
+                    BandwidthHistory::default()
+                }
+            },
+            Err(_) => BandwidthHistory::default(),
+        }
+    }
+
+    /// Save it (0600).
+    pub fn save(&self, path: &std::path::Path) {
+        if let Err(e) = weft_crypto::keys::write_private_file(path, self.to_state().as_bytes()) {
+            tracing::warn!("cannot save the bandwidth history: {e}");
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -163,32 +190,5 @@ mod tests {
         assert!(BandwidthHistory::from_state("# ok\nFoo 1\n", 1)
             .unwrap_err()
             .contains("line 2"));
-    }
-}
-
-impl BandwidthHistory {
-    /// The history saved by the last run, if any (a bad file is reported
-    /// and ignored: it holds no secret and no identity).
-    pub fn load(path: &std::path::Path) -> BandwidthHistory {
-        match std::fs::read_to_string(path) {
-            Ok(t) => match BandwidthHistory::from_state(&t, today()) {
-                Ok(h) => {
-                    tracing::info!("bandwidth history loaded: observed {} B/s", h.observed());
-                    h
-                }
-                Err(e) => {
-                    tracing::warn!("{}: {e}; starting a new bandwidth history", path.display());
-                    BandwidthHistory::default()
-                }
-            },
-            Err(_) => BandwidthHistory::default(),
-        }
-    }
-
-    /// Save it (0600).
-    pub fn save(&self, path: &std::path::Path) {
-        if let Err(e) = weft_crypto::keys::write_private_file(path, self.to_state().as_bytes()) {
-            tracing::warn!("cannot save the bandwidth history: {e}");
-        }
     }
 }

@@ -698,6 +698,8 @@ impl Controller {
         }
     }
 
+    /// Regenerate the TLS context every 2 hours, rotate onion keys and the
+    /// signing key when due, and hand workers the new snapshot.
     fn rotate_if_due(&mut self, dir: &mut DirState) {
         let now = SystemTime::now();
         let mut changed = false;

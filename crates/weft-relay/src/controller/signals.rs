@@ -46,6 +46,8 @@ impl Controller {
         false
     }
 
+    /// The heartbeat: uptime, connections, traffic, CPU; the DoS and
+    /// memory lines.
     pub(super) fn log_heartbeat(&self) {
         let circuits: u64 = self.worker_load.iter().map(|w| w.circuits).sum();
         let conns = self.conns.len();
@@ -87,9 +89,6 @@ impl Controller {
             l.onionskins_dropped
         );
     }
-
-    /// Regenerate the TLS context every 2 hours, rotate onion keys and the
-    /// signing key when due, and hand workers the new snapshot.
 
     /// DUMP / SIGUSR1: the heartbeat and each worker's counters.
     pub(super) fn log_dump(&self) {
