@@ -100,6 +100,8 @@ pub struct RelayConfig {
     /// DirCache (default 1): serve directory documents over BEGIN_DIR
     /// when the bandwidth allows (see `controller::dir_cache`).
     pub dir_cache: bool,
+    /// OutboundBindAddress, …OR, …Exit.
+    pub outbound: crate::outbound::OutboundBind,
     /// MyFamily: `$FINGERPRINT`s (upper-case hex) and nicknames, sorted,
     /// without duplicates.
     pub family: Vec<String>,
@@ -293,6 +295,8 @@ pub struct SharedContext {
     pub cfx: weft_proto::circuit::conflux::CfxParams,
     /// We are a directory cache (BEGIN_DIR served).
     pub dir_cache: bool,
+    /// Source addresses of outbound connections.
+    pub outbound: crate::outbound::OutboundBind,
     /// When the snapshot was made.
     pub created: SystemTime,
 }
@@ -329,6 +333,7 @@ impl SharedContext {
             cc: sched.cc,
             cfx: sched.cfx,
             dir_cache: false,
+            outbound: Default::default(),
             created: SystemTime::now(),
         })
     }
@@ -337,6 +342,12 @@ impl SharedContext {
     /// exit).
     pub fn with_exit(mut self, exit: Option<Arc<ExitSettings>>) -> SharedContext {
         self.exit = exit;
+        self
+    }
+
+    /// The same context with these outbound source addresses.
+    pub fn with_outbound(mut self, b: crate::outbound::OutboundBind) -> SharedContext {
+        self.outbound = b;
         self
     }
 

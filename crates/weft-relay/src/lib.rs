@@ -7,7 +7,7 @@
 //!
 //! Layers (a module uses only modules of lower layers; checked by the test
 //! `module_layers`): leaf modules (`bucket`, `bwhist`, `context`, `control`, `dos`,
-//! `ewma`, `histogram`, `kist`, `link_io`, `oom`, `pool`, `privileges`, `ring`,
+//! `ewma`, `histogram`, `kist`, `link_io`, `oom`, `outbound`, `pool`, `privileges`, `ring`,
 //! `sched_slice`, `selftest`, `tls`), then `messages`, then `worker`, then
 //! `controller`.
 //!
@@ -28,6 +28,7 @@ pub mod kist;
 pub mod link_io;
 pub mod messages;
 pub mod oom;
+pub mod outbound;
 pub mod pool;
 pub mod privileges;
 pub mod resolver;

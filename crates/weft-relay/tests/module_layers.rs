@@ -12,8 +12,8 @@ use std::path::{Path, PathBuf};
 fn layer(m: &str) -> Option<u8> {
     Some(match m {
         "bucket" | "bwhist" | "context" | "control" | "dos" | "ewma" | "histogram" | "kist"
-        | "link_io" | "oom" | "pool" | "privileges" | "resolver" | "ring" | "sched_slice"
-        | "selftest" | "tls" => 0,
+        | "link_io" | "oom" | "outbound" | "pool" | "privileges" | "resolver" | "ring"
+        | "sched_slice" | "selftest" | "tls" => 0,
         "messages" => 1,
         "worker" => 2,
         "controller" => 3,

@@ -441,6 +441,16 @@ impl Testnet {
         self.nodes.iter().find(|n| n.role == Role::Weft)
     }
 
+    /// The weft node's process id (to send it a signal, as an operator
+    /// would), if it runs.
+    pub fn weft_pid(&self) -> Option<u32> {
+        let name = &self.weft()?.name;
+        self.children
+            .iter()
+            .find(|c| c.name() == name)
+            .map(|c| c.pid())
+    }
+
     /// Stop the weft node (SIGTERM, bounded wait, then SIGKILL) and start it
     /// again from the same DataDirectory with `threads` and `extra_torrc`
     /// (replacing the earlier extra lines); returns once its ORPort accepts

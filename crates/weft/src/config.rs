@@ -309,6 +309,7 @@ pub fn parse_lines(
     let mut burst: u64 = 1 << 30;
     let (mut relay_rate, mut relay_burst) = (0u64, 0u64);
     let mut user = None;
+    let mut outbound = weft_relay::outbound::OutboundBind::default();
     let mut family: Vec<String> = Vec::new();
     let mut warnings: Vec<String> = Vec::new();
     let mut extend_private: Option<bool> = None;
@@ -390,6 +391,14 @@ pub fn parse_lines(
             "testingtornetwork" => testing = parse_bool(val).map_err(err)?,
             "assumereachable" => assume_reachable = parse_bool(val).map_err(err)?,
             "dircache" => dir_cache = parse_bool(val).map_err(err)?,
+            "outboundbindaddress" | "outboundbindaddressor" | "outboundbindaddressexit" => {
+                let ip: IpAddr = val
+                    .trim_start_matches('[')
+                    .trim_end_matches(']')
+                    .parse()
+                    .map_err(|_| err(format!("Unable to parse {key} '{val}'")))?;
+                outbound.set(&lower, ip).map_err(err)?;
+            }
             "myfamily" => {
                 for e in val.split([',', ' ']).filter(|e| !e.is_empty()) {
                     let (entry, nick) = parse_family_entry(e).map_err(err)?;
@@ -624,6 +633,7 @@ pub fn parse_lines(
             control,
             user,
             family,
+            outbound,
             heartbeat_period: heartbeat.map(|h| std::time::Duration::from_secs(h.into())),
             torrc: TorrcView {
                 path: std::path::absolute(file).unwrap_or_else(|_| file.to_path_buf()),

@@ -375,12 +375,87 @@ fn stock_clients_use_weft_as_their_exit() -> Result<()> {
     );
     ensure!(sink.errors().is_empty(), "sink errors: {:?}", sink.errors());
     ensure!(moved == 3 * STREAMS as u64 * 2 * PER_STREAM);
+    reload_exit_policy(&net, &sink, metrics_port)?;
 
     no_bad_closes(&net)?;
     net.stop()?;
     drop(net);
     let _ = std::fs::remove_file(base_dir.with_extension("resolv.conf"));
     std::fs::remove_dir_all(&base_dir).with_context(|| format!("removing {}", base_dir.display()))
+}
+
+/// An operator's reload: the torrc's ExitPolicy now rejects the sink's
+/// port, SIGHUP, and weft refuses the next stream there with END
+/// EXITPOLICY (the client still believes the old policy from its
+/// consensus, so it asks) — the new policy applies at once, without a
+/// restart.
+fn reload_exit_policy(net: &Testnet, sink: &Sink, metrics_port: u16) -> Result<()> {
+    let port = sink.addr().port();
+    let node = net.weft().context("no weft node")?;
+    let torrc = node.torrc();
+    let text = std::fs::read_to_string(&torrc)?;
+    let accept = format!("ExitPolicy accept *:{port}\n");
+    ensure!(text.contains(&accept), "weft's torrc: {text}");
+    std::fs::write(
+        &torrc,
+        text.replace(&accept, &format!("ExitPolicy reject *:{port}\n")),
+    )?;
+    let before = metric(
+        net,
+        metrics_port,
+        "weft_exit_stream_ends_total{reason=\"exitpolicy\"}",
+    )?;
+    let pid = net.weft_pid().context("weft's pid")?;
+    ensure!(std::process::Command::new("kill")
+        .args(["-HUP", &pid.to_string()])
+        .status()?
+        .success());
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    loop {
+        let log = std::fs::read_to_string(node.notice_log()).unwrap_or_default();
+        if let Some(l) = log.lines().rev().find(|l| l.contains("reloaded the torrc")) {
+            ensure!(l.contains("ExitPolicy"), "{l}");
+            break;
+        }
+        ensure!(std::time::Instant::now() < deadline, "weft did not reload");
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    let socks = net
+        .by_role(weft_testnet::Role::Client)
+        .first()
+        .and_then(|c| c.socks_addr())
+        .context("client SocksPort")?;
+    let target = sink.addr();
+    let attempt = std::thread::spawn(move || {
+        traffic::socks5_connect(socks, target, Duration::from_secs(15)).is_ok()
+    });
+    let deadline = std::time::Instant::now() + Duration::from_secs(45);
+    loop {
+        let now = metric(
+            net,
+            metrics_port,
+            "weft_exit_stream_ends_total{reason=\"exitpolicy\"}",
+        )?;
+        if now > before {
+            eprintln!(
+                "[reload] END EXITPOLICY for port {port} after the reload ({before} -> {now})"
+            );
+            break;
+        }
+        ensure!(
+            std::time::Instant::now() < deadline,
+            "the reloaded ExitPolicy was not applied"
+        );
+        std::thread::sleep(Duration::from_millis(300));
+    }
+    let connected = attempt
+        .join()
+        .map_err(|_| anyhow::anyhow!("connect thread panicked"))?;
+    ensure!(
+        !connected,
+        "a stream to the rejected port went through after the reload"
+    );
+    Ok(())
 }
 
 /// No circuit closed for a flow-control or stream reason. (Circuits that

@@ -37,6 +37,8 @@ fn workers_carry_the_configured_scheduler_slice() {
     assert!(weft
         .log_text()
         .contains("worker threads run with a 7ms scheduler slice"));
+    // Worker 0 logs the slice before worker 1 is spawned: wait for both.
+    assert!(common::wait_for_log(&weft, "started 2 worker threads"));
     let all = threads(pid);
     let workers: Vec<_> = all
         .iter()

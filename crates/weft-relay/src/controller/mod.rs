@@ -250,7 +250,8 @@ async fn run_controller(cfg: RelayConfig, mut hooks: RelayHooks) -> anyhow::Resu
             &sched_params(&cfg, &NetParams::default()),
         )?
         .with_exit(exit_settings(&cfg, resolver.as_ref(), None))
-        .with_dir_cache(dir_cache::should_be_cache(&cfg)),
+        .with_dir_cache(dir_cache::should_be_cache(&cfg))
+        .with_outbound(cfg.outbound),
     );
 
     let listener = std::net::TcpListener::bind(cfg.or_listen)
@@ -748,7 +749,8 @@ impl Controller {
             Ok(ctx) => {
                 self.ctx = Arc::new(
                     ctx.with_exit(exit_settings(&self.cfg, self.resolver.as_ref(), Some(dir)))
-                        .with_dir_cache(self.ctx.dir_cache),
+                        .with_dir_cache(self.ctx.dir_cache)
+                        .with_outbound(self.cfg.outbound),
                 );
                 for w in &self.workers {
                     w.send(WorkerMsg::NewContext(self.ctx.clone()));

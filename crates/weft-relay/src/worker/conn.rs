@@ -177,7 +177,11 @@ impl Worker {
         ed: Option<[u8; 32]>,
     ) {
         let r = (|| -> std::io::Result<LinkConn> {
-            let tcp = TcpStream::connect(addr)?;
+            let from = self
+                .ctx
+                .outbound
+                .source_for(crate::outbound::Purpose::Or, &addr);
+            let tcp = crate::outbound::connect(addr, from)?;
             let _ = tcp.set_nodelay(true);
             let tls = TlsLink::connect(&self.ctx.connector, tcp)?;
             Ok(LinkConn::outbound(

@@ -122,7 +122,12 @@ impl Worker {
     fn stream_io(&mut self) {
         while let Some(io) = self.core.poll_stream_io() {
             match io {
-                StreamIo::Connect { key, addr } => match mio::net::TcpStream::connect(addr) {
+                StreamIo::Connect { key, addr } => match crate::outbound::connect(
+                    addr,
+                    self.ctx
+                        .outbound
+                        .source_for(crate::outbound::Purpose::Exit, &addr),
+                ) {
                     Ok(mut sock) => {
                         let token = Token(STREAM_TOKEN_BASE + key);
                         if let Err(e) = self.poll.registry().register(
