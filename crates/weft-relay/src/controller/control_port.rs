@@ -220,21 +220,15 @@ impl ControlPorts {
                     let local = listener.local_addr()?;
                     info!("ControlPort listening on {local}");
                     listening.push(format!("\"{local}\""));
-                    let (tx, next_id) = (tx.clone(), next_id.clone());
-                    tokio::task::spawn_local(async move {
-                        loop {
-                            match listener.accept().await {
-                                Ok((s, _)) => {
-                                    let id = next_id.fetch_add(1, Ordering::Relaxed);
-                                    tokio::task::spawn_local(serve(s, id, tx.clone()));
-                                }
-                                Err(e) => {
-                                    warn!("ControlPort accept: {e}");
-                                    tokio::time::sleep(std::time::Duration::from_millis(100)).await;
-                                }
-                            }
-                        }
-                    });
+                    let listener = std::rc::Rc::new(listener);
+                    spawn_accept_loop(
+                        move || {
+                            let l = listener.clone();
+                            async move { l.accept().await.map(|(s, _)| s) }
+                        },
+                        tx.clone(),
+                        next_id.clone(),
+                    );
                 }
                 ControlListener::Unix(path) => {
                     if std::fs::symlink_metadata(path)
@@ -248,21 +242,15 @@ impl ControlPorts {
                     std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o600))?;
                     info!("ControlPort listening on unix:{}", path.display());
                     listening.push(format!("\"unix:{}\"", path.display()));
-                    let (tx, next_id) = (tx.clone(), next_id.clone());
-                    tokio::task::spawn_local(async move {
-                        loop {
-                            match listener.accept().await {
-                                Ok((s, _)) => {
-                                    let id = next_id.fetch_add(1, Ordering::Relaxed);
-                                    tokio::task::spawn_local(serve(s, id, tx.clone()));
-                                }
-                                Err(e) => {
-                                    warn!("ControlPort accept: {e}");
-                                    tokio::time::sleep(std::time::Duration::from_millis(100)).await;
-                                }
-                            }
-                        }
-                    });
+                    let listener = std::rc::Rc::new(listener);
+                    spawn_accept_loop(
+                        move || {
+                            let l = listener.clone();
+                            async move { l.accept().await.map(|(s, _)| s) }
+                        },
+                        tx.clone(),
+                        next_id.clone(),
+                    );
                 }
             }
         }
@@ -399,6 +387,33 @@ impl ControlInfo for PortInfo<'_> {
     fn getconf(&self, key: &str) -> Option<(String, Vec<String>)> {
         self.inner.getconf(key)
     }
+}
+
+/// Accept control connections for ever, one `serve` task each (`accept`
+/// is a TCP or a unix listener's accept).
+fn spawn_accept_loop<S, F, Fut>(
+    accept: F,
+    tx: mpsc::UnboundedSender<ControlIn>,
+    next_id: Arc<std::sync::atomic::AtomicU64>,
+) where
+    S: AsyncRead + AsyncWrite + 'static,
+    F: Fn() -> Fut + 'static,
+    Fut: std::future::Future<Output = std::io::Result<S>>,
+{
+    tokio::task::spawn_local(async move {
+        loop {
+            match accept().await {
+                Ok(s) => {
+                    let id = next_id.fetch_add(1, Ordering::Relaxed);
+                    tokio::task::spawn_local(serve(s, id, tx.clone()));
+                }
+                Err(e) => {
+                    warn!("ControlPort accept: {e}");
+                    tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+                }
+            }
+        }
+    });
 }
 
 /// One control connection: read commands (a line, or a `+` command up to

@@ -85,6 +85,20 @@ pub struct DirOutcome {
 /// (bytes/s): a relay whose history already shows traffic needs none.
 const SELFTEST_BELOW: u64 = 100 * 1024;
 
+/// What a reload can change in our descriptor.
+type Reconfigurable = (String, Option<String>, u64, u64, Vec<String>, Vec<String>);
+
+fn reconfigurable(d: &DescriptorParams) -> Reconfigurable {
+    (
+        d.nickname.clone(),
+        d.contact.clone(),
+        d.bandwidth_avg,
+        d.bandwidth_burst,
+        d.exit_policy_lines.clone(),
+        d.family.clone(),
+    )
+}
+
 /// Directory state kept by the controller.
 pub struct DirState {
     authorities: Vec<DirAuthority>,
@@ -205,15 +219,8 @@ impl DirState {
     /// A reload changed what the descriptor says (nickname, contact,
     /// bandwidth, exit policy): publish anew at the next check.
     pub fn reconfigure(&mut self, cfg: &RelayConfig) {
+        let before = reconfigurable(&self.desc);
         let d = &mut self.desc;
-        let before = (
-            d.nickname.clone(),
-            d.contact.clone(),
-            d.bandwidth_avg,
-            d.bandwidth_burst,
-            d.exit_policy_lines.clone(),
-            d.family.clone(),
-        );
         d.nickname = cfg.nickname.clone();
         d.contact = cfg.contact.clone();
         d.bandwidth_avg = cfg
@@ -223,14 +230,7 @@ impl DirState {
         d.exit_policy_lines = cfg.exit_policy.descriptor_lines();
         let me = format!("${}", hex::encode_upper(self.our_fp));
         d.family = cfg.family.iter().filter(|f| **f != me).cloned().collect();
-        let after = (
-            d.nickname.clone(),
-            d.contact.clone(),
-            d.bandwidth_avg,
-            d.bandwidth_burst,
-            d.exit_policy_lines.clone(),
-            d.family.clone(),
-        );
+        let after = reconfigurable(&self.desc);
         if before != after {
             self.dirty = true;
         }
