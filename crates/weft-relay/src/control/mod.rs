@@ -178,3 +178,53 @@ pub fn quoted(s: &str) -> String {
     o.push('"');
     o
 }
+
+/// Fuzzing entry: `data` as a controller's commands (one per line, `+`
+/// commands to their "." line), answered by one session with cookie and
+/// password authentication and fixed GETINFO/GETCONF answers, until the
+/// session closes. Must never panic.
+pub fn fuzz_commands(data: &[u8]) {
+    struct Fixed;
+    impl ControlInfo for Fixed {
+        fn getinfo(&self, key: &str) -> Result<String, InfoError> {
+            match key {
+                "version" => Ok(version_string()),
+                "config-text" => Ok("Nickname a\n.b\n".into()),
+                _ => Err(InfoError::Unrecognized),
+            }
+        }
+        fn getconf(&self, key: &str) -> Option<(String, Vec<String>)> {
+            key.eq_ignore_ascii_case("nickname")
+                .then(|| ("Nickname".into(), vec!["a".into()]))
+        }
+    }
+    let auth = AuthSettings {
+        cookie: Some([0x42; 32]),
+        cookie_path: "/x/control_auth_cookie".into(),
+        passwords: weft_crypto::control_auth::HashedPassword::parse(
+            "16:A69662735A265BAC602C01B03AE915B2705F1C8715ACD45E700AF749B5",
+        )
+        .into_iter()
+        .collect(),
+    };
+    let text = String::from_utf8_lossy(data);
+    let mut session = Session::new();
+    let mut lines = text.split('\n');
+    while let Some(first) = lines.next() {
+        let mut cmd = first.to_string();
+        if first.starts_with('+') {
+            for l in lines.by_ref() {
+                if l.trim_end_matches('\r') == "." {
+                    break;
+                }
+                cmd.push('\n');
+                cmd.push_str(l);
+            }
+        }
+        let out = session.on_command(cmd.trim_end_matches('\r'), &auth, &Fixed);
+        assert!(out.reply.ends_with("\r\n"), "reply without line end");
+        if out.close {
+            break;
+        }
+    }
+}

@@ -352,3 +352,15 @@ fn argument_parsing() {
     assert_eq!(c.body.as_deref(), Some("router x\r\n"));
     assert_eq!(quoted("a\"b\\c\n\x01"), "\"a\\\"b\\\\c\\n\\001\"");
 }
+
+#[test]
+fn fuzz_corpus_replays() {
+    let dir =
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../fuzz/corpus/control_commands");
+    let mut n = 0;
+    for e in std::fs::read_dir(&dir).unwrap() {
+        super::fuzz_commands(&std::fs::read(e.unwrap().path()).unwrap());
+        n += 1;
+    }
+    assert!(n >= 2, "corpus in {}", dir.display());
+}
