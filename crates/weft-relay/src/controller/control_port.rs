@@ -337,15 +337,16 @@ impl ControlPorts {
                 dropped.push(*id);
             }
         }
+        if dropped.is_empty() {
+            return;
+        }
         for id in dropped {
             warn!("controller {id} does not read its events: closing its connection");
             if let Some((_, out)) = self.sessions.remove(&id) {
                 let _ = out.try_send(ControlOut::Close);
             }
         }
-        if !self.sessions.is_empty() || event == "BW" {
-            self.update_log_wanted();
-        }
+        self.update_log_wanted();
     }
 
     fn update_log_wanted(&self) {

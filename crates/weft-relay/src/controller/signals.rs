@@ -115,59 +115,45 @@ impl Controller {
             }
         };
         let old = &self.cfg;
+        // Options that need a restart: named in the log, and the running
+        // value kept (one list, so the two cannot drift apart).
         let mut restart = Vec::new();
-        for (name, same) in [
-            ("ORPort", old.or_listen == new.or_listen),
-            ("Address", old.advertised == new.advertised),
-            ("DataDirectory", old.data_dir == new.data_dir),
-            ("User", old.user == new.user),
-            ("DirAuthority", old.authorities == new.authorities),
-            (
-                "ConnectionThreads",
-                old.connection_threads == new.connection_threads,
-            ),
-            (
-                "WorkerSchedSlice",
-                old.worker_sched_slice == new.worker_sched_slice,
-            ),
-            ("MetricsPort", old.metrics_port == new.metrics_port),
-            (
-                "ControlPort and its authentication",
-                old.control == new.control,
-            ),
-            (
-                "TestingTorNetwork",
-                old.testing_tor_network == new.testing_tor_network,
-            ),
-            ("DirCache", old.dir_cache == new.dir_cache),
-            (
-                "MaxMemInQueues",
-                old.max_mem_in_queues == new.max_mem_in_queues,
-            ),
-            ("ConnLimit", old.conn_limit == new.conn_limit),
-            (
-                "TokenBucketRefillInterval",
-                old.token_bucket_refill == new.token_bucket_refill,
-            ),
-            (
-                "ServerDNSResolvConfFile",
-                old.dns_resolv_conf == new.dns_resolv_conf,
-            ),
-            (
-                "exit relay on/off",
-                old.exit_policy.is_reject_star() == new.exit_policy.is_reject_star(),
-            ),
-            (
-                "Testing options",
-                old.testing_cross_worker == new.testing_cross_worker
-                    && old.testing_migrate_every == new.testing_migrate_every
-                    && old.testing_place_on_worker == new.testing_place_on_worker,
-            ),
-        ] {
-            if !same {
-                restart.push(name);
-            }
+        macro_rules! needs_restart {
+            ($name:expr, $($field:ident),+) => {
+                if $(old.$field != new.$field)||+ {
+                    restart.push($name);
+                    $(new.$field = old.$field.clone();)+
+                }
+            };
         }
+        needs_restart!("ORPort", or_listen);
+        needs_restart!("Address", advertised);
+        needs_restart!("DataDirectory", data_dir);
+        needs_restart!("User", user);
+        needs_restart!("DirAuthority", authorities);
+        needs_restart!("ConnectionThreads", connection_threads);
+        needs_restart!("WorkerSchedSlice", worker_sched_slice);
+        needs_restart!("MetricsPort", metrics_port);
+        needs_restart!("ControlPort and its authentication", control);
+        needs_restart!("TestingTorNetwork", testing_tor_network);
+        needs_restart!("DirCache", dir_cache);
+        needs_restart!("MaxMemInQueues", max_mem_in_queues);
+        needs_restart!("ConnLimit", conn_limit);
+        needs_restart!("TokenBucketRefillInterval", token_bucket_refill);
+        needs_restart!("ServerDNSResolvConfFile", dns_resolv_conf);
+        needs_restart!(
+            "Testing options",
+            testing_cross_worker,
+            testing_migrate_every,
+            testing_place_on_worker
+        );
+        if old.exit_policy.is_reject_star() != new.exit_policy.is_reject_star() {
+            // Turning the exit on or off starts or stops the resolver.
+            restart.push("exit relay on/off (ExitRelay, ExitPolicy)");
+            new.exit_policy = old.exit_policy.clone();
+        }
+        new.alloc_probe = old.alloc_probe;
+        // What applies now, for the log.
         let mut applied = Vec::new();
         for (name, same) in [
             ("Nickname", old.nickname == new.nickname),
@@ -201,34 +187,11 @@ impl Controller {
                 "HeartbeatPeriod",
                 old.heartbeat_period == new.heartbeat_period,
             ),
-            ("torrc view", old.torrc == new.torrc),
+            ("OutboundBindAddress", old.outbound == new.outbound),
         ] {
-            if !same && name != "torrc view" {
+            if !same {
                 applied.push(name);
             }
-        }
-        // What needs a restart keeps its running value.
-        new.or_listen = old.or_listen;
-        new.advertised = old.advertised;
-        new.data_dir = old.data_dir.clone();
-        new.user = old.user.clone();
-        new.authorities = old.authorities.clone();
-        new.connection_threads = old.connection_threads;
-        new.worker_sched_slice = old.worker_sched_slice;
-        new.metrics_port = old.metrics_port;
-        new.control = old.control.clone();
-        new.testing_tor_network = old.testing_tor_network;
-        new.dir_cache = old.dir_cache;
-        new.max_mem_in_queues = old.max_mem_in_queues;
-        new.conn_limit = old.conn_limit;
-        new.token_bucket_refill = old.token_bucket_refill;
-        new.dns_resolv_conf = old.dns_resolv_conf.clone();
-        new.testing_cross_worker = old.testing_cross_worker;
-        new.testing_migrate_every = old.testing_migrate_every;
-        new.testing_place_on_worker = old.testing_place_on_worker;
-        new.alloc_probe = old.alloc_probe;
-        if old.exit_policy.is_reject_star() != new.exit_policy.is_reject_star() {
-            new.exit_policy = old.exit_policy.clone();
         }
         let bw_changed =
             old.bandwidth_rate != new.bandwidth_rate || old.bandwidth_burst != new.bandwidth_burst;
