@@ -25,13 +25,11 @@ pub enum LogTarget {
     Syslog,
 }
 
-/// One `Log` line: severities from `min` (least severe) to `max`.
+/// One `Log` line: which domains it takes at each severity, and where.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct LogSpec {
-    /// Least severe level logged.
-    pub min: tracing::Level,
-    /// Most severe level logged.
-    pub max: tracing::Level,
+    /// Domains per severity (see [`crate::log_domains`]).
+    pub masks: crate::log_domains::SeverityMasks,
     /// Where.
     pub target: LogTarget,
 }
@@ -60,17 +58,6 @@ pub struct ConfigError {
 }
 
 /// Map tor severities onto tracing levels (tor has one more: notice).
-fn severity(s: &str) -> Option<tracing::Level> {
-    Some(match s.to_ascii_lowercase().as_str() {
-        "debug" => tracing::Level::TRACE,
-        "info" => tracing::Level::DEBUG,
-        "notice" => tracing::Level::INFO,
-        "warn" => tracing::Level::WARN,
-        "err" => tracing::Level::ERROR,
-        _ => return None,
-    })
-}
-
 fn parse_bool(v: &str) -> Result<bool, String> {
     match v {
         "0" => Ok(false),
@@ -172,25 +159,15 @@ pub fn parse_dir_authority(v: &str) -> Result<DirAuthority, String> {
 }
 
 fn parse_log(v: &str) -> Result<LogSpec, String> {
-    let toks: Vec<&str> = v.split_whitespace().collect();
-    let sev = toks.first().ok_or("missing severity")?;
-    let (min, max) = match sev.split_once('-') {
-        Some((a, b)) => (
-            severity(a).ok_or(format!("bad severity '{a}'"))?,
-            severity(b).ok_or(format!("bad severity '{b}'"))?,
-        ),
-        None => (
-            severity(sev).ok_or(format!("bad severity '{sev}'"))?,
-            tracing::Level::ERROR,
-        ),
-    };
-    let target = match toks.get(1).copied() {
+    let (masks, dest) = crate::log_domains::parse_severities(v)?;
+    let toks: Vec<&str> = dest.split_whitespace().collect();
+    let target = match toks.first().map(|t| t.to_ascii_lowercase()).as_deref() {
         Some("stdout") => LogTarget::Stdout,
         Some("stderr") => LogTarget::Stderr,
         Some("syslog") => LogTarget::Syslog,
         Some("file") => {
             let p = toks
-                .get(2..)
+                .get(1..)
                 .filter(|r| !r.is_empty())
                 .ok_or("missing file name")?
                 .join(" ");
@@ -199,10 +176,10 @@ fn parse_log(v: &str) -> Result<LogSpec, String> {
         Some(other) => return Err(format!("log destination '{other}' is not supported")),
         None => LogTarget::Stdout,
     };
-    if matches!(toks.get(1).copied(), Some("stdout" | "stderr" | "syslog")) && toks.len() > 2 {
+    if !matches!(target, LogTarget::File(_)) && toks.len() > 1 {
         return Err("trailing words".into());
     }
-    Ok(LogSpec { min, max, target })
+    Ok(LogSpec { masks, target })
 }
 
 fn parse_or_port(v: &str) -> Result<(Option<IpAddr>, u16), String> {

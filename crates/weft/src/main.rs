@@ -3,7 +3,6 @@
 //! relay (controller on this main thread, workers on their own threads).
 
 use weft::cli::{self, Action};
-use weft::config;
 use weft::config_files::{self, Sources};
 
 #[global_allocator]
@@ -12,109 +11,16 @@ static ALLOCATOR: weft::alloc::SwitchableAllocator = weft::alloc::SwitchableAllo
 use std::path::PathBuf;
 use std::process::ExitCode;
 
-use tracing_subscriber::filter::{filter_fn, LevelFilter};
-use tracing_subscriber::prelude::*;
-use tracing_subscriber::Layer;
-use weft_relay::control::Severity;
-use weft_relay::controller::control_port::{log_feed, LogSender};
+use weft::log_sinks::{self, LogSinks};
+use weft_relay::controller::control_port::log_feed;
 use weft_relay::controller::RelayHooks;
 
-/// Forwards notice, warn and err lines to the ControlPort's log events
-/// when a controller asked for them. Filtered at tor's notice, so it turns
-/// on no debug or info call site.
-struct ControlLogLayer(LogSender);
-
-/// Collects an event's message and fields into one line.
-struct MessageText(String);
-
-impl tracing::field::Visit for MessageText {
-    fn record_debug(&mut self, field: &tracing::field::Field, value: &dyn std::fmt::Debug) {
-        use std::fmt::Write;
-        if field.name() == "message" {
-            let _ = write!(self.0, "{value:?}");
-        } else {
-            let _ = write!(self.0, " {}={value:?}", field.name());
-        }
-    }
-}
-
-impl<S: tracing::Subscriber> Layer<S> for ControlLogLayer {
-    fn on_event(
-        &self,
-        event: &tracing::Event<'_>,
-        _ctx: tracing_subscriber::layer::Context<'_, S>,
-    ) {
-        let sev = match *event.metadata().level() {
-            tracing::Level::ERROR => Severity::Err,
-            tracing::Level::WARN => Severity::Warn,
-            tracing::Level::INFO => Severity::Notice,
-            _ => return,
-        };
-        if !self.0.wants(sev) {
-            return;
-        }
-        let mut m = MessageText(String::new());
-        event.record(&mut m);
-        self.0.send(sev, m.0);
-    }
-}
-
-fn init_logging(logs: &[config::LogSpec], control: Option<LogSender>) -> anyhow::Result<()> {
-    let mut layers: Vec<Box<dyn Layer<tracing_subscriber::Registry> + Send + Sync>> = Vec::new();
-    let default = [config::LogSpec {
-        min: tracing::Level::INFO,
-        max: tracing::Level::ERROR,
-        target: config::LogTarget::Stdout,
-    }];
-    let specs = if logs.is_empty() { &default[..] } else { logs };
-    for spec in specs {
-        let (min, max) = (spec.min, spec.max);
-        // tracing orders ERROR < WARN < ... < TRACE; keep levels in [max, min].
-        let f = filter_fn(move |m| *m.level() <= min && *m.level() >= max);
-        let base = tracing_subscriber::fmt::layer()
-            .with_ansi(false)
-            .with_target(false);
-        let layer: Box<dyn Layer<_> + Send + Sync> = match &spec.target {
-            config::LogTarget::Stdout => base.with_writer(std::io::stdout).with_filter(f).boxed(),
-            config::LogTarget::Stderr => base.with_writer(std::io::stderr).with_filter(f).boxed(),
-            config::LogTarget::Syslog => {
-                let s = weft::syslog::Syslog::connect().map_err(|e| {
-                    anyhow::anyhow!("cannot reach the system logger at /dev/log: {e}")
-                })?;
-                base.without_time().with_writer(s).with_filter(f).boxed()
-            }
-            config::LogTarget::File(p) => {
-                let file = std::fs::OpenOptions::new()
-                    .create(true)
-                    .append(true)
-                    .open(p)
-                    .map_err(|e| anyhow::anyhow!("cannot open log file {}: {e}", p.display()))?;
-                base.with_writer(std::sync::Mutex::new(file))
-                    .with_filter(f)
-                    .boxed()
-            }
-        };
-        layers.push(layer);
-    }
-    if let Some(sender) = control {
-        layers.push(
-            ControlLogLayer(sender)
-                .with_filter(LevelFilter::INFO)
-                .boxed(),
-        );
-    }
-    tracing_subscriber::registry()
-        .with(layers)
-        .with(LevelFilter::TRACE)
-        .init();
-    Ok(())
-}
-
-/// SIGHUP / SIGNAL RELOAD: read and parse the torrc again. Log and
-/// PidFile changes need a restart (said in the log).
+/// SIGHUP / SIGNAL RELOAD: read and parse the torrc again; apply its
+/// `Log` lines (reopening files, for logrotate) before the controller
+/// applies the rest. PidFile changes need a restart (said in the log).
 fn reloader(
     sources: Sources,
-    logs: Vec<config::LogSpec>,
+    sinks: LogSinks,
     pid_file: Option<PathBuf>,
 ) -> weft_relay::controller::Reloader {
     Box::new(move || {
@@ -122,8 +28,11 @@ fn reloader(
         for w in &cfg.warnings {
             tracing::warn!("{w}");
         }
-        if cfg.logs != logs || cfg.pid_file != pid_file {
-            tracing::warn!("reload: Log and PidFile changes need a restart (old values kept)");
+        if let Err(e) = sinks.replace(&cfg.logs) {
+            tracing::warn!("reload: {e}; the old Log lines are kept");
+        }
+        if cfg.pid_file != pid_file {
+            tracing::warn!("reload: PidFile changes need a restart (old value kept)");
         }
         Ok(cfg.relay)
     })
@@ -207,10 +116,13 @@ fn main() -> ExitCode {
         let (s, f) = log_feed();
         (Some(s), Some(f))
     };
-    if let Err(e) = init_logging(&cfg.logs, log_sender) {
-        eprintln!("weft: {e}");
-        return ExitCode::from(1);
-    }
+    let sinks = match log_sinks::init(&cfg.logs, log_sender) {
+        Ok(s) => s,
+        Err(e) => {
+            eprintln!("weft: {e}");
+            return ExitCode::from(1);
+        }
+    };
     for w in &cfg.warnings {
         tracing::warn!("{w}");
     }
@@ -242,11 +154,7 @@ fn main() -> ExitCode {
     relay.alloc_probe = Some(weft::alloc::thread_allocations);
     let hooks = RelayHooks {
         log_feed,
-        reloader: Some(reloader(
-            cli.sources.clone(),
-            cfg.logs.clone(),
-            cfg.pid_file.clone(),
-        )),
+        reloader: Some(reloader(cli.sources.clone(), sinks, cfg.pid_file.clone())),
     };
     match weft_relay::controller::run_relay_with(relay, hooks) {
         Ok(()) => ExitCode::SUCCESS,

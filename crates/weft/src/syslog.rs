@@ -1,13 +1,11 @@
 //! `Log <severity> syslog`: each log line as one datagram to the system
 //! logger's socket (/dev/log, journald's or rsyslog's), RFC 3164 style:
 //! `<PRI>weft[PID]: message`, facility daemon, the severity from the
-//! line's level (tor's err, warn, notice, info, debug).
+//! line's tor severity (err, warn, notice, info, debug).
 
 use std::io;
 use std::os::unix::net::UnixDatagram;
 use std::sync::Arc;
-
-use tracing_subscriber::fmt::MakeWriter;
 
 /// The system logger's socket.
 pub const SYSLOG_SOCKET: &str = "/dev/log";
@@ -15,17 +13,10 @@ pub const SYSLOG_SOCKET: &str = "/dev/log";
 /// LOG_DAEMON.
 const FACILITY_DAEMON: u8 = 3;
 
-/// The syslog priority of a tracing level (tor's severities mapped as
-/// weft maps them: notice is tracing's INFO).
-pub fn priority(level: &tracing::Level) -> u8 {
-    let severity = match *level {
-        tracing::Level::ERROR => 3,
-        tracing::Level::WARN => 4,
-        tracing::Level::INFO => 5,
-        tracing::Level::DEBUG => 6,
-        tracing::Level::TRACE => 7,
-    };
-    FACILITY_DAEMON * 8 + severity
+/// The syslog priority of a tor severity (index in
+/// [`crate::log_domains::SEVERITIES`]: err, warn, notice, info, debug).
+pub fn priority(severity_index: usize) -> u8 {
+    FACILITY_DAEMON * 8 + 3 + severity_index.min(4) as u8
 }
 
 /// One message as the system logger takes it.
@@ -55,53 +46,23 @@ impl Syslog {
     }
 }
 
-/// Writes one formatted line as one datagram.
-pub struct SyslogLine {
-    sock: Arc<UnixDatagram>,
-    pri: u8,
-    pid: u32,
-}
-
-impl io::Write for SyslogLine {
-    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
-        // A logger that is gone or full loses the line, never the relay.
-        let _ = self.sock.send(&message(self.pri, self.pid, buf));
-        Ok(buf.len())
-    }
-    fn flush(&mut self) -> io::Result<()> {
-        Ok(())
-    }
-}
-
-impl<'a> MakeWriter<'a> for Syslog {
-    type Writer = SyslogLine;
-    fn make_writer(&'a self) -> SyslogLine {
-        self.line(5)
-    }
-    fn make_writer_for(&'a self, meta: &tracing::Metadata<'_>) -> SyslogLine {
-        self.line(priority(meta.level()))
-    }
-}
-
 impl Syslog {
-    fn line(&self, pri: u8) -> SyslogLine {
-        SyslogLine {
-            sock: self.sock.clone(),
-            pri,
-            pid: self.pid,
-        }
+    /// Send one line; a logger that is gone or full loses the line, never
+    /// the relay.
+    pub fn send(&self, pri: u8, text: &str) {
+        let _ = self.sock.send(&message(pri, self.pid, text.as_bytes()));
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::io::Write;
 
     #[test]
     fn lines_as_the_system_logger_takes_them() {
-        assert_eq!(priority(&tracing::Level::WARN), 28);
-        assert_eq!(priority(&tracing::Level::INFO), 29);
+        assert_eq!(priority(1), 28);
+        assert_eq!(priority(2), 29);
+        assert_eq!(priority(4), 31);
         assert_eq!(
             message(29, 42, b"heartbeat: x\n"),
             b"<29>weft[42]: heartbeat: x".to_vec()
@@ -116,11 +77,9 @@ mod tests {
             sock: Arc::new(client),
             pid: 7,
         };
-        let meta_level = tracing::Level::ERROR;
-        let mut w = s.line(priority(&meta_level));
-        w.write_all(b"ERROR stopped\n").unwrap();
+        s.send(priority(0), "stopped");
         let mut buf = [0u8; 128];
         let n = server.recv(&mut buf).unwrap();
-        assert_eq!(&buf[..n], b"<27>weft[7]: ERROR stopped");
+        assert_eq!(&buf[..n], b"<27>weft[7]: stopped");
     }
 }

@@ -481,3 +481,132 @@ fn reload_under_load() -> Result<()> {
     ensure!(errors.is_empty(), "load errors: {errors:?}");
     Ok(())
 }
+
+/// Send a command that answers `250 OK`; returns the event lines that
+/// came with the reply.
+fn ok(c: &mut Ctl, cmd: &str) -> Result<String> {
+    let r = c.cmd(cmd)?;
+    ensure!(r.ends_with("250 OK\r\n"), "{cmd}: {r}");
+    Ok(r)
+}
+
+/// Wait (bounded) for a control event line containing `what`, in `seen`
+/// (events that came with a reply) or read next.
+fn wait_event(c: &mut Ctl, seen: &str, what: &str) -> Result<String> {
+    if let Some(l) = seen.lines().find(|l| l.contains(what)) {
+        return Ok(l.to_string());
+    }
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let mut l = String::new();
+        ensure!(c.r.read_line(&mut l)? > 0, "control connection closed");
+        if l.contains(what) {
+            return Ok(l);
+        }
+        ensure!(Instant::now() < deadline, "no event with {what:?}");
+    }
+}
+
+/// Wait (bounded) until `path` holds a line containing `what`.
+fn wait_log(path: &Path, what: &str) -> Result<String> {
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let text = std::fs::read_to_string(path).unwrap_or_default();
+        if text.contains(what) {
+            return Ok(text);
+        }
+        ensure!(
+            Instant::now() < deadline,
+            "{} never got {what:?}:\n{text}",
+            path.display()
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+/// `Log` lines with tor's domains, changed by a reload: lines go where
+/// their domain and severity say, in tor's format, and a reload reopens
+/// the files (logrotate moves the file away and sends HUP).
+#[test]
+fn log_domains_apply_on_reload() -> Result<()> {
+    let (weft, cport, _mport, _token) = start("")?;
+    let torrc = weft.dir.path().join("torrc");
+    let original = std::fs::read_to_string(&torrc)?;
+    let log_line = format!("Log info file {}", weft.log.display());
+    ensure!(original.contains(&log_line));
+    let mut c = Ctl::tcp(cport)?;
+    c.authenticate(&weft.data_dir().join("control_auth_cookie"))?;
+    ok(&mut c, "SETEVENTS NOTICE WARN")?;
+
+    // logrotate: the file is moved away, then HUP.
+    let rotated = weft.dir.path().join("info.log.1");
+    std::fs::rename(&weft.log, &rotated)?;
+    let (beat, rest) = (
+        weft.dir.path().join("heartbeat.log"),
+        weft.dir.path().join("rest.log"),
+    );
+    std::fs::write(
+        &torrc,
+        original.replace(
+            &log_line,
+            &format!(
+                "Log [heartbeat]notice file {}\nLog [~heartbeat]notice-warn file {}",
+                beat.display(),
+                rest.display()
+            ),
+        ),
+    )?;
+    let seen = ok(&mut c, "SIGNAL RELOAD")?;
+    wait_event(&mut c, &seen, "reloaded the torrc")?;
+    ok(&mut c, "SIGNAL HEARTBEAT")?;
+    let beats = wait_log(&beat, "memory: cell queues")?;
+    let others = wait_log(&rest, "reloaded the torrc")?;
+    let tor_format = |l: &str| {
+        let b = l.as_bytes();
+        l.len() > 28
+            && b[3] == b' '
+            && b[6] == b' '
+            && b[9] == b':'
+            && b[15] == b'.'
+            && l[19..].starts_with(" [notice] ")
+    };
+    ensure!(beats.lines().all(tor_format), "{beats}");
+    ensure!(others.lines().all(tor_format), "{others}");
+    ensure!(
+        beats.lines().all(|l| l.contains("heartbeat:")
+            || l.contains("DoS mitigation")
+            || l.contains("memory:")),
+        "only heartbeat lines in {}:\n{beats}",
+        beat.display()
+    );
+    ensure!(
+        !others.contains("heartbeat:"),
+        "a heartbeat line in {}:\n{others}",
+        rest.display()
+    );
+    ensure!(
+        !weft.log.exists(),
+        "the old Log file was written after the reload"
+    );
+
+    // Back to the original Log line: the moved-away file's name is opened
+    // anew, and the rotated one is left alone.
+    let rotated_len = std::fs::metadata(&rotated)?.len();
+    std::fs::write(&torrc, &original)?;
+    let seen = ok(&mut c, "SIGNAL RELOAD")?;
+    wait_event(&mut c, &seen, "reloaded the torrc")?;
+    wait_log(&weft.log, "reloaded the torrc")?;
+    ensure!(std::fs::metadata(&rotated)?.len() == rotated_len);
+
+    // A Log line that cannot open keeps the old sinks; the rest applies.
+    std::fs::write(
+        &torrc,
+        original.replace(&log_line, "Log notice file /nonexistent-dir/weft.log"),
+    )?;
+    let seen = ok(&mut c, "SIGNAL RELOAD")?;
+    let l = wait_event(&mut c, &seen, "old Log lines are kept")?;
+    ensure!(l.contains("cannot open log file"), "{l}");
+    ok(&mut c, "SIGNAL HEARTBEAT")?;
+    wait_log(&weft.log, "heartbeat:")?;
+    Ok(())
+}

@@ -54,6 +54,7 @@ impl Controller {
         let main_cpu = worker::thread_cpu_ns();
         let worker_cpu: u64 = self.worker_cpu_ns.iter().sum();
         info!(
+            target: "heartbeat",
             "heartbeat: uptime {}s, {conns} connections, {} circuit halves, read {} B, written {} B, observed {} B/s, extends {} same-worker / {} cross-worker, main thread CPU {:.2}s, worker CPU {:.2}s",
             self.started.elapsed().as_secs(),
             circuits,
@@ -71,6 +72,7 @@ impl Controller {
         }
         let d = &self.limits.clients.stats;
         info!(
+            target: "heartbeat",
             "DoS mitigation since startup: {} circuits rejected, {} marked addresses, {} same address concurrent connections rejected, {} connections rejected, {} single hop clients refused; {} addresses tracked",
             l.dos_cc_rejected,
             d.cc_marked_addrs,
@@ -80,6 +82,7 @@ impl Controller {
             self.limits.clients.len()
         );
         info!(
+            target: "heartbeat",
             "memory: cell queues hold {} KiB of MaxMemInQueues {} MiB; out-of-memory handler closed {} circuits ({} KiB); CREATE2 handshakes {} processed, {} dropped",
             self.limits.queued_total() / 1024,
             self.limits.max_mem >> 20,
