@@ -109,6 +109,9 @@ pub struct RelayConfig {
     pub user: Option<crate::privileges::RunAs>,
     /// HeartbeatPeriod (None: no heartbeat lines).
     pub heartbeat_period: Option<std::time::Duration>,
+    /// ShutdownWaitLength: how long SIGINT / SIGNAL SHUTDOWN keeps relaying
+    /// open circuits before exiting (zero: at once).
+    pub shutdown_wait: std::time::Duration,
     /// The ControlPort (no listeners: off).
     pub control: ControlSettings,
     /// The torrc as GETCONF and `GETINFO config-text` show it.
@@ -297,6 +300,10 @@ pub struct SharedContext {
     pub dir_cache: bool,
     /// Source addresses of outbound connections.
     pub outbound: crate::outbound::OutboundBind,
+    /// Hibernating (shutting down after SIGINT, or the accounting limit):
+    /// new circuits get DESTROY and new exit streams END, reason
+    /// HIBERNATING; open ones go on. [C command.c, connection_edge.c]
+    pub hibernating: bool,
     /// When the snapshot was made.
     pub created: SystemTime,
 }
@@ -333,6 +340,7 @@ impl SharedContext {
             cc: sched.cc,
             cfx: sched.cfx,
             dir_cache: false,
+            hibernating: false,
             outbound: Default::default(),
             created: SystemTime::now(),
         })
@@ -354,6 +362,12 @@ impl SharedContext {
     /// The same context, serving BEGIN_DIR or not.
     pub fn with_dir_cache(mut self, on: bool) -> SharedContext {
         self.dir_cache = on;
+        self
+    }
+
+    /// The same context, hibernating or not.
+    pub fn with_hibernating(mut self, on: bool) -> SharedContext {
+        self.hibernating = on;
         self
     }
 }

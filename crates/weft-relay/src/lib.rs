@@ -8,7 +8,7 @@
 //! Layers (a module uses only modules of lower layers; checked by the test
 //! `module_layers`): leaf modules (`bucket`, `bwhist`, `context`, `control`, `dos`,
 //! `ewma`, `histogram`, `kist`, `link_io`, `oom`, `outbound`, `pool`, `privileges`, `ring`,
-//! `sched_slice`, `selftest`, `tls`), then `messages`, then `worker`, then
+//! `sched_slice`, `selftest`, `service_notify`, `tls`), then `messages`, then `worker`, then
 //! `controller`.
 //!
 //! Ownership moves only by message: no object is shared between threads
@@ -35,6 +35,7 @@ pub mod resolver;
 pub mod ring;
 pub mod sched_slice;
 pub mod selftest;
+pub mod service_notify;
 pub mod tls;
 pub mod worker;
 

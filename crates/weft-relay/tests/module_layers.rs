@@ -13,7 +13,7 @@ fn layer(m: &str) -> Option<u8> {
     Some(match m {
         "bucket" | "bwhist" | "context" | "control" | "dos" | "ewma" | "histogram" | "kist"
         | "link_io" | "oom" | "outbound" | "pool" | "privileges" | "resolver" | "ring"
-        | "sched_slice" | "selftest" | "tls" => 0,
+        | "sched_slice" | "selftest" | "service_notify" | "tls" => 0,
         "messages" => 1,
         "worker" => 2,
         "controller" => 3,

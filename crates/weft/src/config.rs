@@ -303,6 +303,8 @@ pub fn parse_lines(
     let mut dir_cache = true;
     // C Tor's HeartbeatPeriod default: 6 hours (0: none).
     let mut heartbeat: Option<u32> = Some(6 * 3600);
+    // C Tor's ShutdownWaitLength default: 30 seconds.
+    let mut shutdown_wait: u32 = 30;
     let mut exit = crate::config_exit::ExitOptions::default();
     let mut control = crate::config_control::ControlOptions::default();
     let mut view_lines = Vec::new();
@@ -387,6 +389,11 @@ pub fn parse_lines(
             }
             "user" => {
                 user = Some(weft_relay::privileges::lookup(val).map_err(err)?);
+            }
+            "shutdownwaitlength" => {
+                shutdown_wait = crate::config_limits::interval(val)
+                    .map_err(|e| err(format!("ShutdownWaitLength: {e}")))?
+                    .unwrap_or(0)
             }
             "heartbeatperiod" => {
                 heartbeat = crate::config_limits::interval(val)
@@ -612,6 +619,7 @@ pub fn parse_lines(
             family,
             outbound,
             heartbeat_period: heartbeat.map(|h| std::time::Duration::from_secs(h.into())),
+            shutdown_wait: std::time::Duration::from_secs(shutdown_wait.into()),
             torrc: TorrcView {
                 path: std::path::absolute(file).unwrap_or_else(|_| file.to_path_buf()),
                 lines: view_lines,

@@ -84,6 +84,7 @@ pub static OPTIONS: &[OptionInfo] = &[
     o("RunAsDaemon", "Boolean", "0"),
     o("Schedulers", "CommaList", "KIST,KISTLite,Vanilla"),
     o("ServerDNSResolvConfFile", "Filename", ""),
+    o("ShutdownWaitLength", "Interval", "30 seconds"),
     o("TestingCrossWorkerExtends", "Boolean", "0"),
     o("TestingMigrateEvery", "Integer", "0"),
     o("TestingPlaceOnWorker", "Integer", ""),

@@ -234,7 +234,18 @@ fn deb_installs_and_its_unit_runs_a_relay_that_joins_the_network() -> Result<()>
     let start = unit_values(&unit, "ExecStart")
         .pop()
         .context("ExecStart=")?;
+    // Type=notify: systemd's notification socket, as the service sees it.
+    ensure!(unit_values(&unit, "Type") == ["notify"], "Type=notify");
+    let notify_path = "/run/weft-test-notify";
+    let _ = std::fs::remove_file(root.path(notify_path));
+    let notify = std::os::unix::net::UnixDatagram::bind(root.path(notify_path))?;
+    std::fs::set_permissions(
+        root.path(notify_path),
+        std::fs::Permissions::from_mode(0o666),
+    )?;
+    notify.set_read_timeout(Some(Duration::from_secs(60)))?;
     let relay = as_user(&start)
+        .env("NOTIFY_SOCKET", notify_path)
         .stdout(Stdio::null())
         .stderr(Stdio::piped())
         .spawn()?;
@@ -269,6 +280,13 @@ fn deb_installs_and_its_unit_runs_a_relay_that_joins_the_network() -> Result<()>
         key.uid() == uid && key.permissions().mode() & 0o077 == 0,
         "identity key {key:?}"
     );
+
+    let mut buf = [0u8; 512];
+    let n = notify
+        .recv(&mut buf)
+        .context("no READY=1 on NOTIFY_SOCKET")?;
+    let ready = String::from_utf8_lossy(&buf[..n]);
+    ensure!(ready.starts_with("READY=1\n"), "{ready}");
 
     let t = net.wait_until_listed(&[&fp], &["Running", "Valid"], BOUND)?;
     eprintln!("[deb] the packaged relay {fp} listed Running after {t:?}");

@@ -115,6 +115,12 @@ struct Controller {
     /// DoS table, connection count, the global memory limit.
     limits: limits::Limits,
     started: Instant,
+    /// systemd's readiness protocol (nothing without NOTIFY_SOCKET).
+    notify: crate::service_notify::ServiceNotify,
+    /// The ORPort (None once closed for the shutdown wait).
+    or_listener: Option<tokio::net::TcpListener>,
+    /// Shutting down after SIGINT / SIGNAL SHUTDOWN: when to exit.
+    exiting_at: Option<tokio::time::Instant>,
 }
 
 pub use self::signals::Reloader;
@@ -257,7 +263,7 @@ async fn run_controller(cfg: RelayConfig, mut hooks: RelayHooks) -> anyhow::Resu
     let listener = std::net::TcpListener::bind(cfg.or_listen)
         .map_err(|e| anyhow::anyhow!("cannot listen on ORPort {}: {e}", cfg.or_listen))?;
     listener.set_nonblocking(true)?;
-    let listener = tokio::net::TcpListener::from_std(listener)?;
+    let listener = Some(tokio::net::TcpListener::from_std(listener)?);
     info!("ORPort listening on {}", cfg.or_listen);
 
     let fd_limit = limits::raise_fd_limit(cfg.conn_limit)?;
@@ -325,6 +331,7 @@ async fn run_controller(cfg: RelayConfig, mut hooks: RelayHooks) -> anyhow::Resu
         .as_ref()
         .map(|f| f.wanted())
         .unwrap_or_default();
+    let notify = crate::service_notify::ServiceNotify::from_env();
     let mut control =
         control_port::ControlPorts::open(&cfg.control, &cfg.data_dir, log_wanted).await?;
     let mut log_feed = hooks.log_feed.take();
@@ -368,16 +375,20 @@ async fn run_controller(cfg: RelayConfig, mut hooks: RelayHooks) -> anyhow::Resu
         onion: onion::OnionTables::default(),
         conflux: conflux::ConfluxTable::default(),
         started: Instant::now(),
+        notify,
+        exiting_at: None,
+        or_listener: listener,
     };
     // The ORPort answers now, so the authorities' reachability test that
     // follows the upload can succeed. [protocol-notes §10.3, §15.12]
     dir.start(&c.keys, c.started, c.bw.observed());
+    c.notify_ready();
 
     let mut tick = tokio::time::interval(Duration::from_secs(1));
     let mut secs: u64 = 0;
     loop {
         tokio::select! {
-            a = listener.accept(), if !c.limits.accept_paused() => match a {
+            a = accept_or_pending(&c.or_listener), if !c.limits.accept_paused() => match a {
                 Ok((stream, peer)) => c.accept(stream, peer),
                 Err(e) => c.limits.accept_failed(&e),
             },
@@ -424,7 +435,7 @@ async fn run_controller(cfg: RelayConfig, mut hooks: RelayHooks) -> anyhow::Resu
             }
             _ = sighup.recv() => {
                 info!("SIGHUP: re-reading the torrc");
-                c.reload(signals::reload_torrc(&mut hooks.reloader), &mut dir);
+                c.reload_now(&mut hooks.reloader, &mut dir);
                 if let Some(cp) = control.as_mut() {
                     cp.signal_done(crate::control::Signal::Reload);
                 }
@@ -453,35 +464,19 @@ async fn run_controller(cfg: RelayConfig, mut hooks: RelayHooks) -> anyhow::Resu
                     c.rotate_if_due(&mut dir);
                 }
             }
-            _ = sigint.recv() => { info!("interrupt: shutting down"); break; }
+            _ = sigint.recv() => {
+                if c.begin_shutdown(&dir) {
+                    break;
+                }
+            }
             _ = sigterm.recv() => { info!("SIGTERM: shutting down"); break; }
+            _ = tokio::time::sleep_until(c.exiting_at.unwrap_or_else(far_future)), if c.exiting_at.is_some() => {
+                info!("ShutdownWaitLength has passed: exiting");
+                break;
+            }
         }
     }
-    for w in &c.workers {
-        w.send(WorkerMsg::Shutdown);
-    }
-    // Collect the workers' last counters (bounded: a stuck worker must not
-    // keep the process alive).
-    let mut running = c.workers.len();
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(2);
-    while running > 0 {
-        match tokio::time::timeout_at(deadline, rx.recv()).await {
-            Ok(Some(ControllerMsg::WorkerStopped { .. })) => running -= 1,
-            Ok(Some(m @ ControllerMsg::WorkerStats { .. })) => c.on_msg(m),
-            Ok(Some(_)) => {}
-            Ok(None) | Err(_) => break,
-        }
-    }
-    c.bw.save(&state_path);
-    info!(
-        "stopped after {}s: relayed {} cells, read {} B, written {} B, extends {} same-worker / {} cross-worker",
-        c.started.elapsed().as_secs(),
-        c.bw.total_cells,
-        c.bw.total_read,
-        c.bw.total_written,
-        c.extends_same_worker,
-        c.extends_cross_worker
-    );
+    c.stop(&mut rx, &state_path).await;
     Ok(())
 }
 
@@ -750,7 +745,8 @@ impl Controller {
                 self.ctx = Arc::new(
                     ctx.with_exit(exit_settings(&self.cfg, self.resolver.as_ref(), Some(dir)))
                         .with_dir_cache(self.ctx.dir_cache)
-                        .with_outbound(self.cfg.outbound),
+                        .with_outbound(self.cfg.outbound)
+                        .with_hibernating(self.exiting_at.is_some()),
                 );
                 for w in &self.workers {
                     w.send(WorkerMsg::NewContext(self.ctx.clone()));
@@ -781,6 +777,20 @@ fn unix_secs() -> u64 {
         .duration_since(SystemTime::UNIX_EPOCH)
         .map(|d| d.as_secs())
         .unwrap_or(0)
+}
+
+/// Accept on the ORPort, or never once it is closed.
+async fn accept_or_pending(
+    l: &Option<tokio::net::TcpListener>,
+) -> std::io::Result<(tokio::net::TcpStream, SocketAddr)> {
+    match l {
+        Some(l) => l.accept().await,
+        None => std::future::pending().await,
+    }
+}
+
+fn far_future() -> tokio::time::Instant {
+    tokio::time::Instant::now() + Duration::from_secs(86400 * 365)
 }
 
 /// Accept on the MetricsPort, or never when there is none.

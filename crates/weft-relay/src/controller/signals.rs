@@ -5,7 +5,10 @@
 //! are named in the log and keep their old values; a torrc that does not
 //! parse is refused with its error and the old configuration stays.
 //! HEARTBEAT logs the heartbeat now; DUMP logs it with each worker's
-//! counters.
+//! counters. SHUTDOWN (and SIGINT) begins C Tor's shutdown wait; HALT
+//! stops at once; systemd hears of each ([`crate::service_notify`]).
+
+use std::time::Duration;
 
 use tracing::{info, warn};
 
@@ -15,6 +18,7 @@ use super::directory::DirState;
 use super::{sched_params, worker, Controller};
 use crate::context::RelayConfig;
 use crate::control::Signal;
+use crate::messages::ControllerMsg;
 use crate::worker::WorkerMsg;
 
 /// Re-reads the torrc for a reload (installed by the binary).
@@ -36,14 +40,108 @@ impl Controller {
         };
         info!("signal {} from a controller", s.name());
         match s {
-            Signal::Shutdown | Signal::Halt => return true,
-            Signal::Reload => self.reload(reload_torrc(reloader), dir),
+            Signal::Halt => return true,
+            Signal::Shutdown => {
+                if self.begin_shutdown(dir) {
+                    return true;
+                }
+            }
+            Signal::Reload => self.reload_now(reloader, dir),
             Signal::Heartbeat => self.log_heartbeat(),
             Signal::Dump => self.log_dump(),
             Signal::Newnym | Signal::Active | Signal::Dormant => {}
         }
         cp.signal_done(s);
         false
+    }
+
+    /// Tell systemd (if it asked) that weft serves.
+    pub(super) fn notify_ready(&self) {
+        self.notify.notify(
+            crate::service_notify::ServiceState::Ready,
+            &format!("relaying on {}", self.cfg.or_listen),
+        );
+    }
+
+    /// SIGHUP / SIGNAL RELOAD: re-read the torrc and apply it, telling
+    /// systemd while it happens.
+    pub(super) fn reload_now(&mut self, reloader: &mut Option<Reloader>, dir: &mut DirState) {
+        self.notify.notify(
+            crate::service_notify::ServiceState::Reloading,
+            "reloading the torrc",
+        );
+        self.reload(reload_torrc(reloader), dir);
+        self.notify_ready();
+    }
+
+    /// SIGINT or SIGNAL SHUTDOWN, as C Tor's relay: stop accepting
+    /// connections and new circuits (workers answer CREATE with DESTROY
+    /// HIBERNATING), keep relaying open circuits for ShutdownWaitLength,
+    /// then exit. True when weft should exit now (a wait of zero, or the
+    /// second interrupt). [C hibernate.c hibernate_begin()]
+    pub(super) fn begin_shutdown(&mut self, dir: &DirState) -> bool {
+        let wait = self.cfg.shutdown_wait;
+        if self.exiting_at.is_some() {
+            info!("SIGINT received a second time; exiting now.");
+            return true;
+        }
+        if wait.is_zero() {
+            info!("interrupt: shutting down");
+            return true;
+        }
+        // C closes every listener but the control ones; the workers refuse
+        // new circuits once their new context arrives.
+        self.or_listener = None;
+        self.exiting_at = Some(tokio::time::Instant::now() + wait);
+        self.rebuild_context(dir);
+        info!(
+            "Interrupt: we have stopped accepting new connections, and will shut down in {} seconds. Interrupt again to exit now.",
+            wait.as_secs()
+        );
+        self.notify.notify(
+            crate::service_notify::ServiceState::Stopping {
+                extend_usec: (wait.as_secs() + 30) * 1_000_000,
+            },
+            &format!("shutting down in {} seconds", wait.as_secs()),
+        );
+        false
+    }
+
+    /// Stop the workers, collect their last counters, save the state.
+    pub(super) async fn stop(
+        &mut self,
+        rx: &mut tokio::sync::mpsc::UnboundedReceiver<ControllerMsg>,
+        state_path: &std::path::Path,
+    ) {
+        self.notify.notify(
+            crate::service_notify::ServiceState::Stopping { extend_usec: 0 },
+            "stopping",
+        );
+        for w in &self.workers {
+            w.send(WorkerMsg::Shutdown);
+        }
+        // Collect the workers' last counters (bounded: a stuck worker must not
+        // keep the process alive).
+        let mut running = self.workers.len();
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(2);
+        while running > 0 {
+            match tokio::time::timeout_at(deadline, rx.recv()).await {
+                Ok(Some(ControllerMsg::WorkerStopped { .. })) => running -= 1,
+                Ok(Some(m @ ControllerMsg::WorkerStats { .. })) => self.on_msg(m),
+                Ok(Some(_)) => {}
+                Ok(None) | Err(_) => break,
+            }
+        }
+        self.bw.save(state_path);
+        info!(
+        "stopped after {}s: relayed {} cells, read {} B, written {} B, extends {} same-worker / {} cross-worker",
+        self.started.elapsed().as_secs(),
+        self.bw.total_cells,
+        self.bw.total_read,
+        self.bw.total_written,
+        self.extends_same_worker,
+        self.extends_cross_worker
+    );
     }
 
     /// The heartbeat: uptime, connections, traffic, CPU; the DoS and

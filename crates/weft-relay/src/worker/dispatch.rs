@@ -318,6 +318,11 @@ impl Circuits {
     /// handshake budget allows ([`super::limits`]).
     /// [tor-spec §5.1; C command.c command_process_create_cell()]
     fn create(&mut self, conn: usize, circ_id: u32, command: u8, body: &[u8; BODY_LEN]) {
+        if self.ctx.hibernating && circ_id != 0 {
+            // C checks this first: "we're shutting down".
+            self.queue_urgent(conn, circ_id, cmd::DESTROY, &[destroy_reason::HIBERNATING]);
+            return;
+        }
         let refuse = self.dos_refuses_create(conn);
         let Some(c) = self.conn(conn) else { return };
         let (conn_id, we_initiated) = (c.id, c.we_initiated);

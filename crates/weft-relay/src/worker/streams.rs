@@ -289,7 +289,7 @@ impl Circuits {
             prev_is_known_relay,
             refuse_unknown_exits: settings.refuse_unknown_exits,
             ipv6_exit: settings.ipv6_exit,
-            hibernating: false,
+            hibernating: self.ctx.hibernating,
             allow_non_rfc953: false,
             allows: &allows,
         })

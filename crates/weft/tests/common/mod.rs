@@ -41,6 +41,11 @@ pub fn free_port() -> u16 {
 impl WeftProcess {
     /// Start weft with no authorities (it will not publish anywhere).
     pub fn start(threads: u32, extra: &str) -> WeftProcess {
+        Self::start_env(threads, extra, &[])
+    }
+
+    /// [`WeftProcess::start`] with environment variables set for weft.
+    pub fn start_env(threads: u32, extra: &str, env: &[(&str, &str)]) -> WeftProcess {
         let dir = tempfile::tempdir().unwrap();
         let or_port = free_port();
         let log = dir.path().join("info.log");
@@ -59,6 +64,7 @@ impl WeftProcess {
             .arg(&torrc)
             .stdout(Stdio::null())
             .stderr(Stdio::inherit())
+            .envs(env.iter().copied())
             .spawn()
             .unwrap();
         let p = WeftProcess {
