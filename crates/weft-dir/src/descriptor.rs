@@ -114,6 +114,9 @@ pub struct DescriptorParams {
     /// what earns the V2Dir flag). [C router.c
     /// router_should_advertise_begindir()]
     pub tunnelled_dir_server: bool,
+    /// `hibernating 1`: accounting or a shutdown has us refuse new
+    /// circuits (authorities then do not list us Running). [C router.c]
+    pub hibernating: bool,
 }
 
 impl DescriptorParams {
@@ -138,6 +141,7 @@ impl DescriptorParams {
             family: Vec::new(),
             overload_general: None,
             tunnelled_dir_server: false,
+            hibernating: false,
         }
     }
 }
@@ -369,6 +373,9 @@ pub fn build_server_descriptor(
     }
     if !p.family.is_empty() {
         let _ = writeln!(d, "family {}", p.family.join(" "));
+    }
+    if p.hibernating {
+        d.push_str("hibernating 1\n");
     }
     let _ = writeln!(
         d,

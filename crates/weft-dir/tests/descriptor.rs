@@ -516,3 +516,22 @@ fn family_line() {
     let (plain, _) = build_descriptor_pair(&k, &params(now)).unwrap();
     assert!(!plain.contains("\nfamily "));
 }
+
+/// Hibernating (accounting or a shutdown wait): the `hibernating 1` line,
+/// which Arti's parser accepts (it does not keep its value); none
+/// otherwise.
+#[test]
+fn hibernating_line() {
+    let (_t, k) = make_keys();
+    let now = now_secs();
+    let mut p = params(now);
+    p.hibernating = true;
+    let (desc, _) = build_descriptor_pair(&k, &p).unwrap();
+    assert!(desc.contains("\nhibernating 1\n"), "{desc}");
+    RouterDesc::parse(&desc)
+        .expect("parse")
+        .check_signature()
+        .expect("signature");
+    let (plain, _) = build_descriptor_pair(&k, &params(now)).unwrap();
+    assert!(!plain.contains("hibernating"));
+}

@@ -88,7 +88,8 @@ impl BandwidthHistory {
         let mut h = BandwidthHistory::default();
         for (i, line) in text.lines().enumerate() {
             let l = line.trim();
-            if l.is_empty() || l.starts_with('#') {
+            // The accounting's lines share the file (crate::accounting).
+            if l.is_empty() || l.starts_with('#') || l.starts_with("Accounting") {
                 continue;
             }
             let mut t = l.split_whitespace();

@@ -59,6 +59,9 @@ pub struct RelayConfig {
     pub bandwidth_rate: u64,
     /// BandwidthBurst in bytes/s.
     pub bandwidth_burst: u64,
+    /// AccountingMax, AccountingRule, AccountingStart (None: AccountingMax
+    /// 0, no accounting).
+    pub accounting: Option<crate::accounting::AccountingConfig>,
     /// TokenBucketRefillInterval.
     pub token_bucket_refill: std::time::Duration,
     /// Testing only (`TestingCrossWorkerExtends 1`, needs TestingTorNetwork):

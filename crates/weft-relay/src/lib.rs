@@ -6,7 +6,7 @@
 //! [`ring`]s; [`messages`] are how all of them talk.
 //!
 //! Layers (a module uses only modules of lower layers; checked by the test
-//! `module_layers`): leaf modules (`bucket`, `bwhist`, `context`, `control`, `dos`,
+//! `module_layers`): leaf modules (`accounting`, `bucket`, `bwhist`, `context`, `control`, `dos`,
 //! `ewma`, `histogram`, `kist`, `link_io`, `oom`, `outbound`, `pool`, `privileges`, `ring`,
 //! `sched_slice`, `selftest`, `service_notify`, `tls`), then `messages`, then `worker`, then
 //! `controller`.
@@ -16,6 +16,7 @@
 //! one side at a time.
 #![warn(missing_docs)]
 
+pub mod accounting;
 pub mod bucket;
 pub mod bwhist;
 pub mod context;

@@ -305,6 +305,11 @@ pub fn parse_lines(
     let mut heartbeat: Option<u32> = Some(6 * 3600);
     // C Tor's ShutdownWaitLength default: 30 seconds.
     let mut shutdown_wait: u32 = 30;
+    let mut accounting = weft_relay::accounting::AccountingConfig {
+        max: 0,
+        rule: Default::default(),
+        start: Default::default(),
+    };
     let mut exit = crate::config_exit::ExitOptions::default();
     let mut control = crate::config_control::ControlOptions::default();
     let mut view_lines = Vec::new();
@@ -419,6 +424,13 @@ pub fn parse_lines(
             }
             "pidfile" => pid_file = Some(PathBuf::from(val)),
             "bandwidthrate" => rate = parse_bytes(val).map_err(err)?,
+            "accountingmax" => accounting.max = parse_bytes(val).map_err(err)?,
+            "accountingrule" => {
+                accounting.rule = weft_relay::accounting::parse_rule(val).map_err(err)?
+            }
+            "accountingstart" => {
+                accounting.start = weft_relay::accounting::parse_start(val).map_err(err)?
+            }
             "bandwidthburst" => burst = parse_bytes(val).map_err(err)?,
             "relaybandwidthrate" => relay_rate = parse_bytes(val).map_err(err)?,
             "relaybandwidthburst" => relay_burst = parse_bytes(val).map_err(err)?,
@@ -569,6 +581,9 @@ pub fn parse_lines(
         rate = relay_rate;
         burst = relay_burst;
     }
+    if accounting.max > 0 && port < 1024 {
+        warnings.push("You have set AccountingMax to use hibernation. You have also chosen a low ORPort: weft may not be able to bind it again when it wakes up (as C Tor)".into());
+    }
     if let Some(u) = &user {
         weft_relay::privileges::check_data_dir(u, &data_dir).map_err(|e| at_end(&e))?;
     }
@@ -594,6 +609,7 @@ pub fn parse_lines(
             extend_allow_private: extend_private.unwrap_or(testing),
             bandwidth_rate: rate,
             bandwidth_burst: burst,
+            accounting: (accounting.max > 0).then_some(accounting),
             token_bucket_refill: std::time::Duration::from_millis(refill_ms),
             testing_migrate_every: migrate_every,
             testing_place_on_worker: place_on,

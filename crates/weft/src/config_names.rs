@@ -17,6 +17,9 @@ const fn o(name: &'static str, kind: &'static str, default: &'static str) -> Opt
 
 /// The options (alphabetical, as C Tor lists them).
 pub static OPTIONS: &[OptionInfo] = &[
+    o("AccountingMax", "DataSize", "0"),
+    o("AccountingRule", "String", "max"),
+    o("AccountingStart", "String", ""),
     o("Address", "String", ""),
     o("AssumeReachable", "Boolean", "0"),
     o("BandwidthBurst", "DataSize", "1073741824"),

@@ -21,82 +21,16 @@
 
 mod common;
 
-use std::io::{BufRead, BufReader, Read, Write};
+use std::io::{BufRead, Write};
 use std::path::Path;
 use std::process::Command;
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
 use anyhow::{ensure, Context, Result};
-use common::{free_port, load_through, metrics_token, scrape_metrics, WeftProcess};
+use common::{free_port, load_through, metrics_token, scrape_metrics, Ctl, WeftProcess};
 use weft_bench::load::{PHASE_RUN, PHASE_STOP};
 use weft_bench::run::Procedure;
-
-/// A raw control connection.
-struct Ctl {
-    r: BufReader<Box<dyn Read>>,
-    w: Box<dyn Write>,
-}
-
-impl Ctl {
-    fn tcp(port: u16) -> Result<Ctl> {
-        let s = std::net::TcpStream::connect(("127.0.0.1", port))?;
-        s.set_read_timeout(Some(Duration::from_secs(20)))?;
-        Ok(Ctl {
-            r: BufReader::new(Box::new(s.try_clone()?)),
-            w: Box::new(s),
-        })
-    }
-
-    fn unix(path: &Path) -> Result<Ctl> {
-        let s = std::os::unix::net::UnixStream::connect(path)?;
-        s.set_read_timeout(Some(Duration::from_secs(20)))?;
-        Ok(Ctl {
-            r: BufReader::new(Box::new(s.try_clone()?)),
-            w: Box::new(s),
-        })
-    }
-
-    /// Send a command and read its whole reply.
-    fn cmd(&mut self, c: &str) -> Result<String> {
-        self.w.write_all(format!("{c}\r\n").as_bytes())?;
-        self.reply()
-    }
-
-    fn reply(&mut self) -> Result<String> {
-        let mut out = String::new();
-        let mut in_data = false;
-        loop {
-            let mut l = String::new();
-            ensure!(
-                self.r.read_line(&mut l)? > 0,
-                "connection closed; got {out:?}"
-            );
-            out.push_str(&l);
-            if in_data {
-                in_data = l != ".\r\n";
-                continue;
-            }
-            if l.len() >= 4 && &l[3..4] == "+" {
-                in_data = true;
-            } else if l.len() >= 4 && &l[3..4] == " " && !l.starts_with("650") {
-                return Ok(out);
-            }
-        }
-    }
-
-    fn closed(&mut self) -> bool {
-        let mut b = [0u8; 1];
-        matches!(self.r.read(&mut b), Ok(0) | Err(_))
-    }
-
-    fn authenticate(&mut self, cookie_file: &Path) -> Result<()> {
-        let cookie = std::fs::read(cookie_file)?;
-        let r = self.cmd(&format!("AUTHENTICATE {}", hex::encode(cookie)))?;
-        ensure!(r == "250 OK\r\n", "{r}");
-        Ok(())
-    }
-}
 
 fn hash_password(pw: &str) -> Result<String> {
     let out = Command::new("tor")

@@ -19,7 +19,28 @@ const DEFAULT_EXIT_POLICY: &str = "reject *:25,reject *:119,reject *:135-139,rej
 
 /// The GETINFO keys weft answers, with C Tor's descriptions.
 const INFO_NAMES: &[(&str, &str)] = &[
+    (
+        "accounting/bytes",
+        "Number of bytes read/written so far in the accounting interval.",
+    ),
+    (
+        "accounting/bytes-left",
+        "Number of bytes left to write/read so far in the accounting interval.",
+    ),
     ("accounting/enabled", "Is accounting currently enabled?"),
+    ("accounting/hibernating", "Are we hibernating or awake?"),
+    (
+        "accounting/interval-end",
+        "Time when the accounting period ends.",
+    ),
+    (
+        "accounting/interval-start",
+        "Time when the accounting period starts.",
+    ),
+    (
+        "accounting/interval-wake",
+        "Time to wake up in this accounting period.",
+    ),
     (
         "address",
         "IP address of this Tor host, if we can guess it.",
@@ -211,9 +232,29 @@ impl ControlView<'_> {
         }
     }
 
+    /// `accounting/*`, as C answers (also with accounting off: enabled 0,
+    /// nothing counted; the shutdown wait is "soft").
+    fn accounting(&self, key: &str) -> Result<String, InfoError> {
+        let exiting = self.c.exiting_at.is_some();
+        let answer = match (&self.c.accounting, key) {
+            (_, "hibernating") if exiting => Some("soft".into()),
+            (Some(a), k) => a.getinfo(k),
+            (None, "enabled") => Some("0".into()),
+            (None, "hibernating") => Some("awake".into()),
+            (None, "bytes" | "bytes-left") => Some("0 0".into()),
+            (None, "interval-start" | "interval-wake" | "interval-end") => {
+                Some(crate::accounting::iso_time(0))
+            }
+            _ => None,
+        };
+        answer.ok_or(InfoError::Unrecognized)
+    }
+
     fn listeners(&self, kind: &str) -> Result<String, InfoError> {
         let cfg = &self.c.cfg;
         Ok(match kind {
+            // Closed while hibernating or shutting down.
+            "or" if self.c.or_listener.is_none() => String::new(),
             "or" => format!("\"{}\"", cfg.or_listen),
             "metrics" => cfg
                 .metrics_port
@@ -255,7 +296,7 @@ impl ControlInfo for ControlView<'_> {
             "process/uid" => process_user().map(|u| u.0.to_string()).unwrap_or_default(),
             "process/user" => process_user().map(|u| u.1).unwrap_or_default(),
             "process/descriptor-limit" => descriptor_limit().unwrap_or_default(),
-            "accounting/enabled" => "0".into(),
+            k if k.starts_with("accounting/") => return self.accounting(&k[11..]),
             "dormant" => "0".into(),
             "status/version/current" => "unknown".into(),
             "circuit-status" | "stream-status" => String::new(),

@@ -26,8 +26,9 @@ pub const MIN_BW_TO_BE_CACHE: u64 = 51_200;
 const MIN_MEM: u64 = 300 << 20;
 
 /// Whether we serve BEGIN_DIR and say so (`tunnelled-dir-server`), as C
-/// Tor decides it (accounting is not built, so only the bandwidth rule
-/// applies). Logs C Tor's notices.
+/// Tor decides it: not with accounting that could make us hibernate (our
+/// rate would spend AccountingMax before the interval ends), nor under
+/// 50 KB/s. Logs C Tor's notices. [C router.c router_should_be_dirserver()]
 pub fn should_be_cache(cfg: &RelayConfig) -> bool {
     if !cfg.dir_cache {
         if total_memory().is_some_and(|m| m >= MIN_MEM) {
@@ -38,6 +39,25 @@ pub fn should_be_cache(cfg: &RelayConfig) -> bool {
     let effective = cfg
         .bandwidth_rate
         .min(cfg.max_advertised_bandwidth.unwrap_or(u64::MAX));
+    if let Some(a) = cfg
+        .accounting
+        .filter(|a| a.rule != crate::accounting::Rule::In)
+    {
+        let now = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_secs());
+        let (start, end) = a.start.period_containing(now);
+        let length = (end - start).max(1);
+        let budget = if a.rule == crate::accounting::Rule::Sum {
+            a.max / 2
+        } else {
+            a.max
+        };
+        if effective >= budget / length {
+            info!("Not advertising Directory Service support (Reason: AccountingMax enabled)");
+            return false;
+        }
+    }
     if effective < MIN_BW_TO_BE_CACHE {
         info!("Not advertising Directory Service support (Reason: BandwidthRate under 50KB)");
         return false;

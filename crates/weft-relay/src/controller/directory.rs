@@ -149,6 +149,7 @@ impl DirState {
             family: cfg.family.clone(),
             overload_general: None,
             tunnelled_dir_server: dir_cache,
+            hibernating: false,
         };
         DirState {
             authorities: cfg.authorities.clone(),
@@ -311,6 +312,15 @@ impl DirState {
         self.publish(keys, started, observed, "startup");
     }
 
+    /// Hibernation began or ended: republish (C marks the descriptor dirty
+    /// when its bandwidth drops to 0 or comes back).
+    pub fn set_hibernating(&mut self, on: bool) {
+        if self.desc.hibernating != on {
+            self.desc.hibernating = on;
+            self.dirty = true;
+        }
+    }
+
     /// Keys changed: republish at the next check.
     pub fn keys_changed(&mut self) {
         self.dirty = true;
@@ -352,7 +362,8 @@ impl DirState {
         let now = SystemTime::now();
         self.desc.published = now;
         self.desc.uptime = started.elapsed().as_secs();
-        self.desc.bandwidth_observed = observed;
+        // Hibernating, we report no bandwidth. [C router.c]
+        self.desc.bandwidth_observed = if self.desc.hibernating { 0 } else { observed };
         let (extra, digests) = match build_extra_info(keys, &self.desc.nickname, now) {
             Ok(x) => x,
             Err(e) => {

@@ -637,6 +637,56 @@ pub async fn listen(addr: SocketAddr) -> std::io::Result<tokio::net::TcpListener
     Ok(l)
 }
 
+impl super::Controller {
+    /// What the MetricsPort shows, from the controller's state.
+    pub(super) fn metrics_snapshot(&self) -> MetricsSnapshot {
+        MetricsSnapshot {
+            workers: self.worker_totals.clone(),
+            main_cpu_s: crate::worker::thread_cpu_ns() as f64 / 1e9,
+            connections: self.conns.len(),
+            observed_bandwidth: self.bw.observed(),
+            extends: (self.extends_same_worker, self.extends_cross_worker),
+            onion: {
+                let mut counters = crate::messages::OnionCounters::default();
+                for w in &self.worker_totals {
+                    counters.add(&w.report.onion);
+                }
+                let (intro_circuits, rend_waiting) = self.onion.sizes();
+                OnionSnapshot {
+                    counters,
+                    intro_circuits,
+                    rend_waiting,
+                    unknown_service: self.onion.unknown_service,
+                    unknown_cookie: self.onion.unknown_cookie,
+                }
+            },
+            exit: {
+                let mut e = crate::messages::ExitCounters::default();
+                for w in &self.worker_totals {
+                    e.add(&w.report.exit);
+                }
+                e
+            },
+            limits: {
+                let mut counters = crate::messages::LimitReport::default();
+                for w in &self.worker_totals {
+                    counters.add(&w.report.limits);
+                }
+                counters.queued_bytes = self.limits.queued_total();
+                LimitsSnapshot {
+                    counters,
+                    dos: self.limits.clients.stats,
+                    max_mem: self.limits.max_mem,
+                    open_conns: self.limits.open_conns,
+                    max_conns: self.limits.max_conns,
+                    oom_rounds: self.limits.oom_rounds,
+                }
+            },
+            uptime_s: self.started.elapsed().as_secs(),
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

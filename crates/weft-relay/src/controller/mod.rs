@@ -20,6 +20,7 @@ pub mod control_port;
 pub mod dir_cache;
 pub mod directory;
 mod exit_metrics;
+mod hibernate;
 mod limits;
 mod local;
 pub mod metrics;
@@ -40,7 +41,7 @@ use weft_proto::link::PeerKind;
 use weft_proto::origin::HopTarget;
 
 use self::directory::{DirEvent, DirState};
-use self::metrics::{MetricsSnapshot, WorkerTotals};
+use self::metrics::WorkerTotals;
 use crate::bwhist::{self, BandwidthHistory};
 use crate::context::{RelayConfig, SchedParams, SharedContext};
 use crate::messages::{ConnId, ControllerMsg, HalfRef, WorkerReport};
@@ -119,6 +120,10 @@ struct Controller {
     notify: crate::service_notify::ServiceNotify,
     /// The ORPort (None once closed for the shutdown wait).
     or_listener: Option<tokio::net::TcpListener>,
+    /// AccountingMax: the interval's bytes and the hibernation state.
+    accounting: Option<crate::accounting::Accounting>,
+    /// The traffic totals the accounting has counted.
+    accounted: (u64, u64),
     /// Shutting down after SIGINT / SIGNAL SHUTDOWN: when to exit.
     exiting_at: Option<tokio::time::Instant>,
 }
@@ -342,6 +347,7 @@ async fn run_controller(cfg: RelayConfig, mut hooks: RelayHooks) -> anyhow::Resu
     let mut dir = DirState::new(&cfg, dir_tx, ctx.dir_cache);
     let (cache_tx, mut cache_rx) = unbounded_channel::<dir_cache::CacheEvent>();
     let mut cache = dir_cache::DirCacheState::new(&cfg, cache_tx, ctx.dir_cache);
+    let accounting = hibernate::start_accounting(&cfg, keys.fingerprint, &state_path);
     let mut c = Controller {
         limits: limits::Limits::new(
             sched_params(&cfg, &NetParams::default()).dos,
@@ -378,6 +384,8 @@ async fn run_controller(cfg: RelayConfig, mut hooks: RelayHooks) -> anyhow::Resu
         notify,
         exiting_at: None,
         or_listener: listener,
+        accounting,
+        accounted: (0, 0),
     };
     // The ORPort answers now, so the authorities' reachability test that
     // follows the upload can succeed. [protocol-notes §10.3, §15.12]
@@ -444,6 +452,7 @@ async fn run_controller(cfg: RelayConfig, mut hooks: RelayHooks) -> anyhow::Resu
             _ = tick.tick() => {
                 secs += 1;
                 c.bw.tick(bwhist::today());
+                c.account(&mut dir);
                 if let Some(cp) = control.as_mut() {
                     cp.tick(c.bw.total_read, c.bw.total_written);
                 }
@@ -460,7 +469,7 @@ async fn run_controller(cfg: RelayConfig, mut hooks: RelayHooks) -> anyhow::Resu
                 }
                 if secs.is_multiple_of(60) {
                     c.limits.clients.expire(unix_secs());
-                    c.bw.save(&state_path);
+                    c.save_state(&state_path);
                     c.rotate_if_due(&mut dir);
                 }
             }
@@ -647,53 +656,6 @@ impl Controller {
         }
     }
 
-    fn metrics_snapshot(&self) -> MetricsSnapshot {
-        MetricsSnapshot {
-            workers: self.worker_totals.clone(),
-            main_cpu_s: worker::thread_cpu_ns() as f64 / 1e9,
-            connections: self.conns.len(),
-            observed_bandwidth: self.bw.observed(),
-            extends: (self.extends_same_worker, self.extends_cross_worker),
-            onion: {
-                let mut counters = crate::messages::OnionCounters::default();
-                for w in &self.worker_totals {
-                    counters.add(&w.report.onion);
-                }
-                let (intro_circuits, rend_waiting) = self.onion.sizes();
-                metrics::OnionSnapshot {
-                    counters,
-                    intro_circuits,
-                    rend_waiting,
-                    unknown_service: self.onion.unknown_service,
-                    unknown_cookie: self.onion.unknown_cookie,
-                }
-            },
-            exit: {
-                let mut e = crate::messages::ExitCounters::default();
-                for w in &self.worker_totals {
-                    e.add(&w.report.exit);
-                }
-                e
-            },
-            limits: {
-                let mut counters = crate::messages::LimitReport::default();
-                for w in &self.worker_totals {
-                    counters.add(&w.report.limits);
-                }
-                counters.queued_bytes = self.limits.queued_total();
-                metrics::LimitsSnapshot {
-                    counters,
-                    dos: self.limits.clients.stats,
-                    max_mem: self.limits.max_mem,
-                    open_conns: self.limits.open_conns,
-                    max_conns: self.limits.max_conns,
-                    oom_rounds: self.limits.oom_rounds,
-                }
-            },
-            uptime_s: self.started.elapsed().as_secs(),
-        }
-    }
-
     /// Regenerate the TLS context every 2 hours, rotate onion keys and the
     /// signing key when due, and hand workers the new snapshot.
     fn rotate_if_due(&mut self, dir: &mut DirState) {
@@ -746,7 +708,7 @@ impl Controller {
                     ctx.with_exit(exit_settings(&self.cfg, self.resolver.as_ref(), Some(dir)))
                         .with_dir_cache(self.ctx.dir_cache)
                         .with_outbound(self.cfg.outbound)
-                        .with_hibernating(self.exiting_at.is_some()),
+                        .with_hibernating(self.hibernating()),
                 );
                 for w in &self.workers {
                     w.send(WorkerMsg::NewContext(self.ctx.clone()));

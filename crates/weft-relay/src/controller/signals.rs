@@ -132,7 +132,7 @@ impl Controller {
                 Ok(None) | Err(_) => break,
             }
         }
-        self.bw.save(state_path);
+        self.save_state(state_path);
         info!(
         "stopped after {}s: relayed {} cells, read {} B, written {} B, extends {} same-worker / {} cross-worker",
         self.started.elapsed().as_secs(),
@@ -189,6 +189,7 @@ impl Controller {
             l.onionskins_processed,
             l.onionskins_dropped
         );
+        self.log_accounting();
     }
 
     /// DUMP / SIGUSR1: the heartbeat and each worker's counters.
@@ -253,6 +254,10 @@ impl Controller {
             restart.push("exit relay on/off (ExitRelay, ExitPolicy)");
             new.exit_policy = old.exit_policy.clone();
         }
+        if old.accounting.is_some() != new.accounting.is_some() {
+            restart.push("accounting on/off (AccountingMax)");
+            new.accounting = old.accounting;
+        }
         new.alloc_probe = old.alloc_probe;
         // What applies now, for the log.
         let mut applied = Vec::new();
@@ -289,6 +294,8 @@ impl Controller {
                 old.heartbeat_period == new.heartbeat_period,
             ),
             ("OutboundBindAddress", old.outbound == new.outbound),
+            ("ShutdownWaitLength", old.shutdown_wait == new.shutdown_wait),
+            ("Accounting options", old.accounting == new.accounting),
         ] {
             if !same {
                 applied.push(name);
@@ -296,6 +303,7 @@ impl Controller {
         }
         let bw_changed =
             old.bandwidth_rate != new.bandwidth_rate || old.bandwidth_burst != new.bandwidth_burst;
+        self.reload_accounting(&new);
         self.cfg = new;
         if bw_changed {
             let n = self.workers.len().max(1) as u64;

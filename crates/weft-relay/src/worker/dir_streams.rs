@@ -94,6 +94,12 @@ impl Circuits {
     /// address (only reached with `DirCache` on; the keyed half answers
     /// END NOTDIRECTORY otherwise).
     pub(super) fn begin_dir(&mut self, conn: usize, slot: u32, stream_id: u16) {
+        if self.ctx.hibernating {
+            // As C: no new stream of any kind while hibernating.
+            let reason = [weft_proto::circuit::exit::END_HIBERNATING];
+            self.send_on(conn, slot, relay_cmd::END, stream_id, &reason);
+            return;
+        }
         let key = self.new_stream(conn, slot, stream_id, State::DirRequest);
         self.streams.streams[key].dir = Some(Box::new(DirStream {
             request: Vec::new(),

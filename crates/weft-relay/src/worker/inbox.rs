@@ -182,6 +182,9 @@ pub(crate) enum WorkerMsg {
     },
     /// The resolver's answer for one of our exit streams.
     Resolved(crate::resolver::DnsAnswer),
+    /// Hibernation (the accounting's hard limit): close every relay
+    /// connection. [C hibernate.c hibernate_go_dormant()]
+    CloseAll,
     /// Send the last counters and stop.
     Shutdown,
 }
@@ -269,6 +272,12 @@ impl Worker {
             }
             WorkerMsg::Resolved(a) => self.core.stream_resolved(a),
             WorkerMsg::DirDocuments(d) => self.core.set_dir_documents(d),
+            WorkerMsg::CloseAll => {
+                let all: Vec<usize> = self.conns.iter().map(|(idx, _)| idx).collect();
+                for idx in all {
+                    self.close_later(idx, "hibernating: the accounting limit is reached".into());
+                }
+            }
             WorkerMsg::Shutdown => {
                 self.report();
                 let _ = self

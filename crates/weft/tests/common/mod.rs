@@ -4,7 +4,7 @@
 
 #![allow(dead_code)]
 
-use std::io::{Read, Write};
+use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
@@ -79,6 +79,27 @@ impl WeftProcess {
             std::thread::sleep(Duration::from_millis(100));
         }
         p
+    }
+
+    /// Stop weft (SIGTERM: a clean stop that saves its state; bounded
+    /// wait) and start it again on the same torrc and data directory.
+    pub fn restart(&mut self) {
+        let _ = Command::new("kill")
+            .args(["-TERM", &self.child.id().to_string()])
+            .status();
+        let t0 = Instant::now();
+        while matches!(self.child.try_wait(), Ok(None)) && t0.elapsed() < Duration::from_secs(10) {
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        self.child = Command::new(env!("CARGO_BIN_EXE_weft"))
+            .arg("-f")
+            .arg(self.dir.path().join("torrc"))
+            .stdout(Stdio::null())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .unwrap();
     }
 
     pub fn addr(&self) -> SocketAddr {
@@ -484,5 +505,71 @@ pub fn nyx_screen(
         }
         anyhow::ensure!(Instant::now() < deadline, "nyx's screen:\n{screen}");
         std::thread::sleep(Duration::from_millis(500));
+    }
+}
+
+/// A raw control connection.
+pub struct Ctl {
+    pub r: BufReader<Box<dyn Read>>,
+    pub w: Box<dyn Write>,
+}
+
+impl Ctl {
+    pub fn tcp(port: u16) -> anyhow::Result<Ctl> {
+        let s = std::net::TcpStream::connect(("127.0.0.1", port))?;
+        s.set_read_timeout(Some(Duration::from_secs(20)))?;
+        Ok(Ctl {
+            r: BufReader::new(Box::new(s.try_clone()?)),
+            w: Box::new(s),
+        })
+    }
+
+    pub fn unix(path: &Path) -> anyhow::Result<Ctl> {
+        let s = std::os::unix::net::UnixStream::connect(path)?;
+        s.set_read_timeout(Some(Duration::from_secs(20)))?;
+        Ok(Ctl {
+            r: BufReader::new(Box::new(s.try_clone()?)),
+            w: Box::new(s),
+        })
+    }
+
+    /// Send a command and read its whole reply.
+    pub fn cmd(&mut self, c: &str) -> anyhow::Result<String> {
+        self.w.write_all(format!("{c}\r\n").as_bytes())?;
+        self.reply()
+    }
+
+    pub fn reply(&mut self) -> anyhow::Result<String> {
+        let mut out = String::new();
+        let mut in_data = false;
+        loop {
+            let mut l = String::new();
+            anyhow::ensure!(
+                self.r.read_line(&mut l)? > 0,
+                "connection closed; got {out:?}"
+            );
+            out.push_str(&l);
+            if in_data {
+                in_data = l != ".\r\n";
+                continue;
+            }
+            if l.len() >= 4 && &l[3..4] == "+" {
+                in_data = true;
+            } else if l.len() >= 4 && &l[3..4] == " " && !l.starts_with("650") {
+                return Ok(out);
+            }
+        }
+    }
+
+    pub fn closed(&mut self) -> bool {
+        let mut b = [0u8; 1];
+        matches!(self.r.read(&mut b), Ok(0) | Err(_))
+    }
+
+    pub fn authenticate(&mut self, cookie_file: &Path) -> anyhow::Result<()> {
+        let cookie = std::fs::read(cookie_file)?;
+        let r = self.cmd(&format!("AUTHENTICATE {}", hex::encode(cookie)))?;
+        anyhow::ensure!(r == "250 OK\r\n", "{r}");
+        Ok(())
     }
 }

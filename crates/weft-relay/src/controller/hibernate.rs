@@ -1,0 +1,143 @@
+//! Hibernation on the main thread: the accounting ([`crate::accounting`])
+//! fed each second with the bytes the workers reported, and what its
+//! transitions do, as C Tor's hibernate.c: the soft limit closes the ORPort
+//! and has the workers refuse new circuits and streams (a relay context
+//! marked hibernating); the hard limit also closes every relay connection;
+//! waking reopens the ORPort. Each change republishes the descriptor
+//! (`hibernating 1`, no bandwidth), so the authorities stop listing us
+//! Running. The shutdown wait (SIGINT) uses the same context flag.
+
+use tracing::{info, warn};
+
+use super::directory::DirState;
+use super::{unix_secs, Controller};
+use crate::accounting::{Accounting, Hibernation};
+use crate::context::RelayConfig;
+use crate::worker::WorkerMsg;
+
+/// The accounting for `cfg`, continuing what the state file recorded.
+pub(super) fn start_accounting(
+    cfg: &RelayConfig,
+    fingerprint: [u8; 20],
+    state_path: &std::path::Path,
+) -> Option<Accounting> {
+    let a = cfg.accounting?;
+    let saved = std::fs::read_to_string(state_path).unwrap_or_default();
+    let acct = Accounting::new(a, cfg.bandwidth_rate, fingerprint, &saved, unix_secs());
+    info!(
+        "Configured hibernation: AccountingMax {} bytes ({:?}). This interval began at {} UTC; the scheduled wake-up time is {} UTC; the next interval begins at {} UTC.",
+        a.max,
+        a.rule,
+        crate::accounting::iso_time(acct.interval_start),
+        crate::accounting::iso_time(acct.wakeup),
+        crate::accounting::iso_time(acct.interval_end),
+    );
+    Some(acct)
+}
+
+impl Controller {
+    /// New circuits and streams are refused: shutting down or hibernating.
+    pub(super) fn hibernating(&self) -> bool {
+        self.exiting_at.is_some()
+            || self
+                .accounting
+                .as_ref()
+                .is_some_and(|a| a.state() != Hibernation::Awake)
+    }
+
+    /// Once a second: count the bytes moved since the last call and act on
+    /// a change of state.
+    pub(super) fn account(&mut self, dir: &mut DirState) {
+        let (r, w) = (self.bw.total_read, self.bw.total_written);
+        let (dr, dw) = (
+            r.saturating_sub(self.accounted.0),
+            w.saturating_sub(self.accounted.1),
+        );
+        self.accounted = (r, w);
+        let Some(a) = self.accounting.as_mut() else {
+            return;
+        };
+        let Some((state, why)) = a.tick(unix_secs(), dr, dw, 1) else {
+            return;
+        };
+        for line in why {
+            info!("{line}");
+        }
+        match state {
+            Hibernation::Soft | Hibernation::Hard => {
+                self.or_listener = None;
+                if state == Hibernation::Hard {
+                    for wk in &self.workers {
+                        wk.send(WorkerMsg::CloseAll);
+                    }
+                }
+            }
+            Hibernation::Awake => {
+                if self.or_listener.is_none() && self.exiting_at.is_none() {
+                    self.or_listener = self.bind_or_port();
+                }
+            }
+        }
+        self.rebuild_context(dir);
+        dir.set_hibernating(self.hibernating());
+    }
+
+    fn bind_or_port(&self) -> Option<tokio::net::TcpListener> {
+        let l = std::net::TcpListener::bind(self.cfg.or_listen)
+            .and_then(|l| l.set_nonblocking(true).map(|()| l))
+            .and_then(tokio::net::TcpListener::from_std);
+        match l {
+            Ok(l) => {
+                info!("ORPort listening on {} again", self.cfg.or_listen);
+                Some(l)
+            }
+            Err(e) => {
+                warn!("cannot listen on ORPort {} again: {e}", self.cfg.or_listen);
+                None
+            }
+        }
+    }
+
+    /// A reload: new accounting options apply to the running interval
+    /// (turning accounting on or off needs a restart).
+    pub(super) fn reload_accounting(&mut self, new: &RelayConfig) -> bool {
+        match (self.accounting.as_mut(), new.accounting) {
+            (Some(a), Some(c)) => {
+                a.set_config(c, new.bandwidth_rate, unix_secs());
+                true
+            }
+            (None, None) => true,
+            _ => false,
+        }
+    }
+
+    /// The heartbeat's accounting line. [C status.c log_accounting()]
+    pub(super) fn log_accounting(&self) {
+        let Some(a) = &self.accounting else { return };
+        let left = a.interval_end.saturating_sub(unix_secs());
+        info!(
+            target: "heartbeat",
+            "Heartbeat: Accounting enabled. Sent: {} B, Received: {} B, Used: {} B / {} B, Rule: {:?}. The current accounting interval ends on {} UTC, in {}h{:02}m; hibernation: {}.",
+            a.written,
+            a.read,
+            a.bytes(),
+            a.config().max,
+            a.config().rule,
+            crate::accounting::iso_time(a.interval_end),
+            left / 3600,
+            left % 3600 / 60,
+            a.state().name(),
+        );
+    }
+
+    /// Save the bandwidth history and the accounting (0600).
+    pub(super) fn save_state(&self, path: &std::path::Path) {
+        let mut text = self.bw.to_state();
+        if let Some(a) = &self.accounting {
+            text.push_str(&a.to_state());
+        }
+        if let Err(e) = weft_crypto::keys::write_private_file(path, text.as_bytes()) {
+            warn!("cannot save the state file: {e}");
+        }
+    }
+}
