@@ -117,6 +117,8 @@ pub struct DescriptorParams {
     /// `hibernating 1`: accounting or a shutdown has us refuse new
     /// circuits (authorities then do not list us Running). [C router.c]
     pub hibernating: bool,
+    /// The IPv6 ORPort (`or-address [IPv6]:port`), if any.
+    pub or_address_v6: Option<std::net::SocketAddrV6>,
 }
 
 impl DescriptorParams {
@@ -142,6 +144,7 @@ impl DescriptorParams {
             overload_general: None,
             tunnelled_dir_server: false,
             hibernating: false,
+            or_address_v6: None,
         }
     }
 }
@@ -331,6 +334,9 @@ pub fn build_server_descriptor(
         "master-key-ed25519 {}",
         STANDARD_NO_PAD.encode(keys.ed_id)
     );
+    if let Some(a) = p.or_address_v6 {
+        let _ = writeln!(d, "or-address [{}]:{}", a.ip(), a.port());
+    }
     let _ = writeln!(d, "platform {}", p.platform);
     let _ = writeln!(d, "proto {}", p.proto);
     let _ = writeln!(d, "published {published}");

@@ -535,3 +535,23 @@ fn hibernating_line() {
     let (plain, _) = build_descriptor_pair(&k, &params(now)).unwrap();
     assert!(!plain.contains("hibernating"));
 }
+
+/// An IPv6 ORPort: one `or-address` line, which Arti's parser reads back.
+#[test]
+fn or_address_line() {
+    let (_t, k) = make_keys();
+    let now = now_secs();
+    let mut p = params(now);
+    p.or_address_v6 = Some("[2001:db8::5]:9002".parse().unwrap());
+    let (desc, _) = build_descriptor_pair(&k, &p).unwrap();
+    assert!(desc.contains("\nor-address [2001:db8::5]:9002\n"), "{desc}");
+    let rd: RouterDesc = RouterDesc::parse(&desc)
+        .expect("parse")
+        .check_signature()
+        .expect("signature")
+        .dangerously_assume_timely();
+    assert!(rd.or_ports().any(|a| a
+        == "[2001:db8::5]:9002"
+            .parse::<std::net::SocketAddr>()
+            .unwrap()));
+}

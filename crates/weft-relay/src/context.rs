@@ -40,6 +40,9 @@ pub struct RelayConfig {
     pub or_listen: SocketAddr,
     /// The advertised IPv4 address and port.
     pub advertised: SocketAddr,
+    /// The IPv6 ORPort: where it listens and what is advertised
+    /// (`or-address`), if any.
+    pub ipv6_or_port: Option<(SocketAddr, std::net::SocketAddrV6)>,
     /// DataDirectory.
     pub data_dir: PathBuf,
     /// Directory authorities.

@@ -49,6 +49,9 @@ pub struct TestnetConfig {
     /// Extra torrc lines for stock relay `i` (`relay_torrc[i]`, e.g.
     /// `BandwidthRate 300 KBytes`).
     pub relay_torrc: Vec<Vec<String>>,
+    /// Extra torrc lines for every authority (e.g.
+    /// `AuthDirHasIPv6Connectivity 1`).
+    pub authority_torrc: Vec<String>,
     /// The authorities compute the Guard flag themselves (C Tor's rules:
     /// Fast, Stable, a directory cache, time known and uptime over the
     /// network's thresholds) instead of voting it for the stock relays
@@ -98,6 +101,7 @@ impl Default for TestnetConfig {
             consensus_params: String::new(),
             client_torrc: Vec::new(),
             relay_torrc: Vec::new(),
+            authority_torrc: Vec::new(),
             guards_by_vote: false,
         }
     }

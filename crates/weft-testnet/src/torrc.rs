@@ -50,6 +50,7 @@ pub(crate) struct NetFacts {
     pub(crate) client_torrc: Vec<Vec<String>>,
     /// Extra lines for stock relays, by relay index.
     pub(crate) relay_torrc: Vec<Vec<String>>,
+    pub(crate) authority_torrc: Vec<String>,
     /// The authorities compute Guard themselves (see
     /// `TestnetConfig::guards_by_vote`).
     pub(crate) guards_by_vote: bool,
@@ -159,6 +160,11 @@ pub(crate) fn stock_torrc(
                     .parse()
                     .unwrap_or(usize::MAX);
                 for l in facts.relay_torrc.get(i).into_iter().flatten() {
+                    line(l);
+                }
+            }
+            if role == Role::Authority {
+                for l in &facts.authority_torrc {
                     line(l);
                 }
             }

@@ -182,25 +182,6 @@ fn parse_log(v: &str) -> Result<LogSpec, String> {
     Ok(LogSpec { masks, target })
 }
 
-fn parse_or_port(v: &str) -> Result<(Option<IpAddr>, u16), String> {
-    let mut toks = v.split_whitespace();
-    let first = toks.next().ok_or("missing port")?;
-    if let Some(flag) = toks.next() {
-        return Err(format!("ORPort flag '{flag}' is not supported yet"));
-    }
-    if let Ok(p) = first.parse::<u16>() {
-        if p == 0 {
-            return Err("ORPort 0 (no ORPort) cannot run a relay".into());
-        }
-        return Ok((None, p));
-    }
-    let sa: SocketAddr = first.parse().map_err(|_| format!("bad ORPort '{first}'"))?;
-    if sa.is_ipv6() {
-        return Err("IPv6 ORPorts are not supported yet".into());
-    }
-    Ok((Some(sa.ip()), sa.port()))
-}
-
 /// A tor interval in milliseconds: "10", "10 msec", "10 ms", "1 second".
 fn parse_msec(v: &str) -> Result<u64, String> {
     let mut it = v.split_whitespace();
@@ -270,8 +251,7 @@ pub fn parse_lines(
     file: &Path,
 ) -> Result<Config, ConfigError> {
     let fname = file.display().to_string();
-    let mut or_port: Option<(Option<IpAddr>, u16)> = None;
-    let mut address: Option<IpAddr> = None;
+    let mut or_ports = crate::config_orport::OrPortLines::default();
     let mut nickname: Option<String> = None;
     let mut contact = None;
     let mut data_dir: Option<PathBuf> = None;
@@ -344,18 +324,8 @@ pub fn parse_lines(
             continue;
         }
         match lower.as_str() {
-            "orport" => {
-                if or_port.is_some() {
-                    return Err(err("more than one ORPort is not supported yet".into()));
-                }
-                or_port = Some(parse_or_port(val).map_err(err)?);
-            }
-            "address" => {
-                address = Some(
-                    val.parse::<IpAddr>()
-                        .map_err(|_| err(format!("Address must be an IP address (got '{val}'); host names are not supported yet")))?,
-                );
-            }
+            "orport" => or_ports.or_port(val).map_err(err)?,
+            "address" => or_ports.address(val).map_err(err)?,
             "nickname" => {
                 if val.is_empty()
                     || val.len() > 19
@@ -514,14 +484,9 @@ pub fn parse_lines(
         line: 0,
         msg: msg.to_string(),
     };
-    let (bind_ip, port) = or_port.ok_or_else(|| at_end("ORPort is required"))?;
+    let ports = or_ports.finish().map_err(|e| at_end(&e))?;
     let data_dir = data_dir.ok_or_else(|| at_end("DataDirectory is required"))?;
-    let adv_ip = address
-        .or(bind_ip)
-        .ok_or_else(|| at_end("Address is required (weft does not guess its address yet)"))?;
-    if !adv_ip.is_ipv4() {
-        return Err(at_end("Address must be IPv4"));
-    }
+    let adv_ip = ports.advertised.ip();
     let (exit_policy, exit_warnings) = exit.finish(adv_ip).map_err(|e| at_end(&e))?;
     warnings.extend(exit_warnings);
     family.sort();
@@ -581,13 +546,12 @@ pub fn parse_lines(
         rate = relay_rate;
         burst = relay_burst;
     }
-    if accounting.max > 0 && port < 1024 {
+    if accounting.max > 0 && ports.advertised.port() < 1024 {
         warnings.push("You have set AccountingMax to use hibernation. You have also chosen a low ORPort: weft may not be able to bind it again when it wakes up (as C Tor)".into());
     }
     if let Some(u) = &user {
         weft_relay::privileges::check_data_dir(u, &data_dir).map_err(|e| at_end(&e))?;
     }
-    let listen_ip = bind_ip.unwrap_or(IpAddr::from([0, 0, 0, 0]));
     let threads = threads.unwrap_or_else(|| {
         std::thread::available_parallelism()
             .map(|n| n.get())
@@ -597,8 +561,9 @@ pub fn parse_lines(
         relay: RelayConfig {
             nickname: nickname.unwrap_or_else(|| "Unnamed".into()),
             contact,
-            or_listen: SocketAddr::new(listen_ip, port),
-            advertised: SocketAddr::new(adv_ip, port),
+            or_listen: ports.listen,
+            advertised: ports.advertised,
+            ipv6_or_port: ports.ipv6.map(|p| (p.listen, p.advertised)),
             data_dir,
             authorities,
             testing_tor_network: testing,

@@ -254,8 +254,14 @@ impl ControlView<'_> {
         let cfg = &self.c.cfg;
         Ok(match kind {
             // Closed while hibernating or shutting down.
-            "or" if self.c.or_listener.is_none() => String::new(),
-            "or" => format!("\"{}\"", cfg.or_listen),
+            "or" => self
+                .c
+                .or_listeners
+                .iter()
+                .filter_map(|l| l.local_addr().ok())
+                .map(|a| format!("\"{a}\""))
+                .collect::<Vec<_>>()
+                .join(" "),
             "metrics" => cfg
                 .metrics_port
                 .map(|a| format!("\"{a}\""))
@@ -289,6 +295,10 @@ impl ControlInfo for ControlView<'_> {
                 .collect(),
             "fingerprint" => c.keys.fingerprint_hex(),
             "address" | "address/v4" => cfg.advertised.ip().to_string(),
+            "address/v6" => cfg
+                .ipv6_or_port
+                .map(|(_, a)| a.ip().to_string())
+                .ok_or(InfoError::Unrecognized)?,
             "traffic/read" => c.bw.total_read.to_string(),
             "traffic/written" => c.bw.total_written.to_string(),
             "uptime" => c.started.elapsed().as_secs().to_string(),

@@ -150,6 +150,7 @@ impl DirState {
             overload_general: None,
             tunnelled_dir_server: dir_cache,
             hibernating: false,
+            or_address_v6: cfg.ipv6_or_port.map(|(_, adv)| adv),
         };
         DirState {
             authorities: cfg.authorities.clone(),

@@ -15,6 +15,32 @@ use crate::accounting::{Accounting, Hibernation};
 use crate::context::RelayConfig;
 use crate::worker::WorkerMsg;
 
+/// Bind the ORPorts: IPv4, and IPv6 (IPV6_V6ONLY, so `[::]` and
+/// `0.0.0.0` can share a port). Closed while hibernating, bound again on
+/// waking.
+pub(super) fn bind_or_ports(cfg: &RelayConfig) -> anyhow::Result<Vec<tokio::net::TcpListener>> {
+    let mut addrs = vec![cfg.or_listen];
+    addrs.extend(cfg.ipv6_or_port.map(|(listen, _)| listen));
+    let mut out = Vec::new();
+    for a in addrs {
+        let bind = || -> std::io::Result<tokio::net::TcpListener> {
+            use socket2::{Domain, Socket, Type};
+            let s = Socket::new(Domain::for_address(a), Type::STREAM, None)?;
+            if a.is_ipv6() {
+                s.set_only_v6(true)?;
+            }
+            s.set_reuse_address(true)?;
+            s.bind(&a.into())?;
+            s.listen(libc::SOMAXCONN)?;
+            s.set_nonblocking(true)?;
+            tokio::net::TcpListener::from_std(s.into())
+        };
+        out.push(bind().map_err(|e| anyhow::anyhow!("cannot listen on ORPort {a}: {e}"))?);
+        info!("ORPort listening on {a}");
+    }
+    Ok(out)
+}
+
 /// The accounting for `cfg`, continuing what the state file recorded.
 pub(super) fn start_accounting(
     cfg: &RelayConfig,
@@ -65,7 +91,7 @@ impl Controller {
         }
         match state {
             Hibernation::Soft | Hibernation::Hard => {
-                self.or_listener = None;
+                self.or_listeners.clear();
                 if state == Hibernation::Hard {
                     for wk in &self.workers {
                         wk.send(WorkerMsg::CloseAll);
@@ -73,29 +99,16 @@ impl Controller {
                 }
             }
             Hibernation::Awake => {
-                if self.or_listener.is_none() && self.exiting_at.is_none() {
-                    self.or_listener = self.bind_or_port();
+                if self.or_listeners.is_empty() && self.exiting_at.is_none() {
+                    match bind_or_ports(&self.cfg) {
+                        Ok(l) => self.or_listeners = l,
+                        Err(e) => warn!("cannot listen on the ORPort again: {e}"),
+                    }
                 }
             }
         }
         self.rebuild_context(dir);
         dir.set_hibernating(self.hibernating());
-    }
-
-    fn bind_or_port(&self) -> Option<tokio::net::TcpListener> {
-        let l = std::net::TcpListener::bind(self.cfg.or_listen)
-            .and_then(|l| l.set_nonblocking(true).map(|()| l))
-            .and_then(tokio::net::TcpListener::from_std);
-        match l {
-            Ok(l) => {
-                info!("ORPort listening on {} again", self.cfg.or_listen);
-                Some(l)
-            }
-            Err(e) => {
-                warn!("cannot listen on ORPort {} again: {e}", self.cfg.or_listen);
-                None
-            }
-        }
     }
 
     /// A reload: new accounting options apply to the running interval

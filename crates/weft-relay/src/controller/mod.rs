@@ -118,8 +118,9 @@ struct Controller {
     started: Instant,
     /// systemd's readiness protocol (nothing without NOTIFY_SOCKET).
     notify: crate::service_notify::ServiceNotify,
-    /// The ORPort (None once closed for the shutdown wait).
-    or_listener: Option<tokio::net::TcpListener>,
+    /// The ORPorts, IPv4 and IPv6 (none while hibernating or shutting
+    /// down).
+    or_listeners: Vec<tokio::net::TcpListener>,
     /// AccountingMax: the interval's bytes and the hibernation state.
     accounting: Option<crate::accounting::Accounting>,
     /// The traffic totals the accounting has counted.
@@ -221,7 +222,9 @@ fn exit_settings(
 }
 
 fn our_addrs(cfg: &RelayConfig) -> Vec<IpAddr> {
-    vec![cfg.advertised.ip()]
+    let mut a = vec![cfg.advertised.ip()];
+    a.extend(cfg.ipv6_or_port.map(|(_, adv)| IpAddr::V6(*adv.ip())));
+    a
 }
 
 async fn run_controller(cfg: RelayConfig, mut hooks: RelayHooks) -> anyhow::Result<()> {
@@ -265,11 +268,7 @@ async fn run_controller(cfg: RelayConfig, mut hooks: RelayHooks) -> anyhow::Resu
         .with_outbound(cfg.outbound),
     );
 
-    let listener = std::net::TcpListener::bind(cfg.or_listen)
-        .map_err(|e| anyhow::anyhow!("cannot listen on ORPort {}: {e}", cfg.or_listen))?;
-    listener.set_nonblocking(true)?;
-    let listener = Some(tokio::net::TcpListener::from_std(listener)?);
-    info!("ORPort listening on {}", cfg.or_listen);
+    let listeners = hibernate::bind_or_ports(&cfg)?;
 
     let fd_limit = limits::raise_fd_limit(cfg.conn_limit)?;
     let max_mem = limits::max_mem_in_queues(cfg.max_mem_in_queues);
@@ -383,7 +382,7 @@ async fn run_controller(cfg: RelayConfig, mut hooks: RelayHooks) -> anyhow::Resu
         started: Instant::now(),
         notify,
         exiting_at: None,
-        or_listener: listener,
+        or_listeners: listeners,
         accounting,
         accounted: (0, 0),
     };
@@ -396,7 +395,7 @@ async fn run_controller(cfg: RelayConfig, mut hooks: RelayHooks) -> anyhow::Resu
     let mut secs: u64 = 0;
     loop {
         tokio::select! {
-            a = accept_or_pending(&c.or_listener), if !c.limits.accept_paused() => match a {
+            a = accept_any(&c.or_listeners), if !c.limits.accept_paused() => match a {
                 Ok((stream, peer)) => c.accept(stream, peer),
                 Err(e) => c.limits.accept_failed(&e),
             },
@@ -741,14 +740,22 @@ fn unix_secs() -> u64 {
         .unwrap_or(0)
 }
 
-/// Accept on the ORPort, or never once it is closed.
-async fn accept_or_pending(
-    l: &Option<tokio::net::TcpListener>,
+/// Accept on any ORPort, or never while none is open.
+async fn accept_any(
+    ls: &[tokio::net::TcpListener],
 ) -> std::io::Result<(tokio::net::TcpStream, SocketAddr)> {
-    match l {
-        Some(l) => l.accept().await,
-        None => std::future::pending().await,
+    if ls.is_empty() {
+        return std::future::pending().await;
     }
+    std::future::poll_fn(|cx| {
+        for l in ls {
+            if let std::task::Poll::Ready(r) = l.poll_accept(cx) {
+                return std::task::Poll::Ready(r);
+            }
+        }
+        std::task::Poll::Pending
+    })
+    .await
 }
 
 fn far_future() -> tokio::time::Instant {

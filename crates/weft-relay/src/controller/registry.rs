@@ -67,26 +67,40 @@ impl Controller {
                 "extend to ourselves".into(),
             );
         }
-        let Some(v4) = req.ipv4 else {
-            return self.fail_extend(
-                &from,
-                destroy_reason::CONNECTFAILED,
-                "IPv6-only extend; no IPv6 ORPort".into(),
-            );
+        // As C's circuit_choose_ip_ap_for_extend(): IPv6 only with an IPv6
+        // ORPort of our own (the proxy for IPv6 connectivity); with both
+        // addresses, either at random.
+        let usable = |a: SocketAddr| a.port() != 0 && !a.ip().is_unspecified();
+        let v4 = req.ipv4.map(SocketAddr::V4).filter(|a| usable(*a));
+        let v6 = req
+            .ipv6
+            .map(SocketAddr::V6)
+            .filter(|a| usable(*a) && self.cfg.ipv6_or_port.is_some());
+        let addr = match (v4, v6) {
+            (Some(a), Some(b)) => {
+                if rand::random::<bool>() {
+                    a
+                } else {
+                    b
+                }
+            }
+            (Some(a), None) | (None, Some(a)) => a,
+            (None, None) => {
+                return self.fail_extend(
+                    &from,
+                    destroy_reason::CONNECTFAILED,
+                    match (req.ipv4, req.ipv6) {
+                        (None, Some(_)) => "IPv6-only extend; no IPv6 ORPort".into(),
+                        _ => "extend to port 0 or an unspecified address".into(),
+                    },
+                );
+            }
         };
-        let addr = SocketAddr::V4(v4);
         if !self.cfg.extend_allow_private && is_private(addr.ip()) {
             return self.fail_extend(
                 &from,
                 destroy_reason::CONNECTFAILED,
                 format!("extend to private address {addr} refused"),
-            );
-        }
-        if v4.port() == 0 || v4.ip().is_unspecified() {
-            return self.fail_extend(
-                &from,
-                destroy_reason::CONNECTFAILED,
-                "extend to port 0 or 0.0.0.0".into(),
             );
         }
         // TestingCrossWorkerExtends: the next hop's connection must be on

@@ -91,7 +91,7 @@ impl Controller {
         }
         // C closes every listener but the control ones; the workers refuse
         // new circuits once their new context arrives.
-        self.or_listener = None;
+        self.or_listeners.clear();
         self.exiting_at = Some(tokio::time::Instant::now() + wait);
         self.rebuild_context(dir);
         info!(
@@ -228,7 +228,7 @@ impl Controller {
                 }
             };
         }
-        needs_restart!("ORPort", or_listen);
+        needs_restart!("ORPort", or_listen, ipv6_or_port);
         needs_restart!("Address", advertised);
         needs_restart!("DataDirectory", data_dir);
         needs_restart!("User", user);
