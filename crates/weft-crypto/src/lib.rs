@@ -9,6 +9,7 @@
 
 pub mod certs;
 pub mod control_auth;
+pub mod family_keys;
 pub mod kdf;
 pub mod keys;
 pub mod ntor;

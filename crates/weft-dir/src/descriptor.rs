@@ -117,6 +117,10 @@ pub struct DescriptorParams {
     /// `hibernating 1`: accounting or a shutdown has us refuse new
     /// circuits (authorities then do not list us Running). [C router.c]
     pub hibernating: bool,
+    /// `family-cert` objects (encoded Ed25519 certificates of type
+    /// FAMILY_V_IDENTITY, one per family key; see
+    /// `weft_crypto::family_keys`).
+    pub family_certs: Vec<Vec<u8>>,
     /// The IPv6 ORPort (`or-address [IPv6]:port`), if any.
     pub or_address_v6: Option<std::net::SocketAddrV6>,
 }
@@ -145,6 +149,7 @@ impl DescriptorParams {
             tunnelled_dir_server: false,
             hibernating: false,
             or_address_v6: None,
+            family_certs: Vec::new(),
         }
     }
 }
@@ -379,6 +384,10 @@ pub fn build_server_descriptor(
     }
     if !p.family.is_empty() {
         let _ = writeln!(d, "family {}", p.family.join(" "));
+    }
+    for c in &p.family_certs {
+        d.push_str("family-cert\n");
+        pem(&mut d, "FAMILY CERT", c);
     }
     if p.hibernating {
         d.push_str("hibernating 1\n");

@@ -555,3 +555,48 @@ fn or_address_line() {
             .parse::<std::net::SocketAddr>()
             .unwrap()));
 }
+
+/// FamilyId: a `family-cert` per family key, which Arti's parser verifies
+/// (type, signer, our identity certified) and turns into the family ID.
+#[test]
+fn family_cert_lines() {
+    let (_t, k) = make_keys();
+    let now = now_secs();
+    let mut p = params(now);
+    let fam = weft_crypto::family_keys::generate();
+    let cert =
+        weft_crypto::family_keys::family_cert(&fam, &k.ed_id, k.signing_cert_expiry).unwrap();
+    p.family_certs = vec![cert];
+    let (desc, _) = build_descriptor_pair(&k, &p).unwrap();
+    assert!(
+        desc.contains("\nfamily-cert\n-----BEGIN FAMILY CERT-----\n"),
+        "{desc}"
+    );
+    let rd: RouterDesc = RouterDesc::parse(&desc)
+        .expect("parse")
+        .check_signature()
+        .expect("signature")
+        .dangerously_assume_timely();
+    let ids: Vec<String> = rd
+        .family_ids()
+        .as_ref()
+        .iter()
+        .map(|i: &tor_netdoc::types::family::RelayFamilyId| i.to_string())
+        .collect();
+    assert_eq!(
+        ids,
+        vec![format!(
+            "ed25519:{}",
+            weft_crypto::family_keys::family_id(fam.public().as_bytes())
+        )]
+    );
+    // A certificate for another relay's identity is refused.
+    p.family_certs =
+        vec![weft_crypto::family_keys::family_cert(&fam, &[7; 32], k.signing_cert_expiry).unwrap()];
+    let (bad, _) = build_descriptor_pair(&k, &p).unwrap();
+    let refused = match RouterDesc::parse(&bad) {
+        Err(_) => true,
+        Ok(d) => d.check_signature().is_err(),
+    };
+    assert!(refused, "a family-cert for another identity was accepted");
+}

@@ -111,6 +111,11 @@ pub struct RelayConfig {
     /// MyFamily: `$FINGERPRINT`s (upper-case hex) and nicknames, sorted,
     /// without duplicates.
     pub family: Vec<String>,
+    /// FamilyId: the family keys (public) we prove membership of with a
+    /// `family-cert` each.
+    pub family_ids: Vec<[u8; 32]>,
+    /// FamilyKeyDirectory (None: DataDirectory/keys).
+    pub family_key_dir: Option<std::path::PathBuf>,
     /// User: whom to run as once the listeners are bound.
     pub user: Option<crate::privileges::RunAs>,
     /// HeartbeatPeriod (None: no heartbeat lines).

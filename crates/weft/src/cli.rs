@@ -2,6 +2,7 @@
 //! `/etc/weft/torrc`), `--defaults-torrc FILE` (default
 //! `/etc/weft/torrc-defaults` when it exists), `--ignore-missing-torrc`,
 //! `--verify-config`, `--list-fingerprint`, `--hash-password PASSWORD`,
+//! `--keygen-family NAME`,
 //! `--version`, `--help`, `--quiet`/`--hush`, and any option as
 //! `--Option value` (it replaces the files' values of that option).
 
@@ -25,6 +26,9 @@ pub enum Action {
     ListFingerprint,
     /// Print a HashedControlPassword for this password.
     HashPassword(String),
+    /// Write a new family key `NAME.secret_family_key` in the current
+    /// directory and print its `FamilyId` line.
+    KeygenFamily(String),
     /// Print the version.
     Version,
     /// Print the usage.
@@ -47,6 +51,7 @@ pub const USAGE: &str = "\
 weft: a multi-threaded Tor relay
 usage: weft [-f FILE] [--defaults-torrc FILE] [--ignore-missing-torrc]
             [--verify-config | --list-fingerprint | --hash-password PW |
+             --keygen-family NAME |
              --version | --help] [--quiet] [--Option value ...]
 ";
 
@@ -61,7 +66,7 @@ pub fn parse(args: &[String]) -> Result<Cli, String> {
     let mut it = args.iter();
     let set = |a: Action, action: &mut Action| -> Result<(), String> {
         if *action != Action::Run {
-            return Err("give only one of --verify-config, --list-fingerprint, --hash-password, --version, --help".into());
+            return Err("give only one of --verify-config, --list-fingerprint, --hash-password, --keygen-family, --version, --help".into());
         }
         *action = a;
         Ok(())
@@ -79,6 +84,10 @@ pub fn parse(args: &[String]) -> Result<Cli, String> {
             "--hash-password" => {
                 let pw = value(a)?;
                 set(Action::HashPassword(pw), &mut action)?
+            }
+            "--keygen-family" => {
+                let name = value(a)?;
+                set(Action::KeygenFamily(name), &mut action)?
             }
             "--version" => set(Action::Version, &mut action)?,
             "-h" | "--help" => set(Action::Help, &mut action)?,
@@ -149,6 +158,11 @@ mod tests {
             p(&["--hash-password", "pw"]).unwrap().action,
             Action::HashPassword("pw".into())
         );
+        assert_eq!(
+            p(&["--keygen-family", "Fam"]).unwrap().action,
+            Action::KeygenFamily("Fam".into())
+        );
+        assert!(p(&["--keygen-family"]).is_err());
         assert!(p(&["--version", "--help"]).is_err());
         assert!(p(&["-f"]).unwrap_err().contains("needs a value"));
         assert!(p(&["--ORPort"]).is_err());

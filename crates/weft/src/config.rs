@@ -285,6 +285,8 @@ pub fn parse_lines(
     let mut heartbeat: Option<u32> = Some(6 * 3600);
     // C Tor's ShutdownWaitLength default: 30 seconds.
     let mut shutdown_wait: u32 = 30;
+    let mut family_ids: Vec<[u8; 32]> = Vec::new();
+    let mut family_key_dir: Option<PathBuf> = None;
     let mut accounting = weft_relay::accounting::AccountingConfig {
         max: 0,
         rule: Default::default(),
@@ -353,6 +355,11 @@ pub fn parse_lines(
                     .map_err(|_| err(format!("Unable to parse {key} '{val}'")))?;
                 outbound.set(&lower, ip).map_err(err)?;
             }
+            "familyid" => family_ids.push(
+                weft_crypto::family_keys::parse_family_id(val)
+                    .ok_or_else(|| err(format!("Invalid FamilyId {val}")))?,
+            ),
+            "familykeydirectory" => family_key_dir = Some(PathBuf::from(val)),
             "myfamily" => {
                 for e in val.split([',', ' ']).filter(|e| !e.is_empty()) {
                     let (entry, nick) = parse_family_entry(e).map_err(err)?;
@@ -491,6 +498,9 @@ pub fn parse_lines(
     warnings.extend(exit_warnings);
     family.sort();
     family.dedup();
+    if !family_ids.is_empty() && family.is_empty() {
+        warnings.push("FamilyId was configured, but MyFamily was not. FamilyId is good, but the Tor network still requires MyFamily while clients are migrating to use family keys instead (as C Tor)".into());
+    }
     if let Some(h) = heartbeat.filter(|h| *h < 1800 && !testing) {
         warnings.push(format!(
             "HeartbeatPeriod {h} seconds is too short; raising to 30 minutes (as C Tor)"
@@ -598,6 +608,8 @@ pub fn parse_lines(
             control,
             user,
             family,
+            family_ids,
+            family_key_dir,
             outbound,
             heartbeat_period: heartbeat.map(|h| std::time::Duration::from_secs(h.into())),
             shutdown_wait: std::time::Duration::from_secs(shutdown_wait.into()),

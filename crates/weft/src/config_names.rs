@@ -63,6 +63,8 @@ pub static OPTIONS: &[OptionInfo] = &[
     o("ExitPolicyRejectPrivate", "Boolean", "1"),
     o("ExitRelay", "Autobool", "auto"),
     o("ExtendAllowPrivateAddresses", "Boolean", "0"),
+    o("FamilyId", "LineList", ""),
+    o("FamilyKeyDirectory", "Filename", ""),
     o("HashedControlPassword", "LineList", ""),
     // Not taken: weft runs no onion service.
     o("HeartbeatPeriod", "Interval", "6 hours"),

@@ -61,6 +61,22 @@ fn main() -> ExitCode {
             print!("{}", cli::USAGE);
             return ExitCode::SUCCESS;
         }
+        Action::KeygenFamily(name) => {
+            return match weft_crypto::family_keys::keygen(std::path::Path::new("."), name) {
+                Ok(id) => {
+                    println!(
+                        "# Generated {name}{}",
+                        weft_crypto::family_keys::SECRET_SUFFIX
+                    );
+                    println!("FamilyId {id}");
+                    ExitCode::SUCCESS
+                }
+                Err(e) => {
+                    eprintln!("weft: {e}");
+                    ExitCode::from(1)
+                }
+            };
+        }
         Action::HashPassword(pw) => {
             let salt: [u8; 8] = weft_crypto::random_array();
             println!(

@@ -49,6 +49,13 @@ const CASES: &[(&str, &str)] = &[
     ("AccountingStart", "day 24:00"),
     ("AccountingRule", "sum"),
     ("AccountingRule", "both"),
+    ("FamilyId", "un7SEeF2xOHIM04cNncZX8jXOj68lFN7GomktpYl+Vw"),
+    ("FamilyId", "notbase64!!"),
+    (
+        "FamilyId",
+        "ed25519:un7SEeF2xOHIM04cNncZX8jXOj68lFN7GomktpYl+Vw",
+    ),
+    ("FamilyKeyDirectory", "@DIR@"),
     ("ShutdownWaitLength", "10 seconds"),
     ("ShutdownWaitLength", "0"),
     ("ShutdownWaitLength", "soon"),

@@ -107,6 +107,8 @@ pub struct DirState {
     last_publish: Option<Instant>,
     published_observed: u64,
     dirty: bool,
+    /// FamilyId keys: a `family-cert` each in every descriptor.
+    family_keys: Vec<weft_crypto::family_keys::FamilyKey>,
     testing: bool,
     our_fp: [u8; 20],
     /// Current network parameters (C Tor's defaults until a consensus).
@@ -151,6 +153,7 @@ impl DirState {
             tunnelled_dir_server: dir_cache,
             hibernating: false,
             or_address_v6: cfg.ipv6_or_port.map(|(_, adv)| adv),
+            family_certs: Vec::new(),
         };
         DirState {
             authorities: cfg.authorities.clone(),
@@ -159,6 +162,7 @@ impl DirState {
             last_publish: None,
             published_observed: 0,
             dirty: true,
+            family_keys: Vec::new(),
             testing: cfg.testing_tor_network,
             our_fp: [0; 20],
             params: NetParams::default(),
@@ -322,6 +326,12 @@ impl DirState {
         }
     }
 
+    /// The family keys (loaded at startup) whose certificates every
+    /// descriptor carries.
+    pub fn set_family_keys(&mut self, keys: Vec<weft_crypto::family_keys::FamilyKey>) {
+        self.family_keys = keys;
+    }
+
     /// Keys changed: republish at the next check.
     pub fn keys_changed(&mut self) {
         self.dirty = true;
@@ -365,6 +375,16 @@ impl DirState {
         self.desc.uptime = started.elapsed().as_secs();
         // Hibernating, we report no bandwidth. [C router.c]
         self.desc.bandwidth_observed = if self.desc.hibernating { 0 } else { observed };
+        // One family-cert per family key, valid as long as our signing key.
+        self.desc.family_certs = self
+            .family_keys
+            .iter()
+            .filter_map(|k| {
+                weft_crypto::family_keys::family_cert(&k.key, &keys.ed_id, keys.signing_cert_expiry)
+                    .map_err(|e| warn!("cannot make the family-cert of {}: {e}", k.path.display()))
+                    .ok()
+            })
+            .collect();
         let (extra, digests) = match build_extra_info(keys, &self.desc.nickname, now) {
             Ok(x) => x,
             Err(e) => {

@@ -150,7 +150,10 @@ impl Controller {
             text.push_str(&a.to_state());
         }
         if let Err(e) = weft_crypto::keys::write_private_file(path, text.as_bytes()) {
-            warn!("cannot save the state file: {e}");
+            warn!(
+                "cannot save the bandwidth history and accounting to {}: {e}",
+                path.display()
+            );
         }
     }
 }

@@ -240,6 +240,12 @@ async fn run_controller(cfg: RelayConfig, mut hooks: RelayHooks) -> anyhow::Resu
     let now = SystemTime::now();
     let keys =
         RelayKeys::load_or_create(&cfg.data_dir, &cfg.nickname, DEFAULT_ONION_ROTATION, now)?;
+    let family_dir = (cfg.family_key_dir.clone()).unwrap_or_else(|| cfg.data_dir.join("keys"));
+    let family_keys = weft_crypto::family_keys::load(&family_dir, &cfg.family_ids)
+        .map_err(|e| anyhow::anyhow!("{e}"))?;
+    if !family_keys.is_empty() {
+        info!("Found {} family ID keys", family_keys.len());
+    }
     info!(
         "weft {} starting: nickname {}, fingerprint {}, Ed25519 identity {}",
         env!("CARGO_PKG_VERSION"),
@@ -344,6 +350,7 @@ async fn run_controller(cfg: RelayConfig, mut hooks: RelayHooks) -> anyhow::Resu
     }
     let (dir_tx, mut dir_rx) = unbounded_channel::<DirEvent>();
     let mut dir = DirState::new(&cfg, dir_tx, ctx.dir_cache);
+    dir.set_family_keys(family_keys);
     let (cache_tx, mut cache_rx) = unbounded_channel::<dir_cache::CacheEvent>();
     let mut cache = dir_cache::DirCacheState::new(&cfg, cache_tx, ctx.dir_cache);
     let accounting = hibernate::start_accounting(&cfg, keys.fingerprint, &state_path);

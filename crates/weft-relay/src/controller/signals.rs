@@ -232,6 +232,7 @@ impl Controller {
         needs_restart!("Address", advertised);
         needs_restart!("DataDirectory", data_dir);
         needs_restart!("User", user);
+        needs_restart!("FamilyId, FamilyKeyDirectory", family_ids, family_key_dir);
         needs_restart!("DirAuthority", authorities);
         needs_restart!("ConnectionThreads", connection_threads);
         needs_restart!("WorkerSchedSlice", worker_sched_slice);
