@@ -83,6 +83,38 @@ pub fn log_feed() -> (LogSender, LogFeed) {
 
 /// Messages and events queued for one controller before it is dropped.
 const OUT_QUEUE: usize = 1024;
+/// Bytes queued for one controller before it is dropped (one reply of any
+/// size is always queued: `GETINFO ns/all` on a large network is a few MB).
+const OUT_QUEUE_BYTES: usize = 16 << 20;
+
+/// Where one controller's replies and events go: the queue to its socket
+/// task, bounded in messages and in bytes (the task subtracts what it
+/// wrote), so a controller that asks and does not read is closed.
+#[derive(Debug, Clone)]
+pub struct ControlOutQueue {
+    tx: mpsc::Sender<ControlOut>,
+    queued: Arc<std::sync::atomic::AtomicUsize>,
+}
+
+impl ControlOutQueue {
+    /// Queue `text`; false when the queue is full (in messages or bytes).
+    fn push(&self, text: String) -> bool {
+        let len = text.len();
+        let before = self.queued.load(Ordering::Relaxed);
+        if before > 0 && before + len > OUT_QUEUE_BYTES {
+            return false;
+        }
+        if self.tx.try_send(ControlOut::Text(text)).is_err() {
+            return false;
+        }
+        self.queued.fetch_add(len, Ordering::Relaxed);
+        true
+    }
+
+    fn close(&self) {
+        let _ = self.tx.try_send(ControlOut::Close);
+    }
+}
 /// BW events kept for `bw-event-cache` (C Tor's `N_BW_EVENTS_TO_CACHE`).
 const BW_CACHE: usize = 300;
 
@@ -94,7 +126,7 @@ pub enum ControlIn {
         /// Connection id.
         id: u64,
         /// Where its replies and events go.
-        out: mpsc::Sender<ControlOut>,
+        out: ControlOutQueue,
     },
     /// One command (multi-line commands whole).
     Command {
@@ -122,7 +154,7 @@ pub enum ControlOut {
 /// The ControlPort: listeners, sessions, events.
 pub struct ControlPorts {
     auth: AuthSettings,
-    sessions: HashMap<u64, (Session, mpsc::Sender<ControlOut>)>,
+    sessions: HashMap<u64, (Session, ControlOutQueue)>,
     /// Commands and connection events from the tasks.
     pub rx: mpsc::UnboundedReceiver<ControlIn>,
     /// The least severe log level a controller wants (255: none), read
@@ -289,9 +321,12 @@ impl ControlPorts {
                 if !was_open && session.authenticated() {
                     info!("controller {id} authenticated on the ControlPort");
                 }
-                let sent = out.try_send(ControlOut::Text(o.reply)).is_ok();
+                let sent = out.push(o.reply);
+                if !sent {
+                    warn!("controller {id} does not read its replies: closing its connection");
+                }
                 if o.close || !sent {
-                    let _ = out.try_send(ControlOut::Close);
+                    out.close();
                     self.sessions.remove(&id);
                 }
                 self.update_log_wanted();
@@ -330,10 +365,7 @@ impl ControlPorts {
     fn broadcast(&mut self, event: &str, text: &str) {
         let mut dropped = Vec::new();
         for (id, (s, out)) in &self.sessions {
-            if s.authenticated()
-                && s.events.has(event)
-                && out.try_send(ControlOut::Text(text.to_string())).is_err()
-            {
+            if s.authenticated() && s.events.has(event) && !out.push(text.to_string()) {
                 dropped.push(*id);
             }
         }
@@ -343,7 +375,7 @@ impl ControlPorts {
         for id in dropped {
             warn!("controller {id} does not read its events: closing its connection");
             if let Some((_, out)) = self.sessions.remove(&id) {
-                let _ = out.try_send(ControlOut::Close);
+                out.close();
             }
         }
         self.update_log_wanted();
@@ -425,7 +457,12 @@ async fn serve<S: AsyncRead + AsyncWrite>(
     tx: mpsc::UnboundedSender<ControlIn>,
 ) {
     let (out_tx, mut out_rx) = mpsc::channel(OUT_QUEUE);
-    if tx.send(ControlIn::Opened { id, out: out_tx }).is_err() {
+    let queued = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let out = ControlOutQueue {
+        tx: out_tx,
+        queued: queued.clone(),
+    };
+    if tx.send(ControlIn::Opened { id, out }).is_err() {
         return;
     }
     let (r, mut w) = tokio::io::split(stream);
@@ -475,6 +512,7 @@ async fn serve<S: AsyncRead + AsyncWrite>(
                     if w.write_all(t.as_bytes()).await.is_err() {
                         break;
                     }
+                    queued.fetch_sub(t.len(), Ordering::Relaxed);
                 }
                 Some(ControlOut::Close) | None => break,
             }
@@ -482,4 +520,33 @@ async fn serve<S: AsyncRead + AsyncWrite>(
     }
     let _ = w.shutdown().await;
     let _ = tx.send(ControlIn::Closed { id });
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The queue to a controller is bounded in bytes as well as messages:
+    /// one reply of any size goes in; more than 16 MiB queued does not.
+    #[test]
+    fn out_queue_is_bounded_in_bytes() {
+        let (tx, mut rx) = mpsc::channel(OUT_QUEUE);
+        let q = ControlOutQueue {
+            tx,
+            queued: Arc::new(std::sync::atomic::AtomicUsize::new(0)),
+        };
+        let big = "x".repeat(20 << 20);
+        assert!(q.push(big.clone()), "one large reply is always queued");
+        assert!(!q.push("250 OK\r\n".into()), "over the byte bound");
+        // The socket task wrote it: room again.
+        let Some(ControlOut::Text(t)) = rx.try_recv().ok() else {
+            panic!("nothing queued")
+        };
+        q.queued.fetch_sub(t.len(), Ordering::Relaxed);
+        assert!(q.push("250 OK\r\n".into()));
+        for _ in 1..OUT_QUEUE {
+            assert!(q.push("650 BW 0 0\r\n".into()));
+        }
+        assert!(!q.push("650 BW 0 0\r\n".into()), "over the message bound");
+    }
 }
