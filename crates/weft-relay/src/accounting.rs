@@ -150,8 +150,9 @@ fn days_from_civil(y: i64, m: i64, d: i64) -> i64 {
     era * 146_097 + doe - 719_468
 }
 
-/// (year, month 1…12, day 1…31) of a day number.
-fn civil_from_days(z: i64) -> (i64, i64, i64) {
+/// (year, month 1…12, day 1…31) of a day number (days since
+/// 1970-01-01, UTC).
+pub fn civil_from_days(z: i64) -> (i64, i64, i64) {
     let z = z + 719_468;
     let era = z.div_euclid(146_097);
     let doe = z - era * 146_097;
