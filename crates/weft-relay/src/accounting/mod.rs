@@ -565,5 +565,4 @@ pub fn iso_time(t: u64) -> String {
 }
 
 #[cfg(test)]
-#[path = "accounting_tests.rs"]
 mod tests;
