@@ -112,15 +112,11 @@ impl Controller {
     }
 
     /// A reload: new accounting options apply to the running interval
-    /// (turning accounting on or off needs a restart).
-    pub(super) fn reload_accounting(&mut self, new: &RelayConfig) -> bool {
-        match (self.accounting.as_mut(), new.accounting) {
-            (Some(a), Some(c)) => {
-                a.set_config(c, new.bandwidth_rate, unix_secs());
-                true
-            }
-            (None, None) => true,
-            _ => false,
+    /// (turning accounting on or off needs a restart: `reload` keeps the
+    /// old setting then).
+    pub(super) fn reload_accounting(&mut self, new: &RelayConfig) {
+        if let (Some(a), Some(c)) = (self.accounting.as_mut(), new.accounting) {
+            a.set_config(c, new.bandwidth_rate, unix_secs());
         }
     }
 
