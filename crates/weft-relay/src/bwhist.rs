@@ -137,13 +137,6 @@ impl BandwidthHistory {
             Err(_) => BandwidthHistory::default(),
         }
     }
-
-    /// Save it (0600).
-    pub fn save(&self, path: &std::path::Path) {
-        if let Err(e) = weft_crypto::keys::write_private_file(path, self.to_state().as_bytes()) {
-            tracing::warn!("cannot save the bandwidth history: {e}");
-        }
-    }
 }
 
 #[cfg(test)]

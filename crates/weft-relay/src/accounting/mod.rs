@@ -286,7 +286,7 @@ impl Accounting {
             state: Hibernation::Awake,
             hibernate_end: 0,
         };
-        a.load(saved);
+        a.load(saved, now);
         a.configure(now);
         a
     }
@@ -306,7 +306,7 @@ impl Accounting {
         self.cfg
     }
 
-    fn load(&mut self, text: &str) {
+    fn load(&mut self, text: &str, now: u64) {
         for l in text.lines() {
             let mut t = l.split_whitespace();
             let (Some(k), Some(v)) = (t.next(), t.next()) else {
@@ -317,7 +317,9 @@ impl Accounting {
                 "AccountingBytesReadInInterval" => self.read = v,
                 "AccountingBytesWrittenInInterval" => self.written = v,
                 "AccountingExpectedUsage" => self.expected_per_min = v,
-                "AccountingIntervalStart" => self.interval_start = v,
+                // A start in the future (a bad or foreign file) is ignored:
+                // a fresh interval begins.
+                "AccountingIntervalStart" if v <= now => self.interval_start = v,
                 "AccountingSecondsActive" => self.seconds_active = v,
                 "AccountingSecondsToReachSoftLimit" => self.secs_to_soft = v,
                 "AccountingSoftLimitHitAt" => self.soft_hit_at = v,
@@ -353,7 +355,7 @@ impl Accounting {
             self.interval_end = end;
         } else {
             let (old_start, old_end) = self.cfg.start.period_containing(self.interval_start);
-            let duration = (old_end - old_start).max(1) as f64;
+            let duration = old_end.saturating_sub(old_start).max(1) as f64;
             let delta = (s_now as f64 - self.interval_start as f64) / duration;
             if (-0.5..=0.5).contains(&delta) {
                 self.interval_end = end;
@@ -406,7 +408,7 @@ impl Accounting {
             return;
         }
         let to_exhaust = (self.cfg.max / self.expected_per_min).saturating_mul(60);
-        let length = self.interval_end - self.interval_start;
+        let length = self.interval_end.saturating_sub(self.interval_start);
         if to_exhaust >= length {
             self.wakeup = self.interval_start;
             return;

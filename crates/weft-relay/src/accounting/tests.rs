@@ -195,3 +195,17 @@ fn a_restart_continues_the_interval_and_an_estimate_places_the_wakeup() {
     let slow = Accounting::new(config(1_000_000, "day 0:00"), 100, [7; 20], &saved, now);
     assert_eq!(slow.expected_per_min, 6000);
 }
+
+#[test]
+fn a_bad_state_file_starts_a_fresh_interval() {
+    let now = t(2026, 11, 26, 12, 0);
+    for saved in [
+        "AccountingIntervalStart 18446744073709551615\nAccountingBytesReadInInterval 5\n",
+        "AccountingIntervalStart 99999999999\n",
+        "AccountingIntervalStart x\nAccountingSecondsActive -3\ngarbage\n",
+    ] {
+        let a = Accounting::new(config(1000, "day 0:00"), 1 << 20, [7; 20], saved, now);
+        assert_eq!(a.interval_start, t(2026, 11, 26, 0, 0), "{saved:?}");
+        assert_eq!(a.state(), Hibernation::Awake);
+    }
+}
