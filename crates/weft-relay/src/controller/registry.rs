@@ -67,25 +67,10 @@ impl Controller {
                 "extend to ourselves".into(),
             );
         }
-        // As C's circuit_choose_ip_ap_for_extend(): IPv6 only with an IPv6
-        // ORPort of our own (the proxy for IPv6 connectivity); with both
-        // addresses, either at random.
-        let usable = |a: SocketAddr| a.port() != 0 && !a.ip().is_unspecified();
-        let v4 = req.ipv4.map(SocketAddr::V4).filter(|a| usable(*a));
-        let v6 = req
-            .ipv6
-            .map(SocketAddr::V6)
-            .filter(|a| usable(*a) && self.cfg.ipv6_or_port.is_some());
-        let addr = match (v4, v6) {
-            (Some(a), Some(b)) => {
-                if rand::random::<bool>() {
-                    a
-                } else {
-                    b
-                }
-            }
-            (Some(a), None) | (None, Some(a)) => a,
-            (None, None) => {
+        let have_v6 = self.cfg.ipv6_or_port.is_some();
+        let addr = match extend_addr(req.ipv4, req.ipv6, have_v6, rand::random::<bool>()) {
+            Some(a) => a,
+            None => {
                 return self.fail_extend(
                     &from,
                     destroy_reason::CONNECTFAILED,
@@ -262,9 +247,49 @@ pub fn is_private(ip: IpAddr) -> bool {
     }
 }
 
+/// Where an extend connects, as C's `circuit_choose_ip_ap_for_extend()`:
+/// IPv6 only when we have an IPv6 ORPort (C's proxy for IPv6
+/// connectivity); with both addresses usable, `coin` picks; a port 0 or an
+/// unspecified address is not usable.
+fn extend_addr(
+    v4: Option<std::net::SocketAddrV4>,
+    v6: Option<std::net::SocketAddrV6>,
+    have_v6: bool,
+    coin: bool,
+) -> Option<SocketAddr> {
+    let usable = |a: &SocketAddr| a.port() != 0 && !a.ip().is_unspecified();
+    let v4 = v4.map(SocketAddr::V4).filter(usable);
+    let v6 = v6.map(SocketAddr::V6).filter(|a| have_v6 && usable(a));
+    match (v4, v6) {
+        (Some(a), Some(b)) => Some(if coin { a } else { b }),
+        (a, b) => a.or(b),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn extends_choose_an_address_as_c_tor() {
+        let v4 = Some("203.0.113.1:9001".parse().unwrap());
+        let v6 = Some("[2001:db8::1]:9001".parse().unwrap());
+        let a4: SocketAddr = "203.0.113.1:9001".parse().unwrap();
+        let a6: SocketAddr = "[2001:db8::1]:9001".parse().unwrap();
+        // Without an IPv6 ORPort of our own, IPv4 only.
+        assert_eq!(extend_addr(v4, v6, false, false), Some(a4));
+        assert_eq!(extend_addr(None, v6, false, true), None);
+        // With one, either at random; IPv6 alone when that is all.
+        assert_eq!(extend_addr(v4, v6, true, true), Some(a4));
+        assert_eq!(extend_addr(v4, v6, true, false), Some(a6));
+        assert_eq!(extend_addr(None, v6, true, true), Some(a6));
+        // Port 0 and unspecified addresses are not usable.
+        let zero = Some("[2001:db8::1]:0".parse().unwrap());
+        assert_eq!(extend_addr(None, zero, true, true), None);
+        let unspec = Some("0.0.0.0:9001".parse().unwrap());
+        assert_eq!(extend_addr(unspec, v6, true, true), Some(a6));
+        assert_eq!(extend_addr(None, None, true, true), None);
+    }
 
     #[test]
     pub(super) fn private_addresses() {
