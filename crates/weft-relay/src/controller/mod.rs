@@ -1,4 +1,4 @@
-//! The controller: the main thread's event loop. It owns the listener, the
+//! The controller: the main thread's event loop. It owns the ORPort listeners (IPv4, IPv6), the
 //! registry of open connections by relay identity (facts and handles, never
 //! the connection objects), extend routing (find or open the canonical
 //! connection for an EXTEND2), worker assignment, bandwidth accounting, key
