@@ -41,6 +41,11 @@ impl BandwidthHistory {
         self.total_written += written;
     }
 
+    /// Bytes read and written in the last closed second.
+    pub fn last_second(&self) -> (u64, u64) {
+        self.window.back().copied().unwrap_or_default()
+    }
+
     /// Close the current second; `day` is the UTC day number (unix time /
     /// 86400).
     pub fn tick(&mut self, day: u64) {
@@ -151,6 +156,7 @@ mod tests {
             b.tick(100);
         }
         assert_eq!(b.observed(), 500);
+        assert_eq!(b.last_second(), (1000, 500));
         for _ in 0..10 {
             b.add(100, 100);
             b.tick(100);

@@ -71,15 +71,10 @@ impl Controller {
                 .is_some_and(|a| a.state() != Hibernation::Awake)
     }
 
-    /// Once a second: count the bytes moved since the last call and act on
-    /// a change of state.
+    /// Once a second, after the bandwidth history closed the second: count
+    /// its bytes and act on a change of state.
     pub(super) fn account(&mut self, dir: &mut DirState) {
-        let (r, w) = (self.bw.total_read, self.bw.total_written);
-        let (dr, dw) = (
-            r.saturating_sub(self.accounted.0),
-            w.saturating_sub(self.accounted.1),
-        );
-        self.accounted = (r, w);
+        let (dr, dw) = self.bw.last_second();
         let Some(a) = self.accounting.as_mut() else {
             return;
         };

@@ -123,8 +123,6 @@ struct Controller {
     or_listeners: Vec<tokio::net::TcpListener>,
     /// AccountingMax: the interval's bytes and the hibernation state.
     accounting: Option<crate::accounting::Accounting>,
-    /// The traffic totals the accounting has counted.
-    accounted: (u64, u64),
     /// Shutting down after SIGINT / SIGNAL SHUTDOWN: when to exit.
     exiting_at: Option<tokio::time::Instant>,
 }
@@ -391,7 +389,6 @@ async fn run_controller(cfg: RelayConfig, mut hooks: RelayHooks) -> anyhow::Resu
         exiting_at: None,
         or_listeners: listeners,
         accounting,
-        accounted: (0, 0),
     };
     // The ORPort answers now, so the authorities' reachability test that
     // follows the upload can succeed. [protocol-notes §10.3, §15.12]
