@@ -101,13 +101,15 @@ impl ControlOutQueue {
     fn push(&self, text: String) -> bool {
         let len = text.len();
         let before = self.queued.load(Ordering::Relaxed);
-        if before > 0 && before + len > OUT_QUEUE_BYTES {
+        if before > 0 && before.saturating_add(len) > OUT_QUEUE_BYTES {
             return false;
         }
-        if self.tx.try_send(ControlOut::Text(text)).is_err() {
-            return false;
-        }
+        // Counted before it can be written (and subtracted by the writer).
         self.queued.fetch_add(len, Ordering::Relaxed);
+        if self.tx.try_send(ControlOut::Text(text)).is_err() {
+            self.queued.fetch_sub(len, Ordering::Relaxed);
+            return false;
+        }
         true
     }
 
