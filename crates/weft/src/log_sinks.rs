@@ -257,22 +257,12 @@ pub fn init(logs: &[LogSpec], control: Option<LogSender>) -> Result<LogSinks, St
 
 /// C Tor's log timestamp, `Nov 26 17:43:22.123` (UTC).
 pub fn tor_timestamp(t: std::time::SystemTime) -> String {
-    const MONTHS: [&str; 12] = [
-        "Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec",
-    ];
     let d = t.duration_since(std::time::UNIX_EPOCH).unwrap_or_default();
-    let secs = d.as_secs();
-    let (days, rem) = (secs / 86400, secs % 86400);
-    let (_, month, day) = weft_relay::accounting::civil_from_days(days as i64);
-    format!(
-        "{} {:02} {:02}:{:02}:{:02}.{:03}",
-        MONTHS[(month - 1) as usize],
-        day,
-        rem / 3600,
-        rem % 3600 / 60,
-        rem % 60,
-        d.subsec_millis()
-    )
+    let dt = time::OffsetDateTime::UNIX_EPOCH + d;
+    let fmt = time::macros::format_description!(
+        "[month repr:short] [day] [hour]:[minute]:[second].[subsecond digits:3]"
+    );
+    dt.format(&fmt).unwrap_or_default()
 }
 
 #[cfg(test)]

@@ -139,29 +139,19 @@ pub fn parse_start(v: &str) -> Result<AccountingStart, String> {
     })
 }
 
-/// Days since 1970-01-01 of a civil date (proleptic Gregorian).
-fn days_from_civil(y: i64, m: i64, d: i64) -> i64 {
-    let y = if m <= 2 { y - 1 } else { y };
-    let era = y.div_euclid(400);
-    let yoe = y - era * 400;
-    let mp = (m + 9) % 12;
-    let doy = (153 * mp + 2) / 5 + d - 1;
-    let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
-    era * 146_097 + doe - 719_468
+/// Julian day number of 1970-01-01.
+const UNIX_EPOCH_JULIAN_DAY: i64 = 2_440_588;
+
+/// The calendar date of a day number (days since 1970-01-01, UTC).
+fn date_of_day(day: i64) -> Option<time::Date> {
+    i32::try_from(day + UNIX_EPOCH_JULIAN_DAY)
+        .ok()
+        .and_then(|j| time::Date::from_julian_day(j).ok())
 }
 
-/// (year, month 1…12, day 1…31) of a day number (days since
-/// 1970-01-01, UTC).
-pub fn civil_from_days(z: i64) -> (i64, i64, i64) {
-    let z = z + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z - era * 146_097;
-    let yoe = (doe - doe / 1460 + doe / 36524 - doe / 146_096) / 365;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let d = doy - (153 * mp + 2) / 5 + 1;
-    let m = if mp < 10 { mp + 3 } else { mp - 9 };
-    (yoe + era * 400 + i64::from(m <= 2), m, d)
+/// The day number of a calendar date.
+fn day_of_date(d: time::Date) -> i64 {
+    i64::from(d.to_julian_day()) - UNIX_EPOCH_JULIAN_DAY
 }
 
 impl AccountingStart {
@@ -189,17 +179,29 @@ impl AccountingStart {
                 (day - delta, day - delta + 7)
             }
             Unit::Month => {
-                let (mut y, mut m, d) = civil_from_days(day);
-                let sd = i64::from(self.day);
-                if d < sd || (d == sd && before) {
-                    m -= 1;
-                    if m == 0 {
-                        m = 12;
-                        y -= 1;
+                // Days 1…28 exist in every month; a date out of the
+                // calendar's range (a bogus clock) falls back to one day.
+                let month_start = |y: i32, m: time::Month| {
+                    time::Date::from_calendar_date(y, m, self.day)
+                        .ok()
+                        .map(day_of_date)
+                };
+                let span = date_of_day(day).and_then(|date| {
+                    let (mut y, mut m) = (date.year(), date.month());
+                    let d = date.day();
+                    if d < self.day || (d == self.day && before) {
+                        m = m.previous();
+                        if m == time::Month::December {
+                            y -= 1;
+                        }
                     }
-                }
-                let (ny, nm) = if m == 12 { (y + 1, 1) } else { (y, m + 1) };
-                (days_from_civil(y, m, sd), days_from_civil(ny, nm, sd))
+                    let (ny, nm) = match m {
+                        time::Month::December => (y + 1, time::Month::January),
+                        _ => (y, m.next()),
+                    };
+                    Some((month_start(y, m)?, month_start(ny, nm)?))
+                });
+                span.unwrap_or((day, day + 1))
             }
         };
         (
@@ -554,16 +556,10 @@ impl Accounting {
     }
 }
 
-/// `YYYY-MM-DD HH:MM:SS` (UTC).
+/// `YYYY-MM-DD HH:MM:SS` (UTC), as C's `format_iso_time`.
 pub fn iso_time(t: u64) -> String {
-    let (y, m, d) = civil_from_days((t / 86400) as i64);
-    let s = t % 86400;
-    format!(
-        "{y:04}-{m:02}-{d:02} {:02}:{:02}:{:02}",
-        s / 3600,
-        s % 3600 / 60,
-        s % 60
-    )
+    weft_dir::descriptor::format_time(std::time::UNIX_EPOCH + std::time::Duration::from_secs(t))
+        .unwrap_or_else(|_| "1970-01-01 00:00:00".into())
 }
 
 #[cfg(test)]

@@ -4,8 +4,9 @@
 use super::*;
 
 /// Unix time of a UTC date and time.
-fn t(y: i64, mo: i64, d: i64, h: u64, mi: u64) -> u64 {
-    days_from_civil(y, mo, d) as u64 * 86400 + h * 3600 + mi * 60
+fn t(y: i32, mo: u8, d: u8, h: u64, mi: u64) -> u64 {
+    let date = time::Date::from_calendar_date(y, time::Month::try_from(mo).unwrap(), d).unwrap();
+    day_of_date(date) as u64 * 86400 + h * 3600 + mi * 60
 }
 
 #[test]
