@@ -203,6 +203,9 @@ pub struct Notifier {
     /// workers' shared clock (`u64::MAX`: not by itself).
     wakes_at_ns: AtomicU64,
     waker: mio::Waker,
+    /// The waker of the worker's quiet poll (only wake-ups, no sockets),
+    /// woken with `waker`.
+    quiet: Option<mio::Waker>,
 }
 
 impl Notifier {
@@ -212,6 +215,24 @@ impl Notifier {
             sleeping: AtomicBool::new(false),
             wakes_at_ns: AtomicU64::new(u64::MAX),
             waker,
+            quiet: None,
+        }
+    }
+
+    /// A notifier around the wakers of a worker's poll and of its quiet
+    /// poll (a sleep that only wake-ups end, not sockets); every wake-up
+    /// goes to both.
+    pub fn with_quiet(waker: mio::Waker, quiet: mio::Waker) -> Self {
+        Notifier {
+            quiet: Some(quiet),
+            ..Notifier::new(waker)
+        }
+    }
+
+    fn send_wake(&self) {
+        let _ = self.waker.wake();
+        if let Some(q) = &self.quiet {
+            let _ = q.wake();
         }
     }
 
@@ -252,7 +273,7 @@ impl Notifier {
             return false;
         }
         if self.sleeping.swap(false, Ordering::SeqCst) {
-            let _ = self.waker.wake();
+            self.send_wake();
             return true;
         }
         false
@@ -261,7 +282,7 @@ impl Notifier {
     /// Wake unconditionally (control messages, shutdown).
     pub fn wake(&self) {
         self.sleeping.store(false, Ordering::SeqCst);
-        let _ = self.waker.wake();
+        self.send_wake();
     }
 }
 
@@ -323,6 +344,47 @@ mod tests {
         n.going_to_sleep();
         assert!(n.notify_unless_due(500, u64::MAX / 2));
         assert!(woken(&mut poll, &mut events));
+    }
+
+    /// A worker in its quiet sleep (a poll with only a waker) is woken by
+    /// what wakes its main poll, and by nothing a socket does: the urgent
+    /// ring and the inbox still end the sleep early.
+    #[test]
+    fn a_wake_up_ends_the_quiet_sleep_too() {
+        let mut poll = mio::Poll::new().unwrap();
+        let mut quiet = mio::Poll::new().unwrap();
+        let n = Notifier::with_quiet(
+            mio::Waker::new(poll.registry(), mio::Token(7)).unwrap(),
+            mio::Waker::new(quiet.registry(), mio::Token(7)).unwrap(),
+        );
+        let mut events = mio::Events::with_capacity(4);
+        let woken = |poll: &mut mio::Poll, events: &mut mio::Events| {
+            poll.poll(events, Some(std::time::Duration::ZERO)).unwrap();
+            events.iter().any(|e| e.token() == mio::Token(7))
+        };
+        // A socket that becomes readable wakes the main poll only.
+        let listener = mio::net::TcpListener::bind("127.0.0.1:0".parse().unwrap()).unwrap();
+        let mut l = listener;
+        poll.registry()
+            .register(&mut l, mio::Token(1), mio::Interest::READABLE)
+            .unwrap();
+        let _client = std::net::TcpStream::connect(l.local_addr().unwrap()).unwrap();
+        quiet
+            .poll(&mut events, Some(std::time::Duration::from_millis(50)))
+            .unwrap();
+        assert!(events.is_empty(), "a socket does not end the quiet sleep");
+        // The KIST run is 1000 away: input that can wait for it wakes nobody.
+        n.going_to_sleep_until(1000);
+        assert!(!n.notify_unless_due(500, 600));
+        assert!(!woken(&mut quiet, &mut events));
+        // Urgent input: both polls see the wake-up.
+        assert!(n.notify());
+        assert!(woken(&mut quiet, &mut events));
+        assert!(woken(&mut poll, &mut events));
+        n.awake();
+        // The inbox's wake-up too.
+        n.wake();
+        assert!(woken(&mut quiet, &mut events));
     }
 
     /// Two threads, a million messages through a small ring in random

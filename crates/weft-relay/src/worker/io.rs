@@ -81,10 +81,10 @@ impl Worker {
     }
 
     /// Hand every complete buffered cell of connection `idx` to the core
-    /// (stamped with the round's clock: one read per round). An error
+    /// (stamped with the round's read time, `read_stamp_ns`: no clock read per cell). An error
     /// closes the connection.
     fn process_conn_cells(&mut self, idx: usize) -> Result<(), String> {
-        let stamp = self.round_ns;
+        let stamp = self.read_stamp_ns;
         let Worker { conns, core, .. } = self;
         let Some(conn) = conns.get_mut(idx) else {
             return Ok(());

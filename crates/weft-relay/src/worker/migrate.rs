@@ -488,13 +488,16 @@ impl Circuits {
             return;
         }
         let now = self.now_ns;
-        let list = std::mem::take(&mut self.forwarders);
-        let mut keep = Vec::with_capacity(list.len());
-        for slot in list {
+        // In place (no list per round): a flush adds no forwarder, and their
+        // order does not matter (each flushes its own circuit's cells).
+        let mut i = 0;
+        while i < self.forwarders.len() {
+            let slot = self.forwarders[i];
             let Some((empty, done, since)) = self
                 .forwarder(slot)
                 .map(|f| (f.buf.is_empty(), f.done_sent, f.since_ns))
             else {
+                self.forwarders.swap_remove(i);
                 continue;
             };
             if !empty || !done {
@@ -502,11 +505,11 @@ impl Circuits {
             }
             if done && empty && now.saturating_sub(since) >= FORWARDER_LIFETIME_NS {
                 self.halves.remove(slot);
+                self.forwarders.swap_remove(i);
             } else {
-                keep.push(slot);
+                i += 1;
             }
         }
-        self.forwarders = keep;
     }
 
     /// Tell the controller about each adopted connection whose move is

@@ -146,6 +146,9 @@ pub struct WorkerParts {
     /// The clock origin shared by all workers (cell stamps cross workers).
     epoch: Instant,
     poll: Poll,
+    /// A poll with only a waker: a busy worker's sleep until its KIST run
+    /// ([`Worker::turn`]).
+    quiet_poll: Poll,
     notifier: Arc<Notifier>,
     inbox: Receiver<WorkerMsg>,
     outs: Vec<Option<Producer<RingMsg>>>,
@@ -160,7 +163,9 @@ pub fn build(n: usize) -> std::io::Result<(Vec<WorkerParts>, Vec<WorkerHandle>)>
     for id in 0..n {
         let poll = Poll::new()?;
         let waker = mio::Waker::new(poll.registry(), WAKER)?;
-        let notifier = Arc::new(Notifier::new(waker));
+        let quiet_poll = Poll::new()?;
+        let quiet = mio::Waker::new(quiet_poll.registry(), WAKER)?;
+        let notifier = Arc::new(Notifier::with_quiet(waker, quiet));
         let (tx, rx) = std::sync::mpsc::channel();
         handles.push(WorkerHandle {
             id,
@@ -171,6 +176,7 @@ pub fn build(n: usize) -> std::io::Result<(Vec<WorkerParts>, Vec<WorkerHandle>)>
             id,
             epoch,
             poll,
+            quiet_poll,
             notifier,
             inbox: rx,
             outs: (0..n).map(|_| None).collect(),
@@ -194,6 +200,10 @@ pub struct Worker {
     id: usize,
     poll: Poll,
     events: Events,
+    /// Sleeps until the KIST run, ended early only by a wake-up
+    /// ([`Worker::turn`]).
+    quiet_poll: Poll,
+    quiet_events: Events,
     notifier: Arc<Notifier>,
     inbox: Receiver<WorkerMsg>,
     peers: Vec<WorkerHandle>,
@@ -222,6 +232,12 @@ pub struct Worker {
     epoch: Instant,
     /// The clock at the start of this round (ns since `epoch`).
     round_ns: u64,
+    /// The read time cells read this round are stamped with: the round's
+    /// start, or after a quiet sleep the start of the round before it
+    /// (the kernel does not say when, in between, bytes arrived; the
+    /// in-relay delay may come out up to one KIST interval high, never
+    /// low).
+    read_stamp_ns: u64,
     /// The same as an Instant.
     round_start: Instant,
     counters: Counters,
@@ -260,6 +276,8 @@ impl Worker {
             id: parts.id,
             poll: parts.poll,
             events: Events::with_capacity(1024),
+            quiet_poll: parts.quiet_poll,
+            quiet_events: Events::with_capacity(4),
             notifier: parts.notifier,
             inbox: parts.inbox,
             peers,
@@ -283,6 +301,7 @@ impl Worker {
             starved: Vec::new(),
             epoch: parts.epoch,
             round_ns: 0,
+            read_stamp_ns: 0,
             round_start: now,
             counters: Counters::default(),
             reported: Counters::default(),
@@ -384,6 +403,18 @@ impl Worker {
         Some(t)
     }
 
+    /// True if the coming sleep (`timeout`) ends at the KIST run, for
+    /// cells waiting to be written: then the worker need not wake for
+    /// socket readiness before it ([`Worker::turn`]).
+    fn waits_for_kist_run(&self, timeout: Option<Duration>) -> bool {
+        let interval = self.ctx.kist_interval;
+        if interval.is_zero() || !timeout.is_some_and(|t| !t.is_zero() && t <= interval) {
+            return false;
+        }
+        self.next_write()
+            .is_some_and(|t| t == self.next_sched_run && t <= self.next_housekeeping)
+    }
+
     /// True once a shutdown was requested and handled.
     pub fn stopped(&self) -> bool {
         self.stopping
@@ -392,10 +423,23 @@ impl Worker {
     /// One round (see the module docs). `timeout` bounds the wait for
     /// readiness.
     pub fn turn(&mut self, timeout: Option<Duration>) -> std::io::Result<()> {
-        self.poll.poll(&mut self.events, timeout)?;
+        let quiet = self.waits_for_kist_run(timeout);
+        if quiet {
+            // Busy: what the sockets bring waits in the kernel until the
+            // KIST run, which reads it and writes it out in the same round
+            // (a cell read earlier would wait for that run in our queue
+            // anyway). Only a wake-up (the inbox, an urgent ring) ends the
+            // sleep early; then the sockets' readiness, without waiting.
+            self.quiet_poll.poll(&mut self.quiet_events, timeout)?;
+            self.poll.poll(&mut self.events, Some(Duration::ZERO))?;
+        } else {
+            self.poll.poll(&mut self.events, timeout)?;
+        }
         self.notifier.awake();
         let t0 = Instant::now();
+        let before = self.round_ns;
         self.round_ns = t0.saturating_duration_since(self.epoch).as_nanos() as u64;
+        self.read_stamp_ns = if quiet { before } else { self.round_ns };
         self.round_start = t0;
         self.core.set_now(self.round_ns);
         if self.read_bucket.refill(t0) {
