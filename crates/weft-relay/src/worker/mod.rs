@@ -30,7 +30,10 @@
 //! cells: a DESTROY overtakes queued cells), the inbound rings, stalled
 //! cells and ordered messages waiting for ring room, reading, writing, publishing the outbound
 //! rings, and once a second the housekeeping (counters to the controller,
-//! handshake deadlines, idle connections, keepalives).
+//! handshake deadlines, idle connections, keepalives). Between rounds the
+//! worker sleeps in epoll; with cells waiting for its next KIST run it
+//! sleeps until that run in a poll that only wake-ups end (the run reads
+//! what the sockets brought in the meantime).
 
 pub(crate) mod conflux;
 pub(crate) mod conn;
