@@ -258,7 +258,13 @@ pub fn init(logs: &[LogSpec], control: Option<LogSender>) -> Result<LogSinks, St
 /// C Tor's log timestamp, `Nov 26 17:43:22.123` (UTC).
 pub fn tor_timestamp(t: std::time::SystemTime) -> String {
     let d = t.duration_since(std::time::UNIX_EPOCH).unwrap_or_default();
-    let dt = time::OffsetDateTime::UNIX_EPOCH + d;
+    // A clock beyond the calendar's range gives an empty stamp, no panic.
+    let Some(dt) = time::Duration::try_from(d)
+        .ok()
+        .and_then(|d| time::OffsetDateTime::UNIX_EPOCH.checked_add(d))
+    else {
+        return String::new();
+    };
     let fmt = time::macros::format_description!(
         "[month repr:short] [day] [hour]:[minute]:[second].[subsecond digits:3]"
     );
@@ -279,6 +285,9 @@ mod tests {
         // A leap day.
         let t = UNIX_EPOCH + Duration::from_secs(1_709_164_800 + 3661);
         assert_eq!(tor_timestamp(t), "Feb 29 01:01:01.000");
+        // A clock past year 9999 gives an empty stamp, not a panic.
+        let far = UNIX_EPOCH + Duration::from_secs(400_000_000_000);
+        assert_eq!(tor_timestamp(far), "");
     }
 
     #[test]

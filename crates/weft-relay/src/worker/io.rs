@@ -81,8 +81,8 @@ impl Worker {
     }
 
     /// Hand every complete buffered cell of connection `idx` to the core
-    /// (stamped with the round's read time, `read_stamp_ns`: no clock read per cell). An error
-    /// closes the connection.
+    /// (stamped with the round's read time, `read_stamp_ns`: no clock read
+    /// per cell). An error closes the connection.
     fn process_conn_cells(&mut self, idx: usize) -> Result<(), String> {
         let stamp = self.read_stamp_ns;
         let Worker { conns, core, .. } = self;
