@@ -40,6 +40,13 @@ pub struct E2eProcedure {
     pub worker_pairs: usize,
     /// Extra torrc lines for weft.
     pub weft_options: Vec<String>,
+    /// CPU cap (CPUs, cgroup cpu.max) on the measured middle during its
+    /// transfers, stock relay1 and weft alike; None: uncapped. Capped low
+    /// enough, the middle and not the ten stock processes sharing the
+    /// machine is the bottleneck, so its CPU per GiB is measured at one
+    /// load (saturated) in every run instead of following whatever
+    /// throughput the rest of the network allowed.
+    pub cpu_cap: Option<f64>,
 }
 
 /// The figures for one target.
@@ -301,7 +308,7 @@ fn one_target(
             direction: &p.direction,
             entries: p.entries,
             exits: p.exits,
-            cpu_cap: None,
+            cpu_cap: p.cpu_cap,
         },
         metrics,
     )

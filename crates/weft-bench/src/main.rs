@@ -167,6 +167,10 @@ enum Cmd {
         /// Extra torrc line for weft (repeatable).
         #[arg(long)]
         option: Vec<String>,
+        /// CPU cap (CPUs, cgroup cpu.max) on the measured middle, stock and
+        /// weft alike, during its transfers; 0: none.
+        #[arg(long, default_value_t = 0.0)]
+        cpu_cap: f64,
         #[command(flatten)]
         out: NetworkOutput,
     },
@@ -521,9 +525,11 @@ fn main() -> Result<()> {
             exits,
             worker_pairs,
             option,
+            cpu_cap,
             out,
         } => {
             let p = weft_bench::e2e::E2eProcedure {
+                cpu_cap: (cpu_cap > 0.0).then_some(cpu_cap),
                 circuits,
                 bytes_per_stream: mib << 20,
                 direction,
