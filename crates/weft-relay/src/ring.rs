@@ -249,16 +249,6 @@ impl Notifier {
         self.sleeping.store(true, Ordering::SeqCst);
     }
 
-    /// Another worker's view: when this worker wakes by itself, if it is
-    /// asleep now and said when (in ns of the shared clock).
-    pub fn sleeps_until_ns(&self) -> Option<u64> {
-        if !self.sleeping.load(Ordering::SeqCst) {
-            return None;
-        }
-        let t = self.wakes_at_ns.load(Ordering::SeqCst);
-        (t != u64::MAX).then_some(t)
-    }
-
     /// Worker side: not (or no longer) blocking.
     pub fn awake(&self) {
         self.sleeping.store(false, Ordering::SeqCst);
@@ -341,10 +331,8 @@ mod tests {
             events.iter().any(|e| e.token() == mio::Token(7))
         };
         assert!(!n.notify(), "an awake worker is never woken");
-        assert_eq!(n.sleeps_until_ns(), None, "awake: no deadline to tell");
         // Sleeps until 1000; input at 500 that may wait 600 ns: no wake-up.
         n.going_to_sleep_until(1000);
-        assert_eq!(n.sleeps_until_ns(), Some(1000));
         assert!(!n.notify_unless_due(500, 600));
         assert!(!woken(&mut poll, &mut events));
         // Input that may wait only 100 ns: woken, once.
@@ -354,7 +342,6 @@ mod tests {
         n.awake();
         // Sleeping with no deadline of its own: always woken.
         n.going_to_sleep();
-        assert_eq!(n.sleeps_until_ns(), None, "no deadline of its own");
         assert!(n.notify_unless_due(500, u64::MAX / 2));
         assert!(woken(&mut poll, &mut events));
     }

@@ -33,10 +33,7 @@
 //! handshake deadlines, idle connections, keepalives). Between rounds the
 //! worker sleeps in epoll; with cells waiting for its next KIST run it
 //! sleeps until that run in a poll that only wake-ups end (the run reads
-//! what the sockets brought in the meantime). A worker with nothing of its
-//! own to write whose last round handed cells to peers sleeping until
-//! their KIST runs (one that mostly reads for others) sleeps the same way
-//! until just before the earliest of those runs ([`Worker::feeder_wake`]).
+//! what the sockets brought in the meantime).
 
 pub(crate) mod conflux;
 pub(crate) mod conn;
@@ -261,51 +258,6 @@ pub struct Worker {
     move_asked: Option<(ConnId, usize, Instant)>,
     /// Exit streams' sockets ([`stream_io`]).
     streams: stream_io::StreamSockets,
-    /// Per worker: this worker published cells on its ring in the last
-    /// round.
-    fed: Vec<bool>,
-    /// The coming sleep is a feeder's quiet sleep ([`Worker::feeder_wake`]).
-    feeds_peer: bool,
-}
-
-/// How long before a peer's KIST run a feeding worker wakes to read
-/// ([`Worker::feeder_wake`]): its read and hand-off must land before the
-/// peer drains its rings.
-const FEED_MARGIN: Duration = Duration::from_micros(300);
-
-/// [`Worker::feeder_wake`]'s rule, in ns of the shared clock: `runs` are
-/// the fed peers' wake-up times (None: awake or not saying). The sleep, in
-/// whole milliseconds, that ends [`FEED_MARGIN`] or more before the
-/// earliest of their runs at least a millisecond away (a run too close is
-/// replaced by the one after it, one `interval` later); None if there is
-/// no fed peer, one is awake, or one sleeps past its next KIST run.
-fn feed_sleep_ns(
-    now_ns: u64,
-    interval: Duration,
-    runs: impl Iterator<Item = Option<u64>>,
-) -> Option<u64> {
-    const MS: u64 = 1_000_000;
-    let interval = interval.as_nanos() as u64;
-    let margin = FEED_MARGIN.as_nanos() as u64;
-    if interval == 0 {
-        return None;
-    }
-    let mut sleep: Option<u64> = None;
-    for run in runs {
-        let mut run = run?;
-        if run > now_ns + interval {
-            return None;
-        }
-        if run < now_ns + MS + margin {
-            run += interval;
-            if run < now_ns + MS + margin {
-                return None;
-            }
-        }
-        let ns = (run - margin - now_ns) / MS * MS;
-        sleep = Some(sleep.map_or(ns, |s| s.min(ns)));
-    }
-    sleep
 }
 
 impl Worker {
@@ -363,8 +315,6 @@ impl Worker {
             stopping: false,
             move_asked: None,
             streams: Default::default(),
-            fed: vec![false; n_workers],
-            feeds_peer: false,
         }
     }
 
@@ -404,25 +354,17 @@ impl Worker {
     /// the next thing that is due (the KIST run or the write bucket's refill
     /// for connections with cells to write, housekeeping); the notifier is
     /// set so producers wake us earlier.
-    pub fn sleep_time(&mut self) -> Option<Duration> {
-        self.feeds_peer = false;
+    pub fn sleep_time(&self) -> Option<Duration> {
         if self.has_work() {
             return Some(Duration::ZERO);
         }
         let mut until = self.next_housekeeping;
-        let own = self.next_write();
-        if let Some(t) = own {
+        if let Some(t) = self.next_write() {
             until = until.min(t);
         }
         let now = Instant::now();
         if until <= now {
             return Some(Duration::ZERO);
-        }
-        if own.is_none() {
-            if let Some(t) = self.feeder_wake(now).filter(|&t| t < until) {
-                until = t;
-                self.feeds_peer = true;
-            }
         }
         // Producers need not wake us for cells that can wait for the run
         // we wake for anyway ([`Notifier::notify_unless_due`]).
@@ -433,27 +375,6 @@ impl Worker {
             return Some(Duration::ZERO);
         }
         Some(until - now)
-    }
-
-    /// A worker with nothing of its own to write whose last round handed
-    /// cells to peers that sleep until their KIST runs (a worker that
-    /// mostly reads for others): when to read again so that what arrives
-    /// meanwhile still reaches those runs. Reading sooner would not move a
-    /// cell out sooner, only wake this worker per socket event. The
-    /// earliest such run at least a millisecond away, less
-    /// [`FEED_MARGIN`], rounded down to whole milliseconds (the poll's
-    /// resolution). None if a fed peer is awake or sleeps past its next
-    /// KIST run (it is not waiting for one; cells for it wake it).
-    fn feeder_wake(&self, now: Instant) -> Option<Instant> {
-        let now_ns = now.saturating_duration_since(self.epoch).as_nanos() as u64;
-        let runs = self
-            .fed
-            .iter()
-            .enumerate()
-            .filter(|(_, f)| **f)
-            .map(|(w, _)| self.peers.get(w).and_then(|p| p.notifier.sleeps_until_ns()));
-        let ns = feed_sleep_ns(now_ns, self.ctx.kist_interval, runs)?;
-        Some(now + Duration::from_nanos(ns))
     }
 
     /// True if the worker has work that does not wait for an event or a
@@ -505,14 +426,12 @@ impl Worker {
     /// One round (see the module docs). `timeout` bounds the wait for
     /// readiness.
     pub fn turn(&mut self, timeout: Option<Duration>) -> std::io::Result<()> {
-        let feeding = std::mem::take(&mut self.feeds_peer) && timeout.is_some_and(|t| !t.is_zero());
-        let quiet = feeding || self.waits_for_kist_run(timeout);
+        let quiet = self.waits_for_kist_run(timeout);
         if quiet {
             // Busy: what the sockets bring waits in the kernel until the
             // KIST run, which reads it and writes it out in the same round
             // (a cell read earlier would wait for that run in our queue
-            // anyway); or, feeding a peer, until just before the peer's
-            // run. Only a wake-up (the inbox, an urgent ring) ends the
+            // anyway). Only a wake-up (the inbox, an urgent ring) ends the
             // sleep early; then the sockets' readiness, without waiting.
             self.quiet_poll.poll(&mut self.quiet_events, timeout)?;
             self.poll.poll(&mut self.events, Some(Duration::ZERO))?;
@@ -605,10 +524,8 @@ impl Worker {
             counters,
             ctx,
             round_ns,
-            fed,
             ..
         } = self;
-        fed.fill(false);
         // A ring batch may wait for the peer's next KIST run (it writes
         // them then at the earliest) if the peer sleeps until then anyway.
         // The round's clock, no new read: an earlier `now` only wakes the
@@ -624,9 +541,6 @@ impl Worker {
             };
             if woke {
                 counters.wakeups += 1;
-            }
-            if let Some(f) = fed.get_mut(w) {
-                *f = true;
             }
         });
     }

@@ -32,7 +32,6 @@ mod dir_streams;
 mod limits;
 mod migrate;
 mod onion;
-mod sleep;
 mod streams;
 
 /// Bound on the steps of [`Net::settle`].
