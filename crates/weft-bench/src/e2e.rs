@@ -43,9 +43,8 @@ pub struct E2eProcedure {
     /// CPU cap (CPUs, cgroup cpu.max) on the measured middle during its
     /// transfers, stock relay1 and weft alike; None: uncapped. Capped low
     /// enough, the middle and not the ten stock processes sharing the
-    /// machine is the bottleneck, so its CPU per GiB is measured at one
-    /// load (saturated) in every run instead of following whatever
-    /// throughput the rest of the network allowed.
+    /// machine is the bottleneck (on 2 cores this did not make the
+    /// weft-1 / weft-2 pairs steadier: docs/perf.md, 2026-11-27).
     pub cpu_cap: Option<f64>,
 }
 
