@@ -352,14 +352,24 @@ impl Target {
                             weft_crypto::keys::read_ntor_public(&data).map_err(Into::into)
                         }
                     };
-                    if let Ok(ntor) = ntor {
-                        if matches!(t.spec.kind, TargetKind::Weft { .. }) {
+                    // weft writes its MetricsPort token and binds the port
+                    // after its ORPort: ready once a scrape with the token
+                    // succeeds (reading the token earlier gave a run with no
+                    // relay metrics now and then).
+                    let metrics_ready = match t.spec.kind {
+                        TargetKind::Tor { .. } => true,
+                        TargetKind::Weft { .. } => {
                             t.metrics_token = fs::read_to_string(data.join("metrics_auth_cookie"))
                                 .unwrap_or_default()
                                 .trim()
                                 .to_string();
                             t.metrics_port = Some(t.spec.metrics_port);
+                            !t.metrics_token.is_empty()
+                                && crate::metrics::scrape(t.spec.metrics_port, &t.metrics_token)
+                                    .is_ok()
                         }
+                    };
+                    if let (Ok(ntor), true) = (ntor, metrics_ready) {
                         t.hop.rsa_id = rsa;
                         t.hop.ed_id = Some(ed);
                         t.hop.ntor_key = ntor;
