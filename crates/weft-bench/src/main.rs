@@ -12,6 +12,8 @@
 //!
 //! The work is done by the `weft_bench` library (load, target, run, report).
 
+mod priority_scenario;
+
 use std::path::PathBuf;
 
 use anyhow::Result;
@@ -90,26 +92,8 @@ enum Cmd {
     Priority {
         #[command(flatten)]
         opts: Opts,
-        /// Web circuits per connection (the rest of --circuits are bulk).
-        #[arg(long, default_value_t = 6)]
-        web: usize,
-        /// KB per web fetch.
-        #[arg(long, default_value_t = 87)]
-        fetch_kb: u64,
-        /// Mean think time between fetches, ms.
-        #[arg(long, default_value_t = 500)]
-        think_ms: u64,
-        /// Read rate of each generator connection, KiB/s: the slow
-        /// client-side link that makes cells queue inside the target.
-        #[arg(long, default_value_t = 8192)]
-        read_kib_s: u64,
-        /// The target's BandwidthRate (= BandwidthBurst), KiB/s (0: the
-        /// usual generous limit).
-        #[arg(long, default_value_t = 0)]
-        rate_kib_s: u64,
-        /// Do not touch docs/perf.md.
-        #[arg(long)]
-        no_perf_md: bool,
+        #[command(flatten)]
+        scenario: priority_scenario::PriorityArgs,
     },
     /// weft under bulk load plus churn (new connections and circuits torn
     /// down every --churn-s, migrations) for --minutes; every cell checked;
@@ -321,135 +305,8 @@ fn main() -> Result<()> {
     let cli = Cli::parse();
     let (date, stamp) = report::today();
     match cli.cmd {
-        Cmd::Priority {
-            mut opts,
-            web,
-            fetch_kb,
-            think_ms,
-            read_kib_s,
-            rate_kib_s,
-            no_perf_md,
-        } => {
-            let env = opts.env()?;
-            opts.direction = "down".into();
-            let mut p = opts.procedure();
-            // Bulk circuits keep more in flight than the kernel's send
-            // buffers hold, so the backlog reaches the relay's queues.
-            if opts.window == 500 {
-                p.window = 2000;
-            }
-            p.web_circuits = web.min(p.circuits);
-            p.web_cells = (fetch_kb * 1024).div_ceil(498);
-            p.web_think_ms = think_ms;
-            p.read_rate = (read_kib_s > 0).then_some(read_kib_s * 1024);
-            let rate_lines: Vec<String> = if rate_kib_s > 0 {
-                vec![
-                    format!("BandwidthRate {rate_kib_s} KBytes"),
-                    format!("BandwidthBurst {rate_kib_s} KBytes"),
-                ]
-            } else {
-                Vec::new()
-            };
-            let floor = (opts.floor_secs > 0.0)
-                .then(|| run::measure_floor(&env, &p, opts.floor_secs))
-                .transpose()?;
-            let with_rate = |options: &[&str]| -> Vec<String> {
-                let mut v: Vec<String> = rate_lines.clone();
-                v.extend(options.iter().map(|s| s.to_string()));
-                v
-            };
-            let weft = |label: &str, options: &[&str]| TargetKind::Weft {
-                threads: 1,
-                allocator: "system".into(),
-                options: with_rate(options),
-                label: Some(label.into()),
-            };
-            let tor = |label: &str, options: &[&str]| TargetKind::Tor {
-                options: with_rate(options),
-                label: Some(label.into()),
-            };
-            let kinds = vec![
-                weft("weft EWMA on", &["CircuitPriorityHalflife 30"]),
-                weft("weft EWMA off", &["CircuitPriorityHalflife 0"]),
-                weft(
-                    "weft EWMA on, KIST off",
-                    &["CircuitPriorityHalflife 30", "Schedulers Vanilla"],
-                ),
-                tor("tor EWMA on", &["CircuitPriorityHalflife 30"]),
-                tor("tor EWMA off", &["CircuitPriorityHalflife 0"]),
-            ];
-            let mut runs = Vec::new();
-            for k in kinds {
-                runs.push(run::run(&env, &p, k, floor.as_ref())?);
-            }
-            let md = report::priority_markdown(&runs);
-            let cmp = report::Comparison {
-                date: stamp.clone(),
-                command: command_line(),
-                machine: report::Machine::read(),
-                tor_version: report::tor_version(&env),
-                floor_ms: floor.as_ref().map(run::Percentiles::from_hist),
-                table: report::table(&runs),
-                runs,
-                projection: None,
-                paired: None,
-                worker_pairs: None,
-            };
-            let path = opts.results.join(format!(
-                "{date}-priority{}.json",
-                opts.tag
-                    .as_ref()
-                    .map(|t| format!("-{t}"))
-                    .unwrap_or_default()
-            ));
-            report::write_json(&path, &cmp)?;
-            print!("{md}");
-            println!("results: {}", path.display());
-            let mut pngs = Vec::new();
-            if !opts.no_plots {
-                pngs = report::plot(&repo_root(), &path, &path.with_extension(""))?;
-                for f in &pngs {
-                    println!("plot: {}", f.display());
-                }
-            }
-            if !no_perf_md {
-                let mut section = format!(
-                    "Measured {stamp} on {} CPUs ({}), {}; command:\n\n    {}\n\nProcedure: {} connections × {} circuits ({} web, {} bulk per connection), downstream only; {}; bulk circuits keep {} cells in flight; web circuits fetch {} KB after exponential think times (mean {} ms); warm-up {} s, measured {} s; target on CPUs {}, no CPU cap.\n\n",
-                    cmp.machine.cpus,
-                    cmp.machine.model,
-                    cmp.tor_version,
-                    cmp.command,
-                    p.connections,
-                    p.circuits,
-                    p.web_circuits,
-                    p.circuits - p.web_circuits,
-                    if rate_kib_s > 0 {
-                        format!("the target's BandwidthRate = BandwidthBurst = {rate_kib_s} KiB/s (the bottleneck, so cells queue inside the target between token refills), generator read rate {read_kib_s} KiB/s (0: unlimited)")
-                    } else {
-                        format!("no BandwidthRate on the target; each generator connection reads at most {read_kib_s} KiB/s (the slow client-side link that is the bottleneck, so cells queue inside the target)")
-                    },
-                    p.window,
-                    fetch_kb,
-                    think_ms,
-                    p.warmup_s,
-                    p.duration_s,
-                    p.target_cpus
-                );
-                section.push_str(&md);
-                section.push_str(&format!("\nRaw data: `{}`.", path.display()));
-                for f in &pngs {
-                    section.push_str(&format!(
-                        " ![{}]({})",
-                        f.file_stem()
-                            .map(|s| s.to_string_lossy().into_owned())
-                            .unwrap_or_default(),
-                        relative_to_docs(f)
-                    ));
-                }
-                section.push('\n');
-                report::update_perf_md(&repo_root().join("docs/perf.md"), "priority", &section)?;
-                println!("updated docs/perf.md");
-            }
+        Cmd::Priority { opts, scenario } => {
+            priority_scenario::run_scenario(opts, scenario, &date, &stamp)?
         }
         Cmd::Soak {
             minutes,
