@@ -378,7 +378,10 @@ impl Target {
                 }
             }
             if Instant::now() > deadline {
-                bail!("{} did not come up within 60 s", t.spec.kind.label());
+                bail!(
+                    "{} did not come up within 60 s (ORPort, keys and, for weft, a MetricsPort scrape)",
+                    t.spec.kind.label()
+                );
             }
             std::thread::sleep(Duration::from_millis(100));
         }
