@@ -14,8 +14,15 @@
 //!
 //! Where TCP_INFO is not available the limit is "a full write batch" (the
 //! plain fallback, like C Tor's KISTLite). Scheduling runs every
-//! `KISTSchedRunInterval` milliseconds (C Tor's default 2 ms; 0 turns KIST
-//! off and writes every round).
+//! `KISTSchedRunInterval` milliseconds (weft's default without a consensus
+//! value is 2 ms, the live consensus's value; C Tor's built-in default is
+//! 10 ms; 0 turns KIST off and writes every round).
+//!
+//! [`sleeps_to_run`] is the cadence's rule for a worker's sleep: while runs
+//! keep finding cells, the worker sleeps to its next run and lets socket
+//! readiness wait for it.
+
+use std::time::{Duration, Instant};
 
 /// What the kernel said about one socket.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -79,9 +86,113 @@ pub fn socket_state(fd: std::os::fd::RawFd) -> Option<SocketState> {
     })
 }
 
+/// Where a worker stands before it sleeps, for [`sleeps_to_run`].
+#[derive(Debug, Clone, Copy)]
+pub struct SleepPlan {
+    /// `KISTSchedRunInterval` (zero: KIST off).
+    pub interval: Duration,
+    /// The sleep's length (None: no deadline).
+    pub timeout: Option<Duration>,
+    /// When the sleep starts.
+    pub now: Instant,
+    /// The next KIST run on the fixed cadence (set by the last run that
+    /// had cells to write).
+    pub next_run: Instant,
+    /// When the worker can next write cells it holds (None: it holds none
+    /// it can write).
+    pub next_write: Option<Instant>,
+    /// The worker's next housekeeping.
+    pub next_housekeeping: Instant,
+}
+
+/// True while the cadence is live at `now`: the last run wrote cells less
+/// than one interval ago, so the next one is due within the interval.
+pub fn cadence_live(interval: Duration, next_run: Instant, now: Instant) -> bool {
+    !interval.is_zero() && next_run > now
+}
+
+/// True if the coming sleep ends at the next KIST run and socket readiness
+/// may wait for that run (the worker's quiet sleep): cells read earlier
+/// would wait in the relay's queue for the same run. That holds when the
+/// worker holds cells for the run, and also while the cadence is live and
+/// it holds none (it wrote everything at its last run): under load a
+/// worker then wakes once per interval, not once per socket event and
+/// again for the run. Once a run finds nothing to write the cadence lapses
+/// and the first cell after a pause is read and written at once.
+pub fn sleeps_to_run(p: &SleepPlan) -> bool {
+    let short = p.timeout.is_some_and(|t| !t.is_zero() && t <= p.interval);
+    if p.interval.is_zero() || !short || p.next_run > p.next_housekeeping {
+        return false;
+    }
+    match p.next_write {
+        Some(t) => t == p.next_run,
+        None => cadence_live(p.interval, p.next_run, p.now),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn plan(now: Instant) -> SleepPlan {
+        let ms = Duration::from_millis(1);
+        SleepPlan {
+            interval: 2 * ms,
+            timeout: Some(ms),
+            now,
+            next_run: now + ms,
+            next_write: Some(now + ms),
+            next_housekeeping: now + 500 * ms,
+        }
+    }
+
+    /// Cells waiting for the run: quiet, as before; also with none held
+    /// while the cadence is live; not once it lapsed, not past
+    /// housekeeping, not without KIST, not when the write bucket and not
+    /// the run sets the wake-up.
+    #[test]
+    fn the_quiet_sleep_follows_the_cadence() {
+        let now = Instant::now();
+        let ms = Duration::from_millis(1);
+        assert!(sleeps_to_run(&plan(now)));
+        let idle = SleepPlan {
+            next_write: None,
+            ..plan(now)
+        };
+        assert!(sleeps_to_run(&idle), "live cadence, nothing held");
+        let lapsed = SleepPlan {
+            next_run: now,
+            timeout: Some(500 * ms),
+            ..idle
+        };
+        assert!(!cadence_live(lapsed.interval, lapsed.next_run, now));
+        assert!(
+            !sleeps_to_run(&lapsed),
+            "a lapsed cadence wakes for sockets"
+        );
+        let housekeeping_first = SleepPlan {
+            next_housekeeping: now + ms / 2,
+            timeout: Some(ms / 2),
+            ..idle
+        };
+        assert!(!sleeps_to_run(&housekeeping_first));
+        let no_kist = SleepPlan {
+            interval: Duration::ZERO,
+            ..plan(now)
+        };
+        assert!(!sleeps_to_run(&no_kist));
+        let bucket = SleepPlan {
+            next_write: Some(now + 3 * ms),
+            timeout: Some(ms),
+            ..plan(now)
+        };
+        assert!(!sleeps_to_run(&bucket), "the write bucket sets the wake-up");
+        let zero = SleepPlan {
+            timeout: Some(Duration::ZERO),
+            ..plan(now)
+        };
+        assert!(!sleeps_to_run(&zero), "work waiting: no sleep at all");
+    }
     use std::io::Write;
     use std::os::fd::AsRawFd;
 

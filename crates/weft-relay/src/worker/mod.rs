@@ -72,6 +72,7 @@ use self::core::{Circuits, CoreLimits, Effect};
 use self::report::Counters;
 use crate::bucket::TokenBucket;
 use crate::context::SharedContext;
+use crate::kist;
 use crate::messages::{ConnId, ControllerMsg, RingMsg};
 use crate::ring::{Consumer, Notifier, Producer};
 
@@ -351,18 +352,22 @@ impl Worker {
     }
 
     /// How long the next poll may block: zero if work is waiting, else until
-    /// the next thing that is due (the KIST run or the write bucket's refill
-    /// for connections with cells to write, housekeeping); the notifier is
-    /// set so producers wake us earlier.
+    /// the next thing that is due (the KIST run while the cadence is live or
+    /// cells wait for it, the write bucket's refill for connections with
+    /// cells to write, housekeeping); the notifier is set so producers wake
+    /// us earlier.
     pub fn sleep_time(&self) -> Option<Duration> {
         if self.has_work() {
             return Some(Duration::ZERO);
         }
+        let now = Instant::now();
         let mut until = self.next_housekeeping;
         if let Some(t) = self.next_write() {
             until = until.min(t);
         }
-        let now = Instant::now();
+        if kist::cadence_live(self.ctx.kist_interval, self.next_sched_run, now) {
+            until = until.min(self.next_sched_run);
+        }
         if until <= now {
             return Some(Duration::ZERO);
         }
@@ -406,16 +411,18 @@ impl Worker {
         Some(t)
     }
 
-    /// True if the coming sleep (`timeout`) ends at the KIST run, for
-    /// cells waiting to be written: then the worker need not wake for
-    /// socket readiness before it ([`Worker::turn`]).
+    /// True if the coming sleep (`timeout`) ends at the KIST run and
+    /// socket readiness may wait for it ([`Worker::turn`],
+    /// [`kist::sleeps_to_run`]).
     fn waits_for_kist_run(&self, timeout: Option<Duration>) -> bool {
-        let interval = self.ctx.kist_interval;
-        if interval.is_zero() || !timeout.is_some_and(|t| !t.is_zero() && t <= interval) {
-            return false;
-        }
-        self.next_write()
-            .is_some_and(|t| t == self.next_sched_run && t <= self.next_housekeeping)
+        kist::sleeps_to_run(&kist::SleepPlan {
+            interval: self.ctx.kist_interval,
+            timeout,
+            now: self.round_start,
+            next_run: self.next_sched_run,
+            next_write: self.next_write(),
+            next_housekeeping: self.next_housekeeping,
+        })
     }
 
     /// True once a shutdown was requested and handled.
