@@ -105,6 +105,19 @@ pub struct SleepPlan {
     pub next_housekeeping: Instant,
 }
 
+/// The next run after a run at `now` that was due at `due`: one interval
+/// after `due`, so that a run that starts late (the poll timeout is rounded
+/// up to whole milliseconds) does not push the cadence, or one interval
+/// from `now` if that is already past (the cadence had lapsed).
+pub fn next_run_after(due: Instant, interval: Duration, now: Instant) -> Instant {
+    let next = due + interval;
+    if next > now {
+        next
+    } else {
+        now + interval
+    }
+}
+
 /// True while the cadence is live at `now`: the last run wrote cells less
 /// than one interval ago, so the next one is due within the interval.
 pub fn cadence_live(interval: Duration, next_run: Instant, now: Instant) -> bool {
@@ -144,6 +157,20 @@ mod tests {
             next_write: Some(now + ms),
             next_housekeeping: now + 500 * ms,
         }
+    }
+
+    /// A late run keeps the cadence; a lapsed one starts it again from now.
+    #[test]
+    fn the_cadence_is_fixed_unless_it_lapsed() {
+        let t = Instant::now();
+        let ms = Duration::from_millis(1);
+        assert_eq!(next_run_after(t, 2 * ms, t), t + 2 * ms);
+        assert_eq!(
+            next_run_after(t, 2 * ms, t + ms),
+            t + 2 * ms,
+            "late by 1 ms"
+        );
+        assert_eq!(next_run_after(t, 2 * ms, t + 5 * ms), t + 7 * ms, "lapsed");
     }
 
     /// Cells waiting for the run: quiet, as before; also with none held

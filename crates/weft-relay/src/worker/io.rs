@@ -8,6 +8,7 @@ use std::os::fd::AsRawFd;
 use std::time::Instant;
 
 use super::Worker;
+use crate::kist;
 use crate::link_io::IoState;
 
 /// Bytes read from one connection per round before others get a turn.
@@ -104,6 +105,12 @@ impl Worker {
         }
     }
 
+    /// The KIST run at `now` took place ([`kist::next_run_after`]).
+    fn advance_cadence(&mut self, now: Instant) {
+        self.next_sched_run =
+            kist::next_run_after(self.next_sched_run, self.ctx.kist_interval, now);
+    }
+
     /// Write pending connections: every round without KIST, else on the
     /// fixed KIST cadence.
     pub(crate) fn write_all(&mut self) {
@@ -118,14 +125,7 @@ impl Worker {
             if now < self.next_sched_run {
                 return;
             }
-            // A fixed cadence: a run that starts late (the poll timeout is
-            // rounded up to whole milliseconds) does not push the next one.
-            let next = self.next_sched_run + self.ctx.kist_interval;
-            self.next_sched_run = if next > now {
-                next
-            } else {
-                now + self.ctx.kist_interval
-            };
+            self.advance_cadence(now);
         }
         let now_ns = now.saturating_duration_since(self.epoch).as_nanos() as u64;
         let mut i = 0;
