@@ -347,11 +347,12 @@ impl Circuits {
     }
 
     /// Publish every ring with new messages; `wake(w, urgent)` is called
-    /// for each worker that may need waking (its notifier decides), and
-    /// for each whose full ring something here waits on (`urgent`), even
-    /// if nothing new was published this round. The worker wakes such a
-    /// peer only if it would not run within a KIST interval anyway
-    /// ([`super::Worker`]'s `publish_rings`).
+    /// for each worker that may need waking (its notifier decides):
+    /// `urgent` if something here waits for room on its ring: a full ring
+    /// is drained now, not at the consumer's next KIST run, even if
+    /// nothing new was published this round (else the stalled connection
+    /// waits for that run). This did not even out the two directions when
+    /// every cell crosses (docs/perf.md, "Cells that cross workers").
     pub(crate) fn publish(&mut self, mut wake: impl FnMut(usize, bool)) {
         for (w, p) in self.outs.iter_mut().enumerate() {
             if let Some(p) = p {

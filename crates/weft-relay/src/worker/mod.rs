@@ -507,19 +507,16 @@ impl Worker {
     }
 
     /// Hand every message waiting on the inbound rings to the core; wake a
-    /// producer that waits for room unless it runs within a KIST interval
-    /// anyway (its round retries what waits for room).
+    /// producer that waits for room.
     fn drain_rings(&mut self) {
-        let now_ns = self.round_ns;
-        let defer_ns = self.ctx.kist_interval.as_nanos() as u64;
         for w in 0..self.ins.len() {
             let Some(mut c) = self.ins[w].take() else {
                 continue;
             };
             let core = &mut self.core;
             while c.pop_with(|m| core.on_ring_msg(m, w as u16)).is_some() {}
-            if c.release() && self.peers[w].notifier.notify_unless_due(now_ns, defer_ns) {
-                self.counters.wakeups += 1;
+            if c.release() {
+                self.peers[w].notifier.wake();
             }
             self.ins[w] = Some(c);
         }
@@ -538,17 +535,18 @@ impl Worker {
         } = self;
         // A ring batch may wait for the peer's next KIST run (it writes
         // them then at the earliest) if the peer sleeps until then anyway.
-        // So may a full ring (`_urgent`): the peer drains it at that run,
-        // and the connection stalled on it reads again at our next round
-        // after that, one interval later at most. Waking the peer at once
-        // for it cost a wake-up on each side per burst larger than the
-        // ring (docs/perf.md, "The cadence kept alive").
         // The round's clock, no new read: an earlier `now` only wakes the
         // peer more readily.
         let now_ns = *round_ns;
         let defer_ns = ctx.kist_interval.as_nanos() as u64;
-        core.publish(|w, _urgent| {
-            if peers[w].notifier.notify_unless_due(now_ns, defer_ns) {
+        core.publish(|w, urgent| {
+            let n = &peers[w].notifier;
+            let woke = if urgent {
+                n.notify()
+            } else {
+                n.notify_unless_due(now_ns, defer_ns)
+            };
+            if woke {
                 counters.wakeups += 1;
             }
         });
