@@ -14,9 +14,9 @@
 //!
 //! Where TCP_INFO is not available the limit is "a full write batch" (the
 //! plain fallback, like C Tor's KISTLite). Scheduling runs every
-//! `KISTSchedRunInterval` milliseconds (weft's default without a consensus
-//! value is 2 ms, the live consensus's value; C Tor's built-in default is
-//! 10 ms; 0 turns KIST off and writes every round).
+//! `KISTSchedRunInterval` milliseconds (torrc, else the consensus, else
+//! weft's default of 2 ms; C Tor's built-in default is 10 ms, param-spec;
+//! 0 turns KIST off and writes every round).
 //!
 //! [`sleeps_to_run`] is the cadence's rule for a worker's sleep: while runs
 //! keep finding cells, the worker sleeps to its next run and lets socket
@@ -187,12 +187,14 @@ mod tests {
             ..plan(now)
         };
         assert!(sleeps_to_run(&idle), "live cadence, nothing held");
+        // The run was due 1 ms ago and found nothing to write: a short
+        // sleep (to housekeeping, say) is not quiet.
         let lapsed = SleepPlan {
-            next_run: now,
-            timeout: Some(500 * ms),
+            now: now + 2 * ms,
+            next_run: now + ms,
             ..idle
         };
-        assert!(!cadence_live(lapsed.interval, lapsed.next_run, now));
+        assert!(!cadence_live(lapsed.interval, lapsed.next_run, lapsed.now));
         assert!(
             !sleeps_to_run(&lapsed),
             "a lapsed cadence wakes for sockets"
