@@ -587,23 +587,15 @@ fn main() -> Result<()> {
                 paired,
                 worker_pairs,
             };
-            let path = opts.results.join(format!(
-                "{date}-compare{}.json",
-                opts.tag
-                    .as_ref()
-                    .map(|t| format!("-{t}"))
-                    .unwrap_or_default()
-            ));
-            report::write_json(&path, &cmp)?;
-            print!("{md}");
-            println!("results: {}", path.display());
-            let mut pngs = Vec::new();
-            if !opts.no_plots {
-                pngs = report::plot(&repo_root(), &path, &path.with_extension(""))?;
-                for f in &pngs {
-                    println!("plot: {}", f.display());
-                }
-            }
+            let (path, pngs) = report::save_comparison(
+                &opts.results,
+                &date,
+                "compare",
+                opts.tag.as_deref(),
+                &cmp,
+                &md,
+                opts.no_plots,
+            )?;
             if !no_perf_md {
                 let mut section = format!(
                     "Measured {stamp} on {} CPUs ({}), {}; command:\n\n    {}\n\nProcedure: {} connections × {} circuits, {} sinks{}, window {} cells, {} direction(s), warm-up {} s, measured {} s, max sustained = max {} s moving average of 500 ms samples; target on CPUs {} {}, load on CPUs {}. Loopback floor of node delay (p50): {}.\n\n",

@@ -121,23 +121,15 @@ pub(crate) fn run_scenario(
         paired: None,
         worker_pairs: None,
     };
-    let path = opts.results.join(format!(
-        "{date}-priority{}.json",
-        opts.tag
-            .as_ref()
-            .map(|t| format!("-{t}"))
-            .unwrap_or_default()
-    ));
-    report::write_json(&path, &cmp)?;
-    print!("{md}");
-    println!("results: {}", path.display());
-    let mut pngs = Vec::new();
-    if !opts.no_plots {
-        pngs = report::plot(&repo_root(), &path, &path.with_extension(""))?;
-        for f in &pngs {
-            println!("plot: {}", f.display());
-        }
-    }
+    let (path, pngs) = report::save_comparison(
+        &opts.results,
+        date,
+        "priority",
+        opts.tag.as_deref(),
+        &cmp,
+        &md,
+        opts.no_plots,
+    )?;
     if !no_perf_md {
         let mut section = format!(
             "Measured {stamp} on {} CPUs ({}), {}; command:\n\n    {}\n\nProcedure: {} connections × {} circuits ({} web, {} bulk per connection), downstream only; {}; bulk circuits keep {} cells in flight; web circuits fetch {} KB after exponential think times (mean {} ms); warm-up {} s, measured {} s; target on CPUs {}, no CPU cap.\n\n",

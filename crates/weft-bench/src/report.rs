@@ -509,6 +509,33 @@ pub fn write_json<T: Serialize>(path: &Path, value: &T) -> Result<()> {
         .with_context(|| format!("writing {}", path.display()))
 }
 
+/// Save a comparison as `<results>/<date>-<kind>[-<tag>].json`, print its
+/// Markdown and the path, and plot it unless `no_plots`; returns the JSON
+/// path and the plots (for the perf.md section).
+pub fn save_comparison(
+    results: &Path,
+    date: &str,
+    kind: &str,
+    tag: Option<&str>,
+    cmp: &Comparison,
+    md: &str,
+    no_plots: bool,
+) -> Result<(PathBuf, Vec<PathBuf>)> {
+    let tag = tag.map(|t| format!("-{t}")).unwrap_or_default();
+    let path = results.join(format!("{date}-{kind}{tag}.json"));
+    write_json(&path, cmp)?;
+    print!("{md}");
+    println!("results: {}", path.display());
+    let mut pngs = Vec::new();
+    if !no_plots {
+        pngs = plot(&crate::output::repo_root(), &path, &path.with_extension(""))?;
+        for f in &pngs {
+            println!("plot: {}", f.display());
+        }
+    }
+    Ok((path, pngs))
+}
+
 fn have_matplotlib() -> bool {
     Command::new("python3")
         .args(["-c", "import matplotlib"])
