@@ -69,6 +69,10 @@ pub struct E2eResult {
     pub target_cpu_s: f64,
     /// CPU-seconds per GiB of payload.
     pub cpu_s_per_gib: f64,
+    /// The part of `target_cpu_s` on weft's worker threads (`weft-worker-N`:
+    /// the data path); the rest is the controller and its pools (directory
+    /// cache, consensus, key rotation). None for stock tor.
+    pub worker_cpu_s: Option<f64>,
     /// Per-stream time to first byte (downloads) in ms.
     pub ttfb_ms: Percentiles,
     /// Per-stream time to last byte in ms.
@@ -248,10 +252,15 @@ pub(crate) fn measure(
         }
     }
     let secs = t0.elapsed().as_secs_f64();
-    let cpu: f64 = cpu_delta(&cpu0, &thread_cpu(pid))
-        .iter()
-        .map(|t| t.cpu_s)
-        .sum();
+    let per_thread = cpu_delta(&cpu0, &thread_cpu(pid));
+    let cpu: f64 = per_thread.iter().map(|t| t.cpu_s).sum();
+    let worker_cpu = metrics.map(|_| {
+        per_thread
+            .iter()
+            .filter(|t| t.name.starts_with("weft-worker"))
+            .map(|t| t.cpu_s)
+            .sum::<f64>()
+    });
     drop(cap);
     if let Some(e) = failed {
         return Err(e.context(format!("a stream through {}", m.node)));
@@ -279,6 +288,7 @@ pub(crate) fn measure(
         bytes_per_s: moved as f64 / secs,
         target_cpu_s: cpu,
         cpu_s_per_gib: cpu / (moved as f64 / (1u64 << 30) as f64),
+        worker_cpu_s: worker_cpu,
         ttfb_ms: Percentiles::from_ms(&ttfb),
         ttlb_ms: Percentiles::from_ms(&ttlb),
         cdf_ttfb: cdf_ms(&ttfb),
@@ -406,10 +416,16 @@ pub(crate) const SETTLE_AFTER_RESTART: Duration = Duration::from_secs(5);
 
 pub(crate) fn report(r: &E2eResult) {
     eprintln!(
-        "[e2e] {}: {:.1} MiB/s, {:.2} CPU-s/GiB, TTLB p50 {:.0} ms{}{}",
+        "[e2e] {}: {:.1} MiB/s, {:.2} CPU-s/GiB{}, TTLB p50 {:.0} ms{}{}",
         r.target,
         r.bytes_per_s / (1 << 20) as f64,
         r.cpu_s_per_gib,
+        r.worker_cpu_s
+            .map(|w| format!(
+                " ({:.0}% on worker threads)",
+                w / r.target_cpu_s.max(1e-9) * 100.0
+            ))
+            .unwrap_or_default(),
         r.ttlb_ms.p50,
         r.cross_share
             .map(|f| format!(", {:.1}% of cells crossed workers", f * 100.0))
@@ -424,12 +440,24 @@ pub(crate) fn report(r: &E2eResult) {
 
 /// weft-2 ÷ weft-1 CPU-s/GiB of each worker pair in `results` (in order).
 pub fn worker_pair_ratios(results: &[E2eResult]) -> Vec<f64> {
-    let one: Vec<_> = results.iter().filter(|r| r.target == "weft-1").collect();
-    let two: Vec<_> = results.iter().filter(|r| r.target == "weft-2").collect();
-    one.iter()
-        .zip(&two)
-        .filter(|(a, _)| a.cpu_s_per_gib > 0.0)
-        .map(|(a, b)| b.cpu_s_per_gib / a.cpu_s_per_gib)
+    pair_ratios(results, |r| Some(r.target_cpu_s))
+}
+
+/// The same on the worker threads' CPU alone (the data path, without the
+/// controller's directory and consensus work, which comes every voting
+/// interval and lands in some runs and not others).
+pub fn worker_thread_pair_ratios(results: &[E2eResult]) -> Vec<f64> {
+    pair_ratios(results, |r| r.worker_cpu_s)
+}
+
+fn pair_ratios(results: &[E2eResult], cpu: impl Fn(&E2eResult) -> Option<f64>) -> Vec<f64> {
+    let per_gib = |r: &E2eResult| cpu(r).map(|c| c / (r.bytes as f64 / (1u64 << 30) as f64));
+    let one = results.iter().filter(|r| r.target == "weft-1");
+    let two = results.iter().filter(|r| r.target == "weft-2");
+    one.zip(two)
+        .filter_map(|(a, b)| Some((per_gib(a)?, per_gib(b)?)))
+        .filter(|&(a, _)| a > 0.0)
+        .map(|(a, b)| b / a)
         .collect()
 }
 
@@ -465,6 +493,61 @@ pub fn markdown(results: &[E2eResult], ratios: &[f64]) -> String {
             crate::report::median(ratios),
             ratios.len()
         );
+        let workers = worker_thread_pair_ratios(results);
+        if !workers.is_empty() {
+            let list: Vec<String> = workers.iter().map(|r| format!("{r:.3}")).collect();
+            let _ = writeln!(
+                s,
+                "\nthe same on the worker threads' CPU alone: {}; median {:.3}",
+                list.join(", "),
+                crate::report::median(&workers)
+            );
+        }
     }
     s
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn result(target: &str, cpu: f64, workers: Option<f64>) -> E2eResult {
+        E2eResult {
+            target: target.into(),
+            cross_share: None,
+            cells_per_round: None,
+            wakeups_per_1000_cells: None,
+            bytes: 1 << 30,
+            seconds: 1.0,
+            bytes_per_s: 0.0,
+            target_cpu_s: cpu,
+            cpu_s_per_gib: cpu,
+            worker_cpu_s: workers,
+            ttfb_ms: Percentiles::from_ms(&[]),
+            ttlb_ms: Percentiles::from_ms(&[]),
+            cdf_ttfb: Vec::new(),
+            cdf_ttlb: Vec::new(),
+            build_ms: Percentiles::from_ms(&[]),
+            worker_allocations: None,
+        }
+    }
+
+    /// Pairs are weft-1 then weft-2 in order; the worker-thread ratios use
+    /// the workers' CPU alone and skip runs without it.
+    #[test]
+    fn pair_ratios_follow_the_runs() {
+        let rs = [
+            result("tor", 9.0, None),
+            result("weft-1", 2.0, Some(1.5)),
+            result("weft-2", 2.2, Some(1.8)),
+            result("weft-1", 4.0, None),
+            result("weft-2", 4.0, Some(3.0)),
+        ];
+        let all = worker_pair_ratios(&rs);
+        assert_eq!(all.len(), 2);
+        assert!((all[0] - 1.1).abs() < 1e-9 && (all[1] - 1.0).abs() < 1e-9);
+        let workers = worker_thread_pair_ratios(&rs);
+        assert_eq!(workers.len(), 1);
+        assert!((workers[0] - 1.2).abs() < 1e-9);
+    }
 }

@@ -399,7 +399,10 @@ fn main() -> Result<()> {
             let rs = weft_bench::e2e::run(&run::default_dir().join("e2e"), &out.weft, &p)?;
             let ratios = weft_bench::e2e::worker_pair_ratios(&rs);
             let md = weft_bench::e2e::markdown(&rs, &ratios);
-            let extra = serde_json::json!({ "worker_pair_ratios": ratios });
+            let extra = serde_json::json!({
+                "worker_pair_ratios": ratios,
+                "worker_thread_pair_ratios": weft_bench::e2e::worker_thread_pair_ratios(&rs),
+            });
             out.save("e2e", &date, &stamp, &p, &rs, extra, &md)?;
         }
         Cmd::Multipath { p, out } => {
