@@ -177,6 +177,12 @@ pub(crate) fn stock_torrc(
                 // Streams wait for ATTACHSTREAM: tests choose the circuit.
                 line("__LeaveStreamsUnattached 1");
             }
+            // On loopback a client learns a circuit build timeout of about
+            // 20 ms from its ~15 ms builds, and then any build that needs a
+            // new TLS connection (a relay was just restarted) or meets a busy
+            // core "times out". A fixed timeout, like a new client's.
+            line("LearnCircuitBuildTimeout 0");
+            line("CircuitBuildTimeout 30");
             // Clients are named client0, client1, ...
             let i: usize = nick
                 .trim_start_matches("client")
