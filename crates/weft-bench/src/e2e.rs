@@ -19,7 +19,7 @@ use serde::Serialize;
 use weft_testnet::{pick_base_port, traffic, Direction, Sink, Testnet, TestnetConfig, WeftNode};
 
 use crate::run::{cdf_ms, Percentiles};
-use crate::target::{cpu_delta, thread_cpu};
+use crate::target::{context_switches, cpu_delta, thread_cpu};
 
 /// What an e2e run does.
 #[derive(Debug, Clone, Serialize)]
@@ -36,6 +36,9 @@ pub struct E2eProcedure {
     pub entries: usize,
     /// Exit relays the circuits take in turn.
     pub exits: usize,
+    /// Stock clients the circuits are spread over (client0, client1, …),
+    /// so that no one client's CPU limits the load.
+    pub clients: usize,
     /// weft-1 / weft-2 pairs after the first weft run (0: none).
     pub worker_pairs: usize,
     /// Extra torrc lines for weft.
@@ -46,6 +49,14 @@ pub struct E2eProcedure {
     /// machine is the bottleneck (on 2 cores this did not make the
     /// weft-1 / weft-2 pairs steadier: docs/perf.md, 2026-11-27).
     pub cpu_cap: Option<f64>,
+    /// A baseline weft binary: after the first runs, weft is restarted
+    /// with it (`weft-A`) and with the binary under test (`weft-B`) in
+    /// alternation, `ab_pairs` pairs, each pair's order swapped from the
+    /// last (A B, B A, A B, …), in the same network and under the same cap;
+    /// then stock relay1 once more.
+    pub ab_weft: Option<std::path::PathBuf>,
+    /// Pairs of A/B runs (with `ab_weft`).
+    pub ab_pairs: usize,
 }
 
 /// The figures for one target.
@@ -86,6 +97,11 @@ pub struct E2eResult {
     /// Heap allocations on weft's worker threads during the transfers
     /// (MetricsPort; None for stock tor).
     pub worker_allocations: Option<f64>,
+    /// The CPU cap's throttling during the transfers (None: uncapped).
+    pub throttle: Option<crate::target::ThrottleStat>,
+    /// The target's context switches per second during the transfers,
+    /// voluntary (a thread slept: its wake-ups) and involuntary.
+    pub ctx_switches_per_s: (f64, f64),
 }
 
 fn pid_of(net: &Testnet, node: &str) -> Result<u32> {
@@ -161,6 +177,8 @@ pub(crate) struct Measure<'a> {
     pub entries: usize,
     /// Stock exits taken in turn (middle position).
     pub exits: usize,
+    /// Stock clients the circuits are spread over.
+    pub clients: usize,
     /// CPU cap (CPUs, cgroup) on the node during its transfers.
     pub cpu_cap: Option<f64>,
 }
@@ -183,10 +201,15 @@ pub(crate) fn measure(
             .collect::<Result<Vec<_>>>()?,
         Position::Exit => vec![net.fingerprint("relay1")?],
     };
-    let mut ctl = net.control("client0")?;
+    let clients = m.clients.max(1);
+    let mut ctls = (0..clients)
+        .map(|k| net.control(&format!("client{k}")))
+        .collect::<Result<Vec<_>>>()?;
     let mut build = Vec::new();
+    // (client, circuit id)
     let mut circs = Vec::new();
     for i in 0..m.circuits {
+        let k = i % clients;
         let t = Instant::now();
         let entry = &entries[i % entries.len()];
         let other = &others[(i / entries.len()) % others.len()];
@@ -194,20 +217,21 @@ pub(crate) fn measure(
             Position::Middle => [entry, &target, other],
             Position::Exit => [entry, other, &target],
         };
-        let c = build_with_retries(&mut ctl, &path)
+        let c = build_with_retries(&mut ctls[k], &path)
             .with_context(|| format!("circuit {i} through {}", m.node))?;
         build.push(t.elapsed().as_secs_f64() * 1e3);
-        circs.push(c);
+        circs.push((k, c));
     }
     let sink = Sink::start()?;
-    let socks = net
-        .node("client0")?
-        .socks_addr()
-        .context("client0 SocksPort")?;
     let mut streams = Vec::new();
-    for &c in &circs {
+    for &(k, c) in &circs {
+        let client = format!("client{k}");
+        let socks = net
+            .node(&client)?
+            .socks_addr()
+            .with_context(|| format!("{client} SocksPort"))?;
         streams.push(traffic::connect_via_circuit(
-            &mut ctl,
+            &mut ctls[k],
             socks,
             sink.addr(),
             c,
@@ -225,6 +249,8 @@ pub(crate) fn measure(
         None => None,
     };
     let m0 = metrics.and_then(WeftMetrics::scrape);
+    let throttle0 = cap.as_ref().map(|c| c.stat());
+    let ctx0 = context_switches(pid);
     let cpu0 = thread_cpu(pid);
     let t0 = Instant::now();
     let bytes = m.bytes_per_stream;
@@ -253,6 +279,15 @@ pub(crate) fn measure(
     }
     let secs = t0.elapsed().as_secs_f64();
     let per_thread = cpu_delta(&cpu0, &thread_cpu(pid));
+    let ctx1 = context_switches(pid);
+    let throttle = cap.as_ref().zip(throttle0).map(|(c, a)| {
+        let b = c.stat();
+        crate::target::ThrottleStat {
+            periods: b.periods.saturating_sub(a.periods),
+            throttled_periods: b.throttled_periods.saturating_sub(a.throttled_periods),
+            throttled_s: (b.throttled_s - a.throttled_s).max(0.0),
+        }
+    });
     let cpu: f64 = per_thread.iter().map(|t| t.cpu_s).sum();
     let worker_cpu = metrics.map(|_| {
         per_thread
@@ -272,8 +307,8 @@ pub(crate) fn measure(
     };
     let worker_allocations = all.as_ref().map(|m| m.worker_allocations);
     let rm = all.filter(|m| m.cells > 0.0);
-    for c in circs {
-        let _ = ctl.close_circuit(c);
+    for (k, c) in circs {
+        let _ = ctls[k].close_circuit(c);
     }
     ensure!(moved > 0, "nothing moved through {}", m.node);
     Ok(E2eResult {
@@ -295,6 +330,11 @@ pub(crate) fn measure(
         cdf_ttlb: cdf_ms(&ttlb),
         build_ms: Percentiles::from_ms(&build),
         worker_allocations,
+        throttle,
+        ctx_switches_per_s: (
+            ctx1.0.saturating_sub(ctx0.0) as f64 / secs,
+            ctx1.1.saturating_sub(ctx0.1) as f64 / secs,
+        ),
     })
 }
 
@@ -317,6 +357,7 @@ fn one_target(
             direction: &p.direction,
             entries: p.entries,
             exits: p.exits,
+            clients: p.clients,
             cpu_cap: p.cpu_cap,
         },
         metrics,
@@ -377,6 +418,7 @@ pub fn run(base_dir: &Path, weft_bin: &Path, p: &E2eProcedure) -> Result<Vec<E2e
     // relay1 is the stock middle; the others are entries.
     cfg.relays = p.entries.max(1) + 1;
     cfg.exits = p.exits.max(1);
+    cfg.clients = p.clients.max(1);
     let mut w = WeftNode::new(weft_bin);
     w.connection_threads = Some(p.weft_threads);
     let (mut net, metrics, options) = start_network(base_dir, cfg, w, &p.weft_options)?;
@@ -407,8 +449,65 @@ pub fn run(base_dir: &Path, weft_bin: &Path, p: &E2eProcedure) -> Result<Vec<E2e
             out.push(r);
         }
     }
+    if let Some(a) = &p.ab_weft {
+        // Copied beside the network as the binary under test is.
+        let a_bin = base_dir.with_file_name("weft-baseline");
+        std::fs::copy(a, &a_bin).with_context(|| format!("copying {}", a.display()))?;
+        let b_bin = net
+            .config()
+            .weft
+            .as_ref()
+            .context("no weft node")?
+            .binary
+            .clone();
+        for pair in 0..p.ab_pairs {
+            let order = if pair % 2 == 0 {
+                ["A", "B"]
+            } else {
+                ["B", "A"]
+            };
+            for side in order {
+                let bin = if side == "A" { &a_bin } else { &b_bin };
+                net.set_weft_binary(bin.clone())?;
+                net.restart_weft(Some(p.weft_threads), options.clone())?;
+                std::thread::sleep(SETTLE_AFTER_RESTART);
+                eprintln!(
+                    "[e2e] A/B pair {} of {}: weft-{side} ({})",
+                    pair + 1,
+                    p.ab_pairs,
+                    bin.display()
+                );
+                let mut r = one_target(&net, "weft", p, Some(&metrics))?;
+                r.target = format!("weft-{side}");
+                report(&r);
+                out.push(r);
+            }
+        }
+        // Stock tor once more, so that weft's ratio to it rests on two tor
+        // runs (start and end of the network's life), not one.
+        eprintln!("[e2e] stock relay1 again after the A/B pairs");
+        let r = one_target(&net, "relay1", p, None)?;
+        report(&r);
+        out.push(r);
+    }
     net.stop()?;
     Ok(out)
+}
+
+/// B ÷ A of each A/B pair in `results` (in order), as (throughput,
+/// CPU-s/GiB): above 1 B is faster, resp. costlier.
+pub fn ab_pair_ratios(results: &[E2eResult]) -> Vec<(f64, f64)> {
+    let a = results.iter().filter(|r| r.target == "weft-A");
+    let b = results.iter().filter(|r| r.target == "weft-B");
+    a.zip(b)
+        .filter(|(a, _)| a.bytes_per_s > 0.0 && a.cpu_s_per_gib > 0.0)
+        .map(|(a, b)| {
+            (
+                b.bytes_per_s / a.bytes_per_s,
+                b.cpu_s_per_gib / a.cpu_s_per_gib,
+            )
+        })
+        .collect()
 }
 
 /// Quiet time after weft restarts between worker pairs.
@@ -435,6 +534,18 @@ pub(crate) fn report(r: &E2eResult) {
                 format!(", {c:.1} cells per round, {w:.1} wake-ups per 1000 cells"),
             _ => String::new(),
         }
+    );
+    eprintln!(
+        "[e2e] {}: {:.0} voluntary / {:.0} involuntary context switches per s{}",
+        r.target,
+        r.ctx_switches_per_s.0,
+        r.ctx_switches_per_s.1,
+        r.throttle
+            .map(|t| format!(
+                "; throttled in {} of {} periods, {:.1} s stopped",
+                t.throttled_periods, t.periods, t.throttled_s
+            ))
+            .unwrap_or_default()
     );
 }
 
@@ -464,7 +575,7 @@ fn pair_ratios(results: &[E2eResult], cpu: impl Fn(&E2eResult) -> Option<f64>) -
 /// The results as a Markdown table, with the worker pairs' ratios.
 pub fn markdown(results: &[E2eResult], ratios: &[f64]) -> String {
     use std::fmt::Write;
-    let mut s = String::from("| target | MiB/s | CPU-s/GiB | TTFB p50 ms | TTLB p50 / p90 ms | circuit build p50 ms | cells crossing workers |\n|---|---|---|---|---|---|---|\n");
+    let mut s = String::from("| target | MiB/s | CPU-s/GiB | TTFB p50 ms | TTLB p50 / p90 ms | circuit build p50 ms | cells crossing workers | throttled periods | context switches/s (vol / invol) |\n|---|---|---|---|---|---|---|---|---|\n");
     for r in results {
         let ttfb = if r.ttfb_ms.count == 0 {
             "– (upload only)".to_string()
@@ -473,7 +584,7 @@ pub fn markdown(results: &[E2eResult], ratios: &[f64]) -> String {
         };
         let _ = writeln!(
             s,
-            "| {} | {:.1} | {:.2} | {ttfb} | {:.0} / {:.0} | {:.1} | {} |",
+            "| {} | {:.1} | {:.2} | {ttfb} | {:.0} / {:.0} | {:.1} | {} | {} | {:.0} / {:.0} |",
             r.target,
             r.bytes_per_s / (1 << 20) as f64,
             r.cpu_s_per_gib,
@@ -481,7 +592,33 @@ pub fn markdown(results: &[E2eResult], ratios: &[f64]) -> String {
             r.ttlb_ms.p90,
             r.build_ms.p50,
             r.cross_share
-                .map_or("–".to_string(), |f| format!("{:.1}%", f * 100.0))
+                .map_or("–".to_string(), |f| format!("{:.1}%", f * 100.0)),
+            r.throttle.map_or("–".to_string(), |t| format!(
+                "{} of {}",
+                t.throttled_periods, t.periods
+            )),
+            r.ctx_switches_per_s.0,
+            r.ctx_switches_per_s.1,
+        );
+    }
+    let ab = ab_pair_ratios(results);
+    if !ab.is_empty() {
+        let speed: Vec<f64> = ab.iter().map(|r| r.0).collect();
+        let cost: Vec<f64> = ab.iter().map(|r| r.1).collect();
+        let list = |v: &[f64]| {
+            v.iter()
+                .map(|r| format!("{r:.3}"))
+                .collect::<Vec<_>>()
+                .join(", ")
+        };
+        let _ = writeln!(
+            s,
+            "\nweft-B ÷ weft-A per pair: throughput {} (median {:.3}); CPU-s/GiB {} (median {:.3}); {} pairs",
+            list(&speed),
+            crate::report::median(&speed),
+            list(&cost),
+            crate::report::median(&cost),
+            ab.len()
         );
     }
     if !ratios.is_empty() {
@@ -529,6 +666,8 @@ mod tests {
             cdf_ttlb: Vec::new(),
             build_ms: Percentiles::from_ms(&[]),
             worker_allocations: None,
+            throttle: None,
+            ctx_switches_per_s: (0.0, 0.0),
         }
     }
 
@@ -549,5 +688,39 @@ mod tests {
         let workers = worker_thread_pair_ratios(&rs);
         assert_eq!(workers.len(), 1);
         assert!((workers[0] - 1.2).abs() < 1e-9);
+    }
+
+    /// A/B pairs match the n-th A with the n-th B whatever their order
+    /// (A B, then B A); the ratios are B over A.
+    #[test]
+    fn ab_ratios_pair_in_order() {
+        let run = |t: &str, speed: f64, cost: f64| E2eResult {
+            bytes_per_s: speed,
+            cpu_s_per_gib: cost,
+            ..result(t, cost, None)
+        };
+        let rs = [
+            run("tor", 10.0, 9.0),
+            run("weft-A", 40.0, 3.0),
+            run("weft-B", 50.0, 2.4),
+            run("weft-B", 44.0, 3.3),
+            run("weft-A", 44.0, 3.0),
+        ];
+        let ab = ab_pair_ratios(&rs);
+        assert_eq!(ab.len(), 2);
+        assert!((ab[0].0 - 1.25).abs() < 1e-9 && (ab[0].1 - 0.8).abs() < 1e-9);
+        assert!((ab[1].0 - 1.0).abs() < 1e-9 && (ab[1].1 - 1.1).abs() < 1e-9);
+        assert!(markdown(&rs, &[]).contains("weft-B ÷ weft-A per pair"));
+    }
+
+    /// cgroup v2's and v1's cpu.stat give the same figures.
+    #[test]
+    fn throttle_counters_parse() {
+        let v2 = "usage_usec 100\nnr_periods 50\nnr_throttled 40\nthrottled_usec 3400000\n";
+        let t = crate::target::ThrottleStat::parse(v2);
+        assert_eq!((t.periods, t.throttled_periods), (50, 40));
+        assert!((t.throttled_s - 3.4).abs() < 1e-9);
+        let v1 = "nr_periods 50\nnr_throttled 40\nthrottled_time 3400000000\n";
+        assert_eq!(crate::target::ThrottleStat::parse(v1), t);
     }
 }

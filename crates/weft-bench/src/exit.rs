@@ -97,6 +97,7 @@ pub fn run(base_dir: &Path, weft_bin: &Path, p: &ExitProcedure) -> Result<Vec<E2
                     direction: &p.direction,
                     entries: p.entries,
                     exits: 1,
+                    clients: 1,
                     cpu_cap: cap,
                 },
                 (node == "weft").then_some(&metrics),

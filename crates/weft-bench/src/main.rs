@@ -144,6 +144,9 @@ enum Cmd {
         /// Exit relays the circuits take in turn.
         #[arg(long, default_value_t = 2)]
         exits: usize,
+        /// Stock clients the circuits are spread over.
+        #[arg(long, default_value_t = 1)]
+        clients: usize,
         /// Then restart weft with 1 and 2 workers in alternation, this many
         /// pairs, in the same network (weft-2 ÷ weft-1 per pair).
         #[arg(long, default_value_t = 0)]
@@ -155,6 +158,14 @@ enum Cmd {
         /// weft alike, during its transfers; 0: none.
         #[arg(long, default_value_t = 0.0)]
         cpu_cap: f64,
+        /// A baseline weft binary (A): then restart weft with it and with
+        /// `--weft` (B) in alternation, in the same network and cap, with
+        /// `--threads` workers (weft-B ÷ weft-A per pair).
+        #[arg(long)]
+        ab_weft: Option<PathBuf>,
+        /// A/B pairs (with `--ab-weft`).
+        #[arg(long, default_value_t = 4)]
+        ab_pairs: usize,
         #[command(flatten)]
         out: NetworkOutput,
     },
@@ -380,12 +391,17 @@ fn main() -> Result<()> {
             threads,
             entries,
             exits,
+            clients,
             worker_pairs,
             option,
             cpu_cap,
+            ab_weft,
+            ab_pairs,
             out,
         } => {
             let p = weft_bench::e2e::E2eProcedure {
+                ab_weft: ab_weft.map(|a| std::fs::canonicalize(&a).unwrap_or(a)),
+                ab_pairs,
                 cpu_cap: (cpu_cap > 0.0).then_some(cpu_cap),
                 circuits,
                 bytes_per_stream: mib << 20,
@@ -393,6 +409,7 @@ fn main() -> Result<()> {
                 weft_threads: threads,
                 entries,
                 exits,
+                clients,
                 worker_pairs,
                 weft_options: option,
             };
@@ -402,6 +419,7 @@ fn main() -> Result<()> {
             let extra = serde_json::json!({
                 "worker_pair_ratios": ratios,
                 "worker_thread_pair_ratios": weft_bench::e2e::worker_thread_pair_ratios(&rs),
+                "ab_pair_ratios": weft_bench::e2e::ab_pair_ratios(&rs),
             });
             out.save("e2e", &date, &stamp, &p, &rs, extra, &md)?;
         }

@@ -244,6 +244,69 @@ impl CpuCap {
     }
 }
 
+/// The cgroup's throttling counters (`cpu.stat`, cgroup v2; v1's
+/// `cpu.stat` has the same periods under other names).
+#[derive(Debug, Clone, Copy, Default, PartialEq, serde::Serialize)]
+pub struct ThrottleStat {
+    /// Enforcement periods (100 ms each) in which the group ran.
+    pub periods: u64,
+    /// Periods in which the group used its whole quota and was stopped.
+    pub throttled_periods: u64,
+    /// Time the group's threads spent stopped, seconds.
+    pub throttled_s: f64,
+}
+
+impl ThrottleStat {
+    /// Parse a `cpu.stat` file (v2 names, or v1's `nr_periods`,
+    /// `nr_throttled`, `throttled_time` in ns).
+    pub fn parse(text: &str) -> ThrottleStat {
+        let mut t = ThrottleStat::default();
+        for line in text.lines() {
+            let mut w = line.split_whitespace();
+            let (Some(k), Some(v)) = (w.next(), w.next().and_then(|v| v.parse::<u64>().ok()))
+            else {
+                continue;
+            };
+            match k {
+                "nr_periods" => t.periods = v,
+                "nr_throttled" => t.throttled_periods = v,
+                "throttled_usec" => t.throttled_s = v as f64 / 1e6,
+                "throttled_time" => t.throttled_s = v as f64 / 1e9,
+                _ => {}
+            }
+        }
+        t
+    }
+}
+
+impl CpuCap {
+    /// The group's throttling counters so far (zero if unreadable).
+    pub fn stat(&self) -> ThrottleStat {
+        ThrottleStat::parse(&fs::read_to_string(self.group.join("cpu.stat")).unwrap_or_default())
+    }
+}
+
+/// Context switches of every thread of process `pid` so far (voluntary:
+/// the thread slept; involuntary: it was preempted or throttled).
+pub fn context_switches(pid: u32) -> (u64, u64) {
+    let mut sum = (0, 0);
+    let Ok(rd) = fs::read_dir(format!("/proc/{pid}/task")) else {
+        return sum;
+    };
+    for e in rd.flatten() {
+        let s = fs::read_to_string(e.path().join("status")).unwrap_or_default();
+        for l in s.lines() {
+            let n = |p: &str| l.strip_prefix(p).and_then(|v| v.trim().parse::<u64>().ok());
+            if let Some(v) = n("voluntary_ctxt_switches:") {
+                sum.0 += v;
+            } else if let Some(v) = n("nonvoluntary_ctxt_switches:") {
+                sum.1 += v;
+            }
+        }
+    }
+    sum
+}
+
 impl Drop for CpuCap {
     fn drop(&mut self) {
         let root = self.group.parent().unwrap_or(Path::new("/sys/fs/cgroup"));

@@ -452,6 +452,18 @@ impl Testnet {
             .map(|c| c.pid())
     }
 
+    /// The weft executable that the next [`Testnet::restart_weft`] starts
+    /// (A/B runs of two builds in one network).
+    pub fn set_weft_binary(&mut self, binary: std::path::PathBuf) -> Result<()> {
+        let w = self
+            .config
+            .weft
+            .as_mut()
+            .ok_or_else(|| anyhow!("this network has no weft node"))?;
+        w.binary = binary;
+        Ok(())
+    }
+
     /// Stop the weft node (SIGTERM, bounded wait, then SIGKILL) and start it
     /// again from the same DataDirectory with `threads` and `extra_torrc`
     /// (replacing the earlier extra lines); returns once its ORPort accepts
