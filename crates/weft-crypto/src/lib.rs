@@ -2,11 +2,12 @@
 //! keys on disk and their rotation ([`keys`]), the certificates the relay
 //! emits ([`certs`]), the circuit handshakes ntor, ntor-v3 and CREATE_FAST
 //! ([`ntor`], [`ntor_v3`], [`kdf`]) and tor1 relay-cell crypto
-//! ([`relay_crypto`]), and the ControlPort's authentication hashes
+//! ([`relay_crypto`], its AES-CTR in [`aes_ctr`]), and the ControlPort's authentication hashes
 //! ([`control_auth`]). Everything here is sans-IO except [`keys`], which
 //! reads and writes the key files in the DataDirectory.
 #![warn(missing_docs)]
 
+pub mod aes_ctr;
 pub mod certs;
 pub mod control_auth;
 pub mod family_keys;
