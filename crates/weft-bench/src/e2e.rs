@@ -9,7 +9,10 @@
 //! inbound and outbound connections share circuits many-to-many as on a
 //! real relay (with 2 workers about half of weft's cells cross workers;
 //! weft's MetricsPort says how many). With `worker_pairs`, weft is then
-//! restarted with 1 and 2 workers in alternation in the same network.
+//! restarted with 1 and 2 workers in alternation in the same network; with
+//! `ab_weft`, with two builds in alternation (the regression check's
+//! capped A/B, docs/perf.md). Under a CPU cap each run also records the
+//! cgroup's throttling and the relay's context switches.
 
 use std::path::Path;
 use std::time::{Duration, Instant};
