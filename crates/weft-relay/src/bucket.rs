@@ -19,6 +19,9 @@ pub struct TokenBucket {
     tokens: i64,
     interval: Duration,
     last: Instant,
+    /// Times a consume took the last token (C Tor's "global rate limit
+    /// reached" for this bucket).
+    emptied: u64,
 }
 
 impl TokenBucket {
@@ -31,6 +34,7 @@ impl TokenBucket {
             tokens: burst.max(1).min(i64::MAX as u64) as i64,
             interval: interval.max(Duration::from_millis(1)),
             last: now,
+            emptied: 0,
         }
     }
 
@@ -62,7 +66,16 @@ impl TokenBucket {
 
     /// `n` bytes moved (may go below zero: the next refills pay it back).
     pub fn consume(&mut self, n: u64) {
+        let before = self.tokens;
         self.tokens = self.tokens.saturating_sub(n.min(i64::MAX as u64) as i64);
+        if before > 0 && self.tokens <= 0 {
+            self.emptied += 1;
+        }
+    }
+
+    /// Times the bucket ran empty since it was made.
+    pub fn times_emptied(&self) -> u64 {
+        self.emptied
     }
 
     /// When the next refill is due.
@@ -82,6 +95,7 @@ mod tests {
         assert_eq!(b.available(), 300, "starts full");
         b.consume(350);
         assert_eq!(b.available(), 0);
+        assert_eq!(b.times_emptied(), 1);
         assert!(
             !b.refill(t0 + Duration::from_millis(99)),
             "not a whole interval yet"
@@ -96,5 +110,23 @@ mod tests {
         );
         b.set(10, 20);
         assert_eq!(b.available(), 20);
+    }
+
+    #[test]
+    fn running_empty_is_counted_once_per_emptying() {
+        let t0 = Instant::now();
+        let mut b = TokenBucket::new(1000, 100, Duration::from_millis(100), t0);
+        b.consume(60);
+        assert_eq!(b.times_emptied(), 0);
+        b.consume(40);
+        b.consume(10);
+        assert_eq!(
+            b.times_emptied(),
+            1,
+            "counted when it runs empty, not while empty"
+        );
+        b.refill(t0 + Duration::from_millis(100));
+        b.consume(100);
+        assert_eq!(b.times_emptied(), 2);
     }
 }

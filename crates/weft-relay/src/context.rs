@@ -87,6 +87,10 @@ pub struct RelayConfig {
     pub testing_place_on_worker: Option<usize>,
     /// MetricsPort address (None: off).
     pub metrics_port: Option<SocketAddr>,
+    /// MetricsPortPolicy (C Tor's entrance policy: first match decides,
+    /// reject when none matches). None: not in the torrc, and a scrape
+    /// needs the bearer token from `metrics_auth_cookie` instead.
+    pub metrics_policy: Option<Vec<weft_dir::exit_policy::Rule>>,
     /// Counts heap allocations on the calling thread (the binary installs
     /// one with its allocator); workers report it on the MetricsPort.
     pub alloc_probe: Option<fn() -> u64>,

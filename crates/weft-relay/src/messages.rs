@@ -202,6 +202,9 @@ pub struct OnionCounters {
     pub rend_established: u64,
     /// Rendezvous joined (RENDEZVOUS2 sent).
     pub rend_joined: u64,
+    /// ESTABLISH_RENDEZVOUS with a cookie already registered (circuit
+    /// closed).
+    pub rend_duplicate_cookie: u64,
 }
 
 impl OnionCounters {
@@ -214,6 +217,7 @@ impl OnionCounters {
             introduce_limited: self.introduce_limited - e.introduce_limited,
             rend_established: self.rend_established - e.rend_established,
             rend_joined: self.rend_joined - e.rend_joined,
+            rend_duplicate_cookie: self.rend_duplicate_cookie - e.rend_duplicate_cookie,
         }
     }
 
@@ -225,6 +229,7 @@ impl OnionCounters {
         self.introduce_limited += o.introduce_limited;
         self.rend_established += o.rend_established;
         self.rend_joined += o.rend_joined;
+        self.rend_duplicate_cookie += o.rend_duplicate_cookie;
     }
 }
 
@@ -368,6 +373,8 @@ pub struct CcCounters {
     pub circs_created: u64,
     /// Circuits that left slow start.
     pub exited_slow_start: u64,
+    /// Sum of their congestion windows (cells) when they left it.
+    pub ss_exit_cwnd_sum: u64,
     /// Minimum-RTT resets (cwnd stuck at its minimum).
     pub rtt_reset: u64,
     /// SENDMEs whose RTT could not be measured (clock stall or jump).
@@ -387,6 +394,7 @@ impl CcCounters {
         CcCounters {
             circs_created: f(self.circs_created, o.circs_created),
             exited_slow_start: f(self.exited_slow_start, o.exited_slow_start),
+            ss_exit_cwnd_sum: f(self.ss_exit_cwnd_sum, o.ss_exit_cwnd_sum),
             rtt_reset: f(self.rtt_reset, o.rtt_reset),
             clock_stalls: f(self.clock_stalls, o.clock_stalls),
             xoff_sent: f(self.xoff_sent, o.xoff_sent),
@@ -496,6 +504,63 @@ pub struct WorkerReport {
     pub exit: ExitCounters,
     /// Resource limits: OOM, DoS, the handshake queue.
     pub limits: LimitReport,
+    /// What C Tor's MetricsPort families count that the fields above do
+    /// not.
+    pub relay: RelayCounters,
+}
+
+/// A worker's counters behind C Tor's `tor_relay_*` families that weft's
+/// own fields do not carry (deltas in a report, except the gauges).
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct RelayCounters {
+    /// Circuits ending here now (gauge; `tor_relay_circuits_total`).
+    pub circuits_open: u64,
+    /// DESTROY cells received (`tor_relay_destroy_cell_total`).
+    pub destroy_cells: u64,
+    /// Relay DROP cells received at their hop (`tor_relay_drop_cell_total`).
+    pub drop_cells: u64,
+    /// Circuits closed for a protocol violation
+    /// (`tor_relay_circ_proto_violation_total`).
+    pub protocol_closes: u64,
+    /// Exit connections opened, by family (IPv4, IPv6).
+    pub exit_conns_created: [u64; 2],
+    /// Exit connections open now, by family (gauge).
+    pub exit_conns_open: [u64; 2],
+    /// Connects refused for want of a local port (EADDRNOTAVAIL).
+    pub tcp_exhaustion: u64,
+    /// Times the read / write token bucket ran empty.
+    pub rate_limit_reached: [u64; 2],
+}
+
+impl RelayCounters {
+    /// `self - earlier` (the gauges are kept).
+    pub fn since(&self, e: &RelayCounters) -> RelayCounters {
+        let sub2 = |a: [u64; 2], b: [u64; 2]| [a[0] - b[0], a[1] - b[1]];
+        RelayCounters {
+            circuits_open: self.circuits_open,
+            destroy_cells: self.destroy_cells - e.destroy_cells,
+            drop_cells: self.drop_cells - e.drop_cells,
+            protocol_closes: self.protocol_closes - e.protocol_closes,
+            exit_conns_created: sub2(self.exit_conns_created, e.exit_conns_created),
+            exit_conns_open: self.exit_conns_open,
+            tcp_exhaustion: self.tcp_exhaustion - e.tcp_exhaustion,
+            rate_limit_reached: sub2(self.rate_limit_reached, e.rate_limit_reached),
+        }
+    }
+
+    /// Add the deltas of `o`; take its gauges (one worker's totals).
+    pub fn add(&mut self, o: &RelayCounters) {
+        self.circuits_open = o.circuits_open;
+        self.destroy_cells += o.destroy_cells;
+        self.drop_cells += o.drop_cells;
+        self.protocol_closes += o.protocol_closes;
+        for i in 0..2 {
+            self.exit_conns_created[i] += o.exit_conns_created[i];
+            self.rate_limit_reached[i] += o.rate_limit_reached[i];
+        }
+        self.exit_conns_open = o.exit_conns_open;
+        self.tcp_exhaustion += o.tcp_exhaustion;
+    }
 }
 
 /// A worker's resource-limit counters (deltas in a report) and its queued
@@ -512,10 +577,12 @@ pub struct LimitReport {
     pub dos_cc_rejected: u64,
     /// ESTABLISH_RENDEZVOUS from one-hop clients dropped.
     pub single_hop_refused: u64,
-    /// CREATE2 cells refused by the handshake queue (full or too slow).
-    pub onionskins_dropped: u64,
-    /// CREATE2 handshakes answered.
-    pub onionskins_processed: u64,
+    /// CREATE2 cells refused by the handshake queue (full or too slow),
+    /// by handshake type as C Tor numbers them (0 TAP, 1 fast, 2 ntor,
+    /// 3 ntor v3).
+    pub onionskins_dropped: [u64; 4],
+    /// CREATE2 handshakes answered, by handshake type.
+    pub onionskins_processed: [u64; 4],
 }
 
 impl LimitReport {
@@ -526,8 +593,10 @@ impl LimitReport {
         self.oom_bytes += o.oom_bytes;
         self.dos_cc_rejected += o.dos_cc_rejected;
         self.single_hop_refused += o.single_hop_refused;
-        self.onionskins_dropped += o.onionskins_dropped;
-        self.onionskins_processed += o.onionskins_processed;
+        for i in 0..4 {
+            self.onionskins_dropped[i] += o.onionskins_dropped[i];
+            self.onionskins_processed[i] += o.onionskins_processed[i];
+        }
     }
 }
 

@@ -49,6 +49,8 @@ pub struct TestnetConfig {
     /// Extra torrc lines for stock relay `i` (`relay_torrc[i]`, e.g.
     /// `BandwidthRate 300 KBytes`).
     pub relay_torrc: Vec<Vec<String>>,
+    /// Extra torrc lines for stock exit `i` (`exit_torrc[i]`).
+    pub exit_torrc: Vec<Vec<String>>,
     /// Extra torrc lines for every authority (e.g.
     /// `AuthDirHasIPv6Connectivity 1`).
     pub authority_torrc: Vec<String>,
@@ -101,6 +103,7 @@ impl Default for TestnetConfig {
             consensus_params: String::new(),
             client_torrc: Vec::new(),
             relay_torrc: Vec::new(),
+            exit_torrc: Vec::new(),
             authority_torrc: Vec::new(),
             guards_by_vote: false,
         }

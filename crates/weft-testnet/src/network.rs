@@ -312,6 +312,7 @@ impl Testnet {
             consensus_params: self.config.consensus_params.clone(),
             client_torrc: self.config.client_torrc.clone(),
             relay_torrc: self.config.relay_torrc.clone(),
+            exit_torrc: self.config.exit_torrc.clone(),
             authority_torrc: self.config.authority_torrc.clone(),
             guards_by_vote: self.config.guards_by_vote,
             weft_exit_policy: self

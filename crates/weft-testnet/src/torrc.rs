@@ -50,6 +50,7 @@ pub(crate) struct NetFacts {
     pub(crate) client_torrc: Vec<Vec<String>>,
     /// Extra lines for stock relays, by relay index.
     pub(crate) relay_torrc: Vec<Vec<String>>,
+    pub(crate) exit_torrc: Vec<Vec<String>>,
     pub(crate) authority_torrc: Vec<String>,
     /// The authorities compute Guard themselves (see
     /// `TestnetConfig::guards_by_vote`).
@@ -154,12 +155,16 @@ pub(crate) fn stock_torrc(
                 line("ExitRelay 0");
                 line("ExitPolicy reject *:*");
             }
-            if role == Role::Relay {
+            let (prefix, extra) = match role {
+                Role::Exit => ("exit", &facts.exit_torrc),
+                _ => ("relay", &facts.relay_torrc),
+            };
+            if matches!(role, Role::Relay | Role::Exit) {
                 let i: usize = nick
-                    .trim_start_matches("relay")
+                    .trim_start_matches(prefix)
                     .parse()
                     .unwrap_or(usize::MAX);
-                for l in facts.relay_torrc.get(i).into_iter().flatten() {
+                for l in extra.get(i).into_iter().flatten() {
                     line(l);
                 }
             }

@@ -226,6 +226,27 @@ fn parse_metrics_port(v: &str) -> Result<Option<SocketAddr>, String> {
     Ok(Some(addr))
 }
 
+/// One `MetricsPortPolicy` line (a comma list of `accept`/`reject`
+/// patterns, as C Tor's `parse_metrics_port_policy`): rules added to
+/// `rules`; ports are ignored, with a warning, as C Tor does.
+fn parse_metrics_policy(
+    v: &str,
+    rules: &mut Vec<weft_dir::exit_policy::Rule>,
+    warnings: &mut Vec<String>,
+) -> Result<(), String> {
+    let (parsed, warns) = weft_dir::exit_policy::parse_policy(v)
+        .map_err(|e| format!("bad MetricsPortPolicy entry '{}': {}", e.entry, e.reason))?;
+    warnings.extend(warns);
+    for mut r in parsed {
+        if r.port_min > 1 || r.port_max != 65535 {
+            warnings.push("Ignoring ports in MetricsPortPolicy option.".into());
+            (r.port_min, r.port_max) = (1, 65535);
+        }
+        rules.push(r);
+    }
+    Ok(())
+}
+
 impl ConfigError {
     /// An error at `file`:`line` (0: the file as a whole).
     pub fn new(file: &str, line: usize, msg: impl Into<String>) -> ConfigError {
@@ -272,6 +293,7 @@ pub fn parse_lines(
     let mut extend_private: Option<bool> = None;
     let mut cross_worker = false;
     let mut metrics_port: Option<SocketAddr> = None;
+    let mut metrics_policy: Option<Vec<weft_dir::exit_policy::Rule>> = None;
     let mut halflife: Option<f64> = None;
     let mut kist_interval: Option<u64> = None;
     let mut kist_factor = 1.0f64;
@@ -414,6 +436,12 @@ pub fn parse_lines(
             "extendallowprivateaddresses" => extend_private = Some(parse_bool(val).map_err(err)?),
             "testingcrossworkerextends" => cross_worker = parse_bool(val).map_err(err)?,
             "metricsport" => metrics_port = parse_metrics_port(val).map_err(err)?,
+            "metricsportpolicy" => parse_metrics_policy(
+                val,
+                metrics_policy.get_or_insert_with(Vec::new),
+                &mut warnings,
+            )
+            .map_err(err)?,
             "circuitpriorityhalflife" => {
                 let v: f64 = val.parse().map_err(|_| {
                     err(format!(
@@ -496,6 +524,10 @@ pub fn parse_lines(
     let adv_ip = ports.advertised.ip();
     let (exit_policy, exit_warnings) = exit.finish(adv_ip).map_err(|e| at_end(&e))?;
     warnings.extend(exit_warnings);
+    warnings.dedup();
+    if metrics_port.is_some_and(|a| !a.ip().is_loopback()) && metrics_policy.is_none() {
+        warnings.push("MetricsPort listens beyond loopback without a MetricsPortPolicy: every scrape needs the bearer token from metrics_auth_cookie".into());
+    }
     family.sort();
     family.dedup();
     if !family_ids.is_empty() && family.is_empty() {
@@ -590,6 +622,7 @@ pub fn parse_lines(
             testing_place_on_worker: place_on,
             testing_cross_worker: cross_worker,
             metrics_port,
+            metrics_policy,
             alloc_probe: None,
             circuit_priority_halflife: halflife,
             kist_run_interval_ms: if schedulers_kist {

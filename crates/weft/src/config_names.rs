@@ -76,6 +76,7 @@ pub static OPTIONS: &[OptionInfo] = &[
     o("MaxAdvertisedBandwidth", "DataSize", "1073741824"),
     o("MaxMemInQueues", "Memunit", "0"),
     o("MetricsPort", "LineList", ""),
+    o("MetricsPortPolicy", "LineList", ""),
     o("MyFamily", "LineList", ""),
     o("Nickname", "String", ""),
     o("ORPort", "LineList", ""),

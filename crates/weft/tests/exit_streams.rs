@@ -332,9 +332,9 @@ fn stock_clients_use_weft_as_their_exit() -> Result<()> {
     // The MetricsPort counted them (counters are per run of weft).
     std::thread::sleep(Duration::from_millis(1500));
     let m = |l: &str| metric(&net, metrics_port, l);
-    let begins = m("weft_relay_streams_total{type=\"begin\"}")?;
-    let queries = m("weft_relay_exit_dns_query_total")?;
-    let found = m("weft_relay_exit_dns_error_total{reason=\"success\"}")?;
+    let begins = m("tor_relay_streams_total{type=\"BEGIN\"}")?;
+    let queries = m("tor_relay_exit_dns_query_total")?;
+    let found = m("tor_relay_exit_dns_error_total{reason=\"success\"}")?;
     let policy_ends = m("weft_exit_stream_ends_total{reason=\"exitpolicy\"}")?;
     eprintln!("[metrics] begin {begins}, DNS queries {queries} ({found} found), END EXITPOLICY {policy_ends}");
     ensure!(begins >= (STREAMS + 3) as f64, "streams counted: {begins}");
@@ -347,7 +347,7 @@ fn stock_clients_use_weft_as_their_exit() -> Result<()> {
     // congestion control in their ntor-v3 handshakes and got it: their
     // streams above ran under Vegas and XON/XOFF.
     let cc =
-        m("weft_relay_congestion_control_total{state=\"cc_circuits\",action=\"circs_created\"}")?;
+        m("tor_relay_congestion_control_total{state=\"cc_circuits\",action=\"circs_created\"}")?;
     eprintln!("[metrics] circuits with congestion control: {cc}");
     ensure!(cc >= 1.0, "no client negotiated congestion control");
     let resolv_conf = base_dir.with_extension("resolv.conf");
@@ -511,7 +511,7 @@ fn stock_clients_use_the_fixed_windows_without_congestion_control() -> Result<()
     let cc = metric(
         &net,
         metrics_port,
-        "weft_relay_congestion_control_total{state=\"cc_circuits\",action=\"circs_created\"}",
+        "tor_relay_congestion_control_total{state=\"cc_circuits\",action=\"circs_created\"}",
     )?;
     ensure!(
         cc == 0.0,

@@ -178,7 +178,7 @@ fn a_sniper_attack_meets_the_memory_limit() -> Result<()> {
     let _ = run.finish();
     eprintln!(
         "sniper: OOM closed {oom} circuits ({} bytes); {failed} of 120 attacking circuits closed; queued now {queued} B; RSS {} MiB before the attack, peak {} MiB",
-        sample(mport, &token, "weft_relay_load_oom_bytes_total", None)?,
+        sample(mport, &token, "tor_relay_load_oom_bytes_total", None)?,
         base_rss >> 20,
         peak_rss >> 20
     );
@@ -259,7 +259,7 @@ fn a_circuit_creation_flood_is_refused_per_address() -> Result<()> {
     let marked = sample(
         mport,
         &token,
-        "weft_relay_dos_total",
+        "tor_relay_dos_total",
         Some(("type", "marked_address")),
     )?;
     // Worker counters reach the controller once a second.
@@ -268,7 +268,7 @@ fn a_circuit_creation_flood_is_refused_per_address() -> Result<()> {
         let r = sample(
             mport,
             &token,
-            "weft_relay_dos_total",
+            "tor_relay_dos_total",
             Some(("type", "circuit_rejected")),
         )?;
         if r >= f64::from(refused + 1) || t0.elapsed() > Duration::from_secs(5) {
@@ -318,7 +318,7 @@ fn connections_beyond_the_per_address_limit_are_refused() -> Result<()> {
     let rejected = sample(
         mport,
         &token,
-        "weft_relay_dos_total",
+        "tor_relay_dos_total",
         Some(("type", "concurrent_conn_rejected")),
     )?;
     ensure!(rejected >= 1.0, "metrics: {rejected}");

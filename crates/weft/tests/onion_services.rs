@@ -113,9 +113,9 @@ fn weft_onion_counters(net: &Testnet) -> Result<(f64, f64, f64)> {
             .unwrap_or(0.0)
     };
     Ok((
-        value("weft_relay_est_intro_actions_total{action=\"success\"}"),
-        value("weft_relay_intro1_actions_total{action=\"success\"}"),
-        value("weft_relay_rend1_actions_total{action=\"success\"}"),
+        value("tor_relay_est_intro_total{action=\"success\"}"),
+        value("tor_relay_intro1_total{action=\"success\"}"),
+        value("tor_relay_rend1_total{action=\"success\"}"),
     ))
 }
 

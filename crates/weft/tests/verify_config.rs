@@ -112,6 +112,14 @@ const CASES: &[(&str, &str)] = &[
     ("HashedControlPassword", "16:00"),
     ("MetricsPort", "127.0.0.1:9035"),
     ("MetricsPort", "notaport"),
+    ("MetricsPortPolicy", "accept 127.0.0.1"),
+    ("MetricsPortPolicy", "accept 127.0.0.1:9035, reject *"),
+    (
+        "MetricsPortPolicy",
+        "accept [::1]\nMetricsPortPolicy accept 10.0.0.0/8",
+    ),
+    ("MetricsPortPolicy", "allow 127.0.0.1"),
+    ("MetricsPortPolicy", "accept 300.0.0.1"),
     ("PidFile", "@DIR@/pid"),
     ("RunAsDaemon", "0"),
     ("CircuitPriorityHalflife", "30"),
@@ -166,6 +174,16 @@ const KNOWN_DIFFERENCES: &[(&str, &str, &str)] = &[
         "DoSConnectionDefenseType",
         "7",
         "tor takes an unknown defense type and applies none; weft refuses it",
+    ),
+    (
+        "MetricsPortPolicy",
+        "allow 127.0.0.1",
+        "tor's --verify-config does not parse MetricsPortPolicy; started with it, tor 0.4.9.11 dies ('Malformed policy', 'Bug: Error parsing already-validated policy options'); weft refuses it when verifying",
+    ),
+    (
+        "MetricsPortPolicy",
+        "accept 300.0.0.1",
+        "as above: tor verifies it and then dies at start; weft refuses it when verifying",
     ),
 ];
 

@@ -163,6 +163,8 @@ fn n_count_ewma(curr: u64, prev: u64, n: u64) -> u64 {
 pub struct SendmeOutcome {
     /// This SENDME ended slow start.
     pub exited_slow_start: bool,
+    /// The congestion window (cells) when it did (0 otherwise).
+    pub ss_exit_cwnd: u64,
     /// The minimum RTT was reset (cwnd stuck at its minimum).
     pub rtt_reset: bool,
     /// No RTT could be measured (clock stalled or jumped).
@@ -345,6 +347,9 @@ impl Vegas {
                 self.in_slow_start = false;
             }
             out.exited_slow_start = !self.in_slow_start;
+            if out.exited_slow_start {
+                out.ss_exit_cwnd = self.cwnd;
+            }
         } else if self.next_cc_event == 0 {
             if queue_use > self.p.delta {
                 self.cwnd = (self.bdp + self.p.delta).saturating_sub(self.p.cwnd_inc);

@@ -247,6 +247,14 @@ impl DirState {
         self.own.clone()
     }
 
+    /// Our flags in the latest consensus (empty when not listed).
+    pub fn our_flags(&self) -> Vec<String> {
+        self.consensus()
+            .and_then(|c| c.find_relay(&self.our_fp))
+            .map(|r| r.flags.iter().map(|f| f.to_string()).collect())
+            .unwrap_or_default()
+    }
+
     /// The latest verified consensus, if any.
     pub fn consensus(&self) -> Option<&ConsensusSummary> {
         self.consensus.as_deref()

@@ -1,48 +1,15 @@
-//! The exit's MetricsPort families: streams, DNS, END reasons, bytes, and
-//! congestion control, in C Tor's metric naming with weft's prefix where
-//! C has one (`tor_relay_streams_total` → `weft_relay_streams_total`).
+//! weft's own MetricsPort families for the exit: END reasons, bytes to and
+//! from destinations, open streams, DNS cache hits, conflux sets and the
+//! directory cache's answers. C Tor's stream, DNS and congestion-control
+//! families are in [`super::tor_metrics`].
 
 use std::fmt::Write as _;
 
 use super::metrics::{family, END_REASON_NAMES};
 
-/// The exit families: C Tor's `tor_relay_streams_total` and
-/// `tor_relay_exit_dns_*` with weft's prefix, and weft's own (ENDs by
-/// reason, bytes to and from destinations, open streams).
+/// weft's exit families (ENDs by reason, bytes to and from destinations,
+/// open streams, DNS cache hits, conflux, directory answers).
 pub(super) fn render_exit(o: &mut String, e: &crate::messages::ExitCounters) {
-    family(
-        o,
-        "weft_relay_streams_total",
-        "counter",
-        "Total number of streams.",
-    );
-    for (t, v) in [
-        ("begin", e.begin),
-        ("begin_dir", e.dir.streams),
-        ("resolve", e.resolve),
-    ] {
-        let _ = writeln!(o, "weft_relay_streams_total{{type=\"{t}\"}} {v}");
-    }
-    family(
-        o,
-        "weft_relay_exit_dns_query_total",
-        "counter",
-        "Total number of DNS queries done by this relay.",
-    );
-    let _ = writeln!(o, "weft_relay_exit_dns_query_total {}", e.dns_queries);
-    family(
-        o,
-        "weft_relay_exit_dns_error_total",
-        "counter",
-        "Total number of DNS answers by outcome.",
-    );
-    for (r, v) in [
-        ("success", e.dns_success),
-        ("notexist", e.dns_notexist),
-        ("unknown", e.dns_failed),
-    ] {
-        let _ = writeln!(o, "weft_relay_exit_dns_error_total{{reason=\"{r}\"}} {v}");
-    }
     family(
         o,
         "weft_exit_stream_ends_total",
@@ -83,28 +50,6 @@ pub(super) fn render_exit(o: &mut String, e: &crate::messages::ExitCounters) {
         "Lookups answered from the exit resolver's cache (no query sent).",
     );
     let _ = writeln!(o, "weft_exit_dns_cache_hits_total {}", e.dns_cache_hits);
-    let c = &e.cc;
-    family(
-        o,
-        "weft_relay_congestion_control_total",
-        "counter",
-        "Congestion control at the exit (proposal 324), as C Tor's family.",
-    );
-    for (state, action, v) in [
-        ("cc_circuits", "circs_created", c.circs_created),
-        ("cc_circuits", "circs_exited_ss", c.exited_slow_start),
-        ("starvation", "rtt_reset", c.rtt_reset),
-        ("clock_stalls", "rtt_skipped", c.clock_stalls),
-        ("flow_control", "xoff_num_sent", c.xoff_sent),
-        ("flow_control", "xon_num_sent", c.xon_sent),
-        ("flow_control", "xoff_num_received", c.xoff_received),
-        ("flow_control", "xon_num_received", c.xon_received),
-    ] {
-        let _ = writeln!(
-            o,
-            "weft_relay_congestion_control_total{{state=\"{state}\",action=\"{action}\"}} {v}"
-        );
-    }
     render_conflux(o, &e.cfx);
     render_dir(o, &e.dir);
 }

@@ -96,7 +96,10 @@ impl Controller {
             Hibernation::Awake => {
                 if self.or_listeners.is_empty() && self.exiting_at.is_none() {
                     match bind_or_ports(&self.cfg) {
-                        Ok(l) => self.or_listeners = l,
+                        Ok(l) => {
+                            self.or_listeners = l;
+                            self.note_or_listeners();
+                        }
                         Err(e) => warn!("cannot listen on the ORPort again: {e}"),
                     }
                 }

@@ -113,8 +113,9 @@ impl Limits {
             self.onionskins = (0, 0, Some(now + ONIONSKIN_PERIOD));
         }
         let (req, drop, _) = &mut self.onionskins;
-        *req += r.onionskins_processed + r.onionskins_dropped;
-        *drop += r.onionskins_dropped;
+        let dropped: u64 = r.onionskins_dropped.iter().sum();
+        *req += r.onionskins_processed.iter().sum::<u64>() + dropped;
+        *drop += dropped;
     }
 
     /// Queued bytes over all workers.

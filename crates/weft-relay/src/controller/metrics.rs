@@ -1,22 +1,13 @@
 //! Relay metrics: what the workers report every second, aggregated by the
-//! controller and served on the MetricsPort in the Prometheus text format
-//! (version 0.0.4), like C Tor's MetricsPort.
-//!
-//! The port listens on loopback unless configured otherwise, and every
-//! request must carry `Authorization: Bearer <token>`, where the token is
-//! the hex content of `DataDirectory/metrics_auth_cookie` (32 random bytes,
-//! written 0600 at start-up; Prometheus reads it with
-//! `authorization.credentials_file`).
+//! controller and rendered for the MetricsPort in the Prometheus text
+//! format (version 0.0.4): weft's own `weft_*` families here, C Tor's
+//! `tor_*` families in [`super::tor_metrics`]; who may scrape is
+//! [`super::metrics_http`]'s business. docs/metrics.md lists every family.
 //!
 //! Delays are log₂ histograms with fixed buckets (1 µs · 2^k), so a worker
 //! can count them without allocating and send them by value.
 
 use std::fmt::Write as _;
-use std::net::SocketAddr;
-use std::path::{Path, PathBuf};
-
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tracing::{debug, info};
 
 use crate::histogram::DelayHistogram;
 use crate::messages::{OnionCounters, WorkerReport};
@@ -111,6 +102,7 @@ impl WorkerTotals {
         t.exit.open = open;
         (t.exit.cfx.sets_open, t.exit.cfx.legs_open) = (sets, legs);
         t.limits.add(&r.limits);
+        t.relay.add(&r.relay);
         t.connections = r.connections;
         t.circuits = r.circuits;
         t.queued_cells = r.queued_cells;
@@ -155,9 +147,11 @@ fn histogram(
     let _ = writeln!(out, "{name}_count{{worker=\"{worker}\"}} {cum}");
 }
 
-/// Render the Prometheus text exposition.
-pub fn render(m: &MetricsSnapshot) -> String {
-    let mut o = String::with_capacity(8192);
+/// Render the Prometheus text exposition: C Tor's families first, then
+/// weft's.
+pub fn render(m: &MetricsSnapshot, t: &super::tor_metrics::TorSnapshot) -> String {
+    let mut o = String::with_capacity(16384);
+    super::tor_metrics::render(&mut o, m, t);
     let per_worker =
         |o: &mut String, name: &str, kind: &str, help: &str, f: &dyn Fn(&WorkerTotals) -> f64| {
             family(o, name, kind, help);
@@ -351,7 +345,7 @@ pub fn render(m: &MetricsSnapshot) -> String {
         m.extends.1
     );
     render_onion(&mut o, &m.onion);
-    render_limits(&mut o, &m.limits, m.exit.dos_rejected);
+    render_limits(&mut o, &m.limits);
     super::exit_metrics::render_exit(&mut o, &m.exit);
     family(
         &mut o,
@@ -361,102 +355,6 @@ pub fn render(m: &MetricsSnapshot) -> String {
     );
     let _ = writeln!(o, "weft_uptime_seconds {}", m.uptime_s);
     o
-}
-
-/// Create (or replace) the MetricsPort token file in `data_dir`; returns
-/// the token.
-pub fn write_cookie(data_dir: &Path) -> std::io::Result<(PathBuf, String)> {
-    let token = hex::encode(weft_crypto::random_array::<32>());
-    let path = data_dir.join("metrics_auth_cookie");
-    weft_crypto::keys::write_private_file(&path, token.as_bytes())
-        .map_err(std::io::Error::other)?;
-    Ok((path, token))
-}
-
-/// Check a request head: `GET /metrics` with the right bearer token.
-/// Returns the HTTP status to answer.
-pub fn check_request(head: &str, token: &str) -> u16 {
-    let mut lines = head.split("\r\n");
-    let first = lines.next().unwrap_or("");
-    let mut parts = first.split(' ');
-    let (method, path) = (parts.next().unwrap_or(""), parts.next().unwrap_or(""));
-    let auth_ok = lines.any(|l| {
-        l.split_once(':').is_some_and(|(k, v)| {
-            k.eq_ignore_ascii_case("authorization")
-                && v.trim().strip_prefix("Bearer ").is_some_and(|t| {
-                    bool::from(subtle::ConstantTimeEq::ct_eq(
-                        t.trim().as_bytes(),
-                        token.as_bytes(),
-                    ))
-                })
-        })
-    });
-    if method != "GET" {
-        405
-    } else if path != "/metrics" {
-        404
-    } else if !auth_ok {
-        401
-    } else {
-        200
-    }
-}
-
-/// Serve one metrics request on `stream` (bounded: 8 KiB head, 5 s).
-pub async fn serve_one(
-    mut stream: tokio::net::TcpStream,
-    peer: SocketAddr,
-    token: &str,
-    body: impl FnOnce() -> String,
-) {
-    let mut buf = vec![0u8; 8192];
-    let mut used = 0;
-    let read = tokio::time::timeout(std::time::Duration::from_secs(5), async {
-        loop {
-            let n = stream.read(&mut buf[used..]).await?;
-            if n == 0 {
-                return Ok::<bool, std::io::Error>(false);
-            }
-            used += n;
-            if buf[..used].windows(4).any(|w| w == b"\r\n\r\n") {
-                return Ok(true);
-            }
-            if used == buf.len() {
-                return Ok(false);
-            }
-        }
-    })
-    .await;
-    let complete = matches!(read, Ok(Ok(true)));
-    let head = String::from_utf8_lossy(&buf[..used]);
-    let status = if complete {
-        check_request(&head, token)
-    } else {
-        400
-    };
-    let (reason, text) = match status {
-        200 => ("OK", body()),
-        401 => {
-            debug!("metrics request from {peer} without the right token");
-            (
-                "Unauthorized",
-                "missing or wrong bearer token\n".to_string(),
-            )
-        }
-        404 => ("Not Found", "only /metrics is served\n".to_string()),
-        405 => ("Method Not Allowed", "GET only\n".to_string()),
-        _ => ("Bad Request", "bad request\n".to_string()),
-    };
-    let resp = format!(
-        "HTTP/1.0 {status} {reason}\r\nContent-Type: text/plain; version=0.0.4\r\nContent-Length: {}\r\nConnection: close\r\n{}\r\n{text}",
-        text.len(),
-        if status == 401 { "WWW-Authenticate: Bearer\r\n" } else { "" }
-    );
-    let _ = tokio::time::timeout(
-        std::time::Duration::from_secs(5),
-        stream.write_all(resp.as_bytes()),
-    )
-    .await;
 }
 
 /// END reasons by number, as C Tor names them in its logs
@@ -480,47 +378,9 @@ pub(super) const END_REASON_NAMES: [&str; 16] = [
     "",
 ];
 
-/// The onion-service families, named after C Tor's relay metrics
-/// (`tor_relay_est_intro_actions_total`, …) with weft's prefix.
+/// weft's onion-service gauge (C Tor's action counters are in
+/// [`super::tor_metrics`]).
 fn render_onion(o: &mut String, n: &OnionSnapshot) {
-    let c = &n.counters;
-    /// (family, help, (action, value) rows)
-    type Family<'a> = (&'a str, &'a str, &'a [(&'a str, u64)]);
-    let rows: [Family; 4] = [
-        (
-            "weft_relay_est_intro_actions_total",
-            "ESTABLISH_INTRO cells by outcome.",
-            &[("success", c.intro_established)],
-        ),
-        (
-            "weft_relay_intro1_actions_total",
-            "INTRODUCE1 cells by outcome.",
-            &[
-                ("success", c.introduce2_sent),
-                ("unknown_service", n.unknown_service),
-                ("rate_limited", c.introduce_limited),
-            ],
-        ),
-        (
-            "weft_relay_est_rend_actions_total",
-            "ESTABLISH_RENDEZVOUS cells by outcome.",
-            &[("success", c.rend_established)],
-        ),
-        (
-            "weft_relay_rend1_actions_total",
-            "RENDEZVOUS1 cells by outcome.",
-            &[
-                ("success", c.rend_joined),
-                ("unknown_cookie", n.unknown_cookie),
-            ],
-        ),
-    ];
-    for (name, help, values) in rows {
-        family(o, name, "counter", help);
-        for (action, v) in values {
-            let _ = writeln!(o, "{name}{{action=\"{action}\"}} {v}");
-        }
-    }
     family(
         o,
         "weft_onion_circuits",
@@ -539,10 +399,9 @@ fn render_onion(o: &mut String, n: &OnionSnapshot) {
     );
 }
 
-/// The resource-limit families, after C Tor's (`tor_relay_load_oom_bytes_total`,
-/// `tor_relay_load_onionskins_total`, `tor_relay_dos_total`) with weft's
-/// prefix.
-fn render_limits(o: &mut String, l: &LimitsSnapshot, stream_rejected: u64) {
+/// weft's resource-limit families (C Tor's OOM, onionskin and DoS
+/// counters are in [`super::tor_metrics`]).
+fn render_limits(o: &mut String, l: &LimitsSnapshot) {
     let c = &l.counters;
     let gauges: [(&str, &str, u64); 4] = [
         (
@@ -572,17 +431,6 @@ fn render_limits(o: &mut String, l: &LimitsSnapshot, stream_rejected: u64) {
     }
     family(
         o,
-        "weft_relay_load_oom_bytes_total",
-        "counter",
-        "Bytes of queued cells freed by the out-of-memory handler.",
-    );
-    let _ = writeln!(
-        o,
-        "weft_relay_load_oom_bytes_total{{subsys=\"cell\"}} {}",
-        c.oom_bytes
-    );
-    family(
-        o,
         "weft_relay_load_oom_circuits_total",
         "counter",
         "Circuits closed by the out-of-memory handler.",
@@ -595,46 +443,6 @@ fn render_limits(o: &mut String, l: &LimitsSnapshot, stream_rejected: u64) {
         "Times the out-of-memory handler ran and closed circuits.",
     );
     let _ = writeln!(o, "weft_relay_load_oom_rounds_total {}", l.oom_rounds);
-    family(
-        o,
-        "weft_relay_load_onionskins_total",
-        "counter",
-        "CREATE2 handshakes by outcome.",
-    );
-    let _ = writeln!(
-        o,
-        "weft_relay_load_onionskins_total{{action=\"processed\"}} {}",
-        c.onionskins_processed
-    );
-    let _ = writeln!(
-        o,
-        "weft_relay_load_onionskins_total{{action=\"dropped\"}} {}",
-        c.onionskins_dropped
-    );
-    family(
-        o,
-        "weft_relay_dos_total",
-        "counter",
-        "DoS mitigation actions by type.",
-    );
-    let d = &l.dos;
-    for (t, v) in [
-        ("circuit_rejected", c.dos_cc_rejected),
-        ("marked_address", d.cc_marked_addrs),
-        ("conn_rejected", d.conn_connect_rejected),
-        ("concurrent_conn_rejected", d.conn_rejected),
-        ("single_hop_refused", c.single_hop_refused),
-        ("stream_rejected", stream_rejected),
-    ] {
-        let _ = writeln!(o, "weft_relay_dos_total{{type=\"{t}\"}} {v}");
-    }
-}
-
-/// Bind the MetricsPort.
-pub async fn listen(addr: SocketAddr) -> std::io::Result<tokio::net::TcpListener> {
-    let l = tokio::net::TcpListener::bind(addr).await?;
-    info!("MetricsPort listening on {addr} (bearer token in metrics_auth_cookie)");
-    Ok(l)
 }
 
 impl super::Controller {
@@ -684,42 +492,5 @@ impl super::Controller {
             },
             uptime_s: self.started.elapsed().as_secs(),
         }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn requests_need_the_token() {
-        let t = "abc";
-        assert_eq!(
-            check_request(
-                "GET /metrics HTTP/1.1\r\nAuthorization: Bearer abc\r\n\r\n",
-                t
-            ),
-            200
-        );
-        assert_eq!(
-            check_request(
-                "GET /metrics HTTP/1.1\r\nauthorization:Bearer abc\r\n\r\n",
-                t
-            ),
-            200
-        );
-        assert_eq!(check_request("GET /metrics HTTP/1.1\r\n\r\n", t), 401);
-        assert_eq!(
-            check_request(
-                "GET /metrics HTTP/1.1\r\nAuthorization: Bearer abd\r\n\r\n",
-                t
-            ),
-            401
-        );
-        assert_eq!(
-            check_request("GET / HTTP/1.1\r\nAuthorization: Bearer abc\r\n\r\n", t),
-            404
-        );
-        assert_eq!(check_request("POST /metrics HTTP/1.1\r\n\r\n", t), 405);
     }
 }

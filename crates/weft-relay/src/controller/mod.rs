@@ -24,9 +24,11 @@ mod hibernate;
 mod limits;
 mod local;
 pub mod metrics;
+pub mod metrics_http;
 mod onion;
 mod registry;
 mod signals;
+mod tor_metrics;
 
 use std::collections::HashMap;
 use std::net::{IpAddr, SocketAddr};
@@ -61,6 +63,8 @@ struct ConnFacts {
     peer: PeerKind,
     canonical: bool,
     addr: SocketAddr,
+    /// We opened it (else the peer did).
+    outbound: bool,
     opened: Instant,
 }
 
@@ -125,6 +129,8 @@ struct Controller {
     accounting: Option<crate::accounting::Accounting>,
     /// Shutting down after SIGINT / SIGNAL SHUTDOWN: when to exit.
     exiting_at: Option<tokio::time::Instant>,
+    /// Connection counts for C Tor's MetricsPort families.
+    conn_stats: tor_metrics::ConnStats,
 }
 
 pub use self::signals::Reloader;
@@ -325,12 +331,18 @@ async fn run_controller(cfg: RelayConfig, mut hooks: RelayHooks) -> anyhow::Resu
     let state_path = cfg.data_dir.join("state");
     let metrics_listener = match cfg.metrics_port {
         Some(addr) => {
-            let (cookie, token) = metrics::write_cookie(&cfg.data_dir)?;
-            let l = metrics::listen(addr)
+            let (cookie, token) = metrics_http::write_cookie(&cfg.data_dir)?;
+            let access = match &cfg.metrics_policy {
+                Some(rules) => metrics_http::MetricsAccess::Policy(rules.clone()),
+                None => {
+                    info!("MetricsPort token in {}", cookie.display());
+                    metrics_http::MetricsAccess::Token(token)
+                }
+            };
+            let l = metrics_http::listen(addr, &access)
                 .await
                 .map_err(|e| anyhow::anyhow!("cannot listen on MetricsPort {addr}: {e}"))?;
-            info!("MetricsPort token in {}", cookie.display());
-            Some((l, token))
+            Some((l, std::rc::Rc::new(access)))
         }
         None => None,
     };
@@ -389,7 +401,15 @@ async fn run_controller(cfg: RelayConfig, mut hooks: RelayHooks) -> anyhow::Resu
         exiting_at: None,
         or_listeners: listeners,
         accounting,
+        conn_stats: tor_metrics::ConnStats::default(),
     };
+    c.note_or_listeners();
+    let metrics_serving = std::rc::Rc::new(std::cell::Cell::new(0u64));
+    if let Some((l, _)) = &metrics_listener {
+        if let Ok(a) = l.local_addr() {
+            c.conn_stats.metrics_listeners[tor_metrics::family_of(&a)] += 1;
+        }
+    }
     // The ORPort answers now, so the authorities' reachability test that
     // follows the upload can succeed. [protocol-notes §10.3, §15.12]
     dir.start(&c.keys, c.started, c.bw.observed());
@@ -406,11 +426,16 @@ async fn run_controller(cfg: RelayConfig, mut hooks: RelayHooks) -> anyhow::Resu
             _ = tokio::time::sleep(Duration::from_millis(50)), if c.limits.accept_paused_until.is_some() => {}
             Some(m) = rx.recv() => c.on_msg(m),
             a = accept_metrics(&metrics_listener) => {
-                if let (Ok((stream, peer)), Some((_, token))) = (a, &metrics_listener) {
-                    let body = metrics::render(&c.metrics_snapshot());
-                    let token = token.clone();
+                if let (Ok((stream, peer)), Some((_, access))) = (a, &metrics_listener) {
+                    c.conn_stats.metrics_created[tor_metrics::family_of(&peer)] += 1;
+                    let serving = metrics_serving.clone();
+                    serving.set(serving.get() + 1);
+                    c.conn_stats.metrics_open = serving.get();
+                    let body = metrics::render(&c.metrics_snapshot(), &c.tor_snapshot(&dir));
+                    let access = access.clone();
                     tokio::task::spawn_local(async move {
-                        metrics::serve_one(stream, peer, &token, move || body).await;
+                        metrics_http::serve_one(stream, peer, &access, move || body).await;
+                        serving.set(serving.get() - 1);
                     });
                 }
             }
@@ -502,9 +527,12 @@ impl Controller {
     fn accept(&mut self, stream: tokio::net::TcpStream, peer: SocketAddr) {
         let Ok(std) = stream.into_std() else { return };
         let conn_id = self.new_conn_id();
+        let family = tor_metrics::family_of(&peer);
         if !self.limits.admit(conn_id, peer.ip(), unix_secs()) {
+            self.conn_stats.or_rejected[family] += 1;
             return; // dropping the socket closes it
         }
+        self.conn_stats.or_created[0][family] += 1;
         let w = self.pick_worker();
         // Count it now so a burst of accepts spreads over the workers.
         self.worker_load[w].connections += 1;
@@ -574,6 +602,7 @@ impl Controller {
                         peer,
                         canonical,
                         addr,
+                        outbound,
                         opened: Instant::now(),
                     },
                 );
@@ -768,7 +797,10 @@ fn far_future() -> tokio::time::Instant {
 
 /// Accept on the MetricsPort, or never when there is none.
 async fn accept_metrics(
-    l: &Option<(tokio::net::TcpListener, String)>,
+    l: &Option<(
+        tokio::net::TcpListener,
+        std::rc::Rc<metrics_http::MetricsAccess>,
+    )>,
 ) -> std::io::Result<(tokio::net::TcpStream, SocketAddr)> {
     match l {
         Some((l, _)) => l.accept().await,

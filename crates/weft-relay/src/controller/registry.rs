@@ -179,6 +179,7 @@ impl Controller {
             _ => self.pick_worker(),
         };
         self.worker_load[w].connections += 1;
+        self.conn_stats.or_created[1][usize::from(addr.is_ipv6())] += 1;
         debug!(
             "opening connection {conn_id} to {addr} ({}) on worker {w}",
             hex::encode_upper(rsa_id)

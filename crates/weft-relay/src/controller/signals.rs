@@ -186,8 +186,8 @@ impl Controller {
             self.limits.max_mem >> 20,
             l.oom_circuits,
             l.oom_bytes / 1024,
-            l.onionskins_processed,
-            l.onionskins_dropped
+            l.onionskins_processed.iter().sum::<u64>(),
+            l.onionskins_dropped.iter().sum::<u64>()
         );
         self.log_accounting();
     }
@@ -236,7 +236,11 @@ impl Controller {
         needs_restart!("DirAuthority", authorities);
         needs_restart!("ConnectionThreads", connection_threads);
         needs_restart!("WorkerSchedSlice", worker_sched_slice);
-        needs_restart!("MetricsPort", metrics_port);
+        needs_restart!(
+            "MetricsPort, MetricsPortPolicy",
+            metrics_port,
+            metrics_policy
+        );
         needs_restart!("ControlPort and its authentication", control);
         needs_restart!("TestingTorNetwork", testing_tor_network);
         needs_restart!("DirCache", dir_cache);

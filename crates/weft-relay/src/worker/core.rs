@@ -133,6 +133,12 @@ pub(crate) struct CoreCounters {
     pub(crate) queue_wait: DelayHistogram,
     /// Introduction and rendezvous points.
     pub(crate) onion: crate::messages::OnionCounters,
+    /// DESTROY cells received.
+    pub(crate) destroy_cells: u64,
+    /// Relay DROP cells received at their hop.
+    pub(crate) drop_cells: u64,
+    /// Circuits closed for a protocol violation.
+    pub(crate) protocol_closes: u64,
 }
 
 /// Limits of the core.
@@ -425,6 +431,9 @@ impl Circuits {
     /// Close one circuit ourselves: DESTROY here with `reason`, and the
     /// peer half told to send DESTROY with the same reason.
     pub(crate) fn close_circuit(&mut self, conn: usize, slot: u32, reason: u8, why: &str) {
+        if reason == destroy_reason::PROTOCOL {
+            self.counters.protocol_closes += 1;
+        }
         if super::conflux::is_set_slot(slot) {
             // A conflux set's streams asked: the whole set closes.
             return self.conflux_close_set(

@@ -94,6 +94,7 @@ impl Circuits {
                 self.created(conn, circ_id, command, body)
             }
             cmd::DESTROY => {
+                self.counters.destroy_cells += 1;
                 self.destroy_cell(conn, circ_id);
                 CellVerdict::Continue
             }
@@ -280,7 +281,14 @@ impl Circuits {
                 Handed::Done
             }
             ForwardAction::Conflux { command } => self.conflux_cell(conn, slot, command, body),
-            ForwardAction::Drop => Handed::Done,
+            ForwardAction::Drop => {
+                // The cell was for this hop (decrypted here): DROP, or a
+                // command C Tor also drops unread.
+                if body[0] == weft_proto::relay::relay_cmd::DROP {
+                    self.counters.drop_cells += 1;
+                }
+                Handed::Done
+            }
             ForwardAction::Close { reason, why } => {
                 self.close_circuit(conn, slot, reason, &why);
                 Handed::Done
@@ -358,6 +366,7 @@ impl Circuits {
                 "connection {conn_id}: {} with circuit id {circ_id:#x} of the wrong half; refusing",
                 cell::cmd_name(command)
             );
+            self.counters.protocol_closes += 1;
             self.queue_urgent(conn, circ_id, cmd::DESTROY, &[destroy_reason::PROTOCOL]);
             return;
         }
@@ -380,7 +389,7 @@ impl Circuits {
         let (conn_id, peer, client) = (c.id, c.peer_addr, c.client);
         let result = match command {
             cmd::CREATE2 => {
-                self.limit_counters.onionskins_processed += 1;
+                self.limit_counters.onionskins_processed[super::limits::handshake_type(body)] += 1;
                 circuit::answer_create2(&self.ctx.handshake, body, Some(&self.ctx.cc))
                     .map(|(r, h, _)| (cmd::CREATED2, r, h))
             }
@@ -409,6 +418,7 @@ impl Circuits {
                     "connection {conn_id} ({peer}): refusing {} on circuit {circ_id:#x}: {e}",
                     cell::cmd_name(command)
                 );
+                self.counters.protocol_closes += 1;
                 self.queue_urgent(conn, circ_id, cmd::DESTROY, &[destroy_reason::PROTOCOL]);
             }
         }

@@ -39,6 +39,13 @@ pub(crate) enum HalfRole {
     Moved(Box<super::migrate::Forwarder>),
 }
 
+impl HalfRole {
+    /// Keyed or origin: the half where a circuit ends at this relay.
+    pub fn ends_circuit(&self) -> bool {
+        matches!(self, HalfRole::Keyed(_) | HalfRole::Origin(_))
+    }
+}
+
 /// One circuit half.
 pub(crate) struct Half {
     /// Slot index of its connection in the worker's connection table.
@@ -115,6 +122,10 @@ pub(crate) struct HalfTable {
     entries: Vec<Entry>,
     free: Vec<u32>,
     live: usize,
+    /// Live halves that end a circuit here: keyed (toward a client) or
+    /// origin; a relayed circuit's other half (relabel) and a moved
+    /// half's forwarder are not counted. C Tor's count of circuits.
+    circuit_ends: usize,
 }
 
 impl HalfTable {
@@ -125,6 +136,7 @@ impl HalfTable {
             entries: Vec::new(),
             free: Vec::new(),
             live: 0,
+            circuit_ends: 0,
         }
     }
 
@@ -138,9 +150,22 @@ impl HalfTable {
         self.entries.len() as u32
     }
 
+    /// Circuits with a half here that ends them toward a client or at us
+    /// (each circuit counted once per relay, as C Tor counts circuits).
+    pub fn circuits(&self) -> usize {
+        self.circuit_ends
+    }
+
+    /// A half that ended a circuit here became a forwarder (its
+    /// connection moved to another worker, which counts it now).
+    pub fn circuit_end_moved_away(&mut self) {
+        self.circuit_ends -= 1;
+    }
+
     /// Store `h`; returns its reference.
     pub fn insert(&mut self, h: Half) -> HalfRef {
         self.live += 1;
+        self.circuit_ends += usize::from(h.role.ends_circuit());
         if let Some(slot) = self.free.pop() {
             let e = &mut self.entries[slot as usize];
             e.half = Some(h);
@@ -199,6 +224,7 @@ impl HalfTable {
         e.gen = e.gen.wrapping_add(1);
         self.free.push(slot);
         self.live -= 1;
+        self.circuit_ends -= usize::from(h.role.ends_circuit());
         Some(h)
     }
 }

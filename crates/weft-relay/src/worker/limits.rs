@@ -64,9 +64,19 @@ pub(crate) struct LimitCounters {
     pub(crate) single_hop_refused: u64,
     /// CREATE2 cells refused because the handshake queue was full or they
     /// waited too long.
-    pub(crate) onionskins_dropped: u64,
+    pub(crate) onionskins_dropped: [u64; 4],
     /// CREATE2 handshakes answered.
-    pub(crate) onionskins_processed: u64,
+    pub(crate) onionskins_processed: [u64; 4],
+}
+
+/// A CREATE2 body's handshake type as C Tor's metrics index it (0 TAP,
+/// 2 ntor, 3 ntor v3; an unknown type counts as TAP, which weft refuses
+/// as it refuses unknown ones).
+pub(crate) fn handshake_type(body: &[u8; BODY_LEN]) -> usize {
+    match u16::from_be_bytes([body[0], body[1]]) {
+        t @ 2..=3 => usize::from(t),
+        _ => 0,
+    }
 }
 
 impl Circuits {
@@ -229,7 +239,7 @@ impl Circuits {
             return false;
         }
         if l.pending.len() >= MAX_ONION_QUEUE {
-            self.limit_counters.onionskins_dropped += 1;
+            self.limit_counters.onionskins_dropped[handshake_type(body)] += 1;
             self.queue_urgent(
                 conn,
                 circ_id,
@@ -275,7 +285,7 @@ impl Circuits {
                 continue;
             }
             if self.now_ns.saturating_sub(p.since_ns) > MAX_ONION_QUEUE_DELAY_NS {
-                self.limit_counters.onionskins_dropped += 1;
+                self.limit_counters.onionskins_dropped[handshake_type(&p.body)] += 1;
                 self.queue_urgent(
                     p.conn,
                     p.circ_id,

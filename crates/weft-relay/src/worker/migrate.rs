@@ -239,6 +239,7 @@ impl Circuits {
             };
             let role =
                 std::mem::replace(&mut h.role, HalfRole::Moved(Box::new(Forwarder::new(now))));
+            let ends_circuit = role.ends_circuit();
             let mut ewma = h.ewma;
             ewma.active = false;
             h.ewma = CircuitEwma::default();
@@ -259,6 +260,9 @@ impl Circuits {
                 held,
             });
             self.forwarders.push(slot);
+            if ends_circuit {
+                self.halves.circuit_end_moved_away();
+            }
         }
         let urgent = take(&mut c.sched.urgent, &mut self.pool);
         // After these markers we send nothing more to the peers.

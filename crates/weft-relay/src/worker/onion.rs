@@ -173,6 +173,7 @@ impl Circuits {
             return;
         };
         if !ok {
+            self.counters.onion.rend_duplicate_cookie += 1;
             return self.close_circuit(
                 conn,
                 half.slot,

@@ -41,6 +41,8 @@ pub(crate) struct Counters {
     pub(crate) limits: super::limits::LimitCounters,
     /// The stream room's counters as of this snapshot.
     pub(crate) exit: crate::messages::ExitCounters,
+    /// The counters behind C Tor's families, as of this snapshot.
+    pub(crate) relay: crate::messages::RelayCounters,
 }
 
 impl Worker {
@@ -54,6 +56,19 @@ impl Worker {
         self.counters.exit.bytes_to_dest = self.counters.stream_written;
         self.counters.exit.open = self.core.streams.len() as u64;
         self.counters.exit.cfx = self.core.conflux.report();
+        self.counters.relay = crate::messages::RelayCounters {
+            circuits_open: self.core.halves.circuits() as u64,
+            destroy_cells: self.core.counters.destroy_cells,
+            drop_cells: self.core.counters.drop_cells,
+            protocol_closes: self.core.counters.protocol_closes,
+            exit_conns_created: self.streams.created,
+            exit_conns_open: self.streams.open,
+            tcp_exhaustion: self.streams.tcp_exhaustion,
+            rate_limit_reached: [
+                self.read_bucket.times_emptied(),
+                self.write_bucket.times_emptied(),
+            ],
+        };
         let now = self.counters;
         let last = self.reported;
         self.reported = now;
@@ -78,6 +93,7 @@ impl Worker {
             top_conns: self.top_conns(),
             onion: now.core.onion.since(&last.core.onion),
             exit: now.exit.since(&last.exit),
+            relay: now.relay.since(&last.relay),
             limits: {
                 let (n, l) = (&now.limits, &last.limits);
                 crate::messages::LimitReport {
@@ -86,8 +102,12 @@ impl Worker {
                     oom_bytes: n.oom_bytes - l.oom_bytes,
                     dos_cc_rejected: n.dos_cc_rejected - l.dos_cc_rejected,
                     single_hop_refused: n.single_hop_refused - l.single_hop_refused,
-                    onionskins_dropped: n.onionskins_dropped - l.onionskins_dropped,
-                    onionskins_processed: n.onionskins_processed - l.onionskins_processed,
+                    onionskins_dropped: std::array::from_fn(|i| {
+                        n.onionskins_dropped[i] - l.onionskins_dropped[i]
+                    }),
+                    onionskins_processed: std::array::from_fn(|i| {
+                        n.onionskins_processed[i] - l.onionskins_processed[i]
+                    }),
                 }
             },
         };

@@ -128,6 +128,7 @@ impl Circuits {
                 if let Some(o) = outcome {
                     let c = &mut self.streams.counters.cc;
                     c.exited_slow_start += u64::from(o.exited_slow_start);
+                    c.ss_exit_cwnd_sum += o.ss_exit_cwnd;
                     c.rtt_reset += u64::from(o.rtt_reset);
                     c.clock_stalls += u64::from(o.clock_stalled);
                 }

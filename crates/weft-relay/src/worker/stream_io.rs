@@ -28,6 +28,8 @@ pub(crate) struct StreamSock {
     connected: bool,
     readable: bool,
     writable: bool,
+    /// Index of its address family in the counters (0 IPv4, 1 IPv6).
+    family: usize,
 }
 
 /// Socket state of every stream, by the core's stream key.
@@ -43,6 +45,13 @@ pub(crate) struct StreamSockets {
     /// Reused lists.
     list: Vec<usize>,
     buf: Vec<u8>,
+    /// Exit connections opened (a socket made), by family (0 IPv4, 1 IPv6).
+    pub(crate) created: [u64; 2],
+    /// Exit connections open now, by family.
+    pub(crate) open: [u64; 2],
+    /// Connects refused for want of a local port (EADDRNOTAVAIL), as C
+    /// Tor's `rep_hist_note_tcp_exhaustion`.
+    pub(crate) tcp_exhaustion: u64,
 }
 
 impl StreamSockets {
@@ -129,6 +138,8 @@ impl Worker {
                         .source_for(crate::outbound::Purpose::Exit, &addr),
                 ) {
                     Ok(mut sock) => {
+                        let family = usize::from(addr.is_ipv6());
+                        self.streams.created[family] += 1;
                         let token = Token(STREAM_TOKEN_BASE + key);
                         if let Err(e) = self.poll.registry().register(
                             &mut sock,
@@ -142,17 +153,25 @@ impl Worker {
                         if socks.len() <= key {
                             socks.resize_with(key + 1, || None);
                         }
+                        self.streams.open[family] += 1;
                         socks[key] = Some(StreamSock {
                             sock,
                             connected: false,
                             readable: false,
                             writable: false,
+                            family,
                         });
                     }
-                    Err(e) => self.core.stream_failed(key, &e),
+                    Err(e) => {
+                        if e.kind() == std::io::ErrorKind::AddrNotAvailable {
+                            self.streams.tcp_exhaustion += 1;
+                        }
+                        self.core.stream_failed(key, &e)
+                    }
                 },
                 StreamIo::Close { key } => {
                     if let Some(mut s) = self.streams.socks.get_mut(key).and_then(Option::take) {
+                        self.streams.open[s.family] -= 1;
                         let _ = self.poll.registry().deregister(&mut s.sock);
                         debug!("worker {}: stream socket {key} closed", self.id);
                     }

@@ -346,9 +346,30 @@ pub fn scrape_metrics(port: u16, token: Option<&str>) -> anyhow::Result<(u16, St
     let auth = token
         .map(|t| format!("Authorization: Bearer {t}\r\n"))
         .unwrap_or_default();
-    write!(s, "GET /metrics HTTP/1.1\r\nHost: localhost\r\n{auth}\r\n")?;
-    let mut out = String::new();
-    s.read_to_string(&mut out)?;
+    s.write_all(format!("GET /metrics HTTP/1.1\r\nHost: localhost\r\n{auth}\r\n").as_bytes())?;
+    // Read to the end of the body: Content-Length when given (stock tor
+    // keeps the connection open after its answer), else to EOF.
+    let mut raw = Vec::new();
+    let mut buf = [0u8; 65536];
+    loop {
+        let n = s.read(&mut buf)?;
+        if n == 0 {
+            break;
+        }
+        raw.extend_from_slice(&buf[..n]);
+        let text = String::from_utf8_lossy(&raw);
+        if let Some((head, body)) = text.split_once("\r\n\r\n") {
+            let len = head.lines().find_map(|l| {
+                let (k, v) = l.split_once(':')?;
+                k.eq_ignore_ascii_case("content-length")
+                    .then(|| v.trim().parse::<usize>().ok())?
+            });
+            if len.is_some_and(|len| body.len() >= len) {
+                break;
+            }
+        }
+    }
+    let out = String::from_utf8_lossy(&raw).into_owned();
     let status = out
         .split(' ')
         .nth(1)

@@ -44,7 +44,7 @@ fn create2_beyond_the_round_budget_waits_and_is_refused_when_too_late() {
     let (created, destroyed) = commands(&net.written(0, 1));
     assert_eq!((created, destroyed), (HANDSHAKES_PER_ROUND as usize, 0));
     assert_eq!(
-        net.cores[0].limit_counters.onionskins_processed,
+        net.cores[0].limit_counters.onionskins_processed[2],
         u64::from(HANDSHAKES_PER_ROUND)
     );
     // The next round answers the ones that waited, oldest first.
@@ -64,7 +64,7 @@ fn create2_beyond_the_round_budget_waits_and_is_refused_when_too_late() {
     net.cores[0].set_now(1_000_000_000 + MAX_ONION_QUEUE_DELAY_NS + 1);
     net.cores[0].run_pending_creates();
     assert_eq!(commands(&net.written(0, 1)), (0, 8));
-    assert_eq!(net.cores[0].limit_counters.onionskins_dropped, 8);
+    assert_eq!(net.cores[0].limit_counters.onionskins_dropped[2], 8);
     assert_eq!(
         net.cores[0].circuit_count(1),
         2 * HANDSHAKES_PER_ROUND as usize + 8

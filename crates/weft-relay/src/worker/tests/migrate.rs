@@ -100,6 +100,29 @@ fn migration_markers_keep_every_cell_once_and_in_order() {
     );
     assert_eq!(net.cores[1].counters.migrations, 1);
     assert!(pool_empty(&net));
+    // The circuit is counted once, where its keyed half is (worker 0).
+    let circuits: Vec<usize> = net.cores.iter().map(|c| c.halves.circuits()).collect();
+    assert_eq!(circuits, [1, 0, 0]);
+}
+
+#[test]
+fn the_circuit_count_follows_a_moved_keyed_half() {
+    let mut net = Net::new(3, 16);
+    let (_client, _next, _circ, _relabel) = two_hop(&mut net, 0, 1);
+    let count =
+        |net: &Net| -> Vec<usize> { net.cores.iter().map(|c| c.halves.circuits()).collect() };
+    assert_eq!(count(&net), [1, 0, 0], "one circuit, ending on worker 0");
+    // Move the client's connection (the keyed half) to worker 2.
+    let moved = net.cores[0].detach(1).expect("detached");
+    net.collect(0);
+    net.cores[2].attach(1, moved, 0);
+    net.collect(2);
+    net.settle();
+    assert_eq!(
+        count(&net),
+        [0, 0, 1],
+        "the forwarder left behind is not a circuit"
+    );
 }
 
 /// A two-hop circuit (client on worker 0 connection 1, next relay on worker
