@@ -550,16 +550,24 @@ impl RelayCounters {
 
     /// Add the deltas of `o`; take its gauges (one worker's totals).
     pub fn add(&mut self, o: &RelayCounters) {
+        self.sum(o);
         self.circuits_open = o.circuits_open;
+        self.exit_conns_open = o.exit_conns_open;
+    }
+
+    /// Add everything of `o`, gauges too (workers' totals into the
+    /// relay's).
+    pub fn sum(&mut self, o: &RelayCounters) {
+        self.circuits_open += o.circuits_open;
         self.destroy_cells += o.destroy_cells;
         self.drop_cells += o.drop_cells;
         self.protocol_closes += o.protocol_closes;
+        self.tcp_exhaustion += o.tcp_exhaustion;
         for i in 0..2 {
             self.exit_conns_created[i] += o.exit_conns_created[i];
+            self.exit_conns_open[i] += o.exit_conns_open[i];
             self.rate_limit_reached[i] += o.rate_limit_reached[i];
         }
-        self.exit_conns_open = o.exit_conns_open;
-        self.tcp_exhaustion += o.tcp_exhaustion;
     }
 }
 

@@ -86,17 +86,7 @@ pub(super) fn render(o: &mut String, m: &MetricsSnapshot, t: &TorSnapshot) {
     let mut relay = crate::messages::RelayCounters::default();
     let (mut read, mut written) = (0, 0);
     for w in &m.workers {
-        let r = &w.report.relay;
-        relay.circuits_open += r.circuits_open;
-        relay.destroy_cells += r.destroy_cells;
-        relay.drop_cells += r.drop_cells;
-        relay.protocol_closes += r.protocol_closes;
-        relay.tcp_exhaustion += r.tcp_exhaustion;
-        for i in 0..2 {
-            relay.exit_conns_created[i] += r.exit_conns_created[i];
-            relay.exit_conns_open[i] += r.exit_conns_open[i];
-            relay.rate_limit_reached[i] += r.rate_limit_reached[i];
-        }
+        relay.sum(&w.report.relay);
         read += w.report.read_bytes;
         written += w.report.written_bytes;
     }
@@ -449,5 +439,57 @@ impl super::Controller {
             or_open,
             flags: dir.our_flags(),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::controller::metrics::WorkerTotals;
+    use crate::messages::{RelayCounters, WorkerReport};
+
+    #[test]
+    fn workers_sum_into_tor_rows() {
+        let worker = |circuits, destroys, exit_v6| {
+            let mut t = WorkerTotals::default();
+            let mut r = WorkerReport::default();
+            r.read_bytes = 1000;
+            r.limits.onionskins_processed = [0, 0, 2, 5];
+            r.relay = RelayCounters {
+                circuits_open: circuits,
+                destroy_cells: destroys,
+                exit_conns_created: [1, exit_v6],
+                ..RelayCounters::default()
+            };
+            t.add(&r, 0);
+            // A second report: counters add up, gauges are replaced.
+            t.add(&r, 0);
+            t
+        };
+        let mut m = MetricsSnapshot {
+            workers: vec![worker(3, 1, 0), worker(4, 2, 1)],
+            ..MetricsSnapshot::default()
+        };
+        for w in &m.workers {
+            m.limits.counters.add(&w.report.limits);
+        }
+        let t = TorSnapshot {
+            flags: vec!["Fast".into(), "Running".into()],
+            ..TorSnapshot::default()
+        };
+        let mut o = String::new();
+        render(&mut o, &m, &t);
+        let has = |line: &str| o.lines().any(|l| l == line);
+        assert!(has("tor_relay_circuits_total{state=\"opened\"} 7"), "{o}");
+        assert!(has("tor_relay_destroy_cell_total 6"));
+        assert!(has("tor_relay_traffic_bytes{direction=\"read\"} 4000"));
+        assert!(has(
+            "tor_relay_load_onionskins_total{type=\"ntor_v3\",action=\"processed\"} 20"
+        ));
+        assert!(has("tor_relay_connections_total{type=\"Exit\",direction=\"initiated\",state=\"created\",family=\"ipv6\"} 2"));
+        assert!(has("tor_relay_flag{type=\"Running\"} 1"));
+        assert!(has("tor_relay_flag{type=\"Guard\"} 0"));
+        assert!(has("tor_relay_load_socket_total 0"));
+        assert!(o.contains("# TYPE tor_relay_circuits_total gauge"));
     }
 }
