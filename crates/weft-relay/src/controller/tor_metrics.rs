@@ -452,15 +452,17 @@ mod tests {
     fn workers_sum_into_tor_rows() {
         let worker = |circuits, destroys, exit_v6| {
             let mut t = WorkerTotals::default();
-            let mut r = WorkerReport::default();
-            r.read_bytes = 1000;
-            r.limits.onionskins_processed = [0, 0, 2, 5];
-            r.relay = RelayCounters {
-                circuits_open: circuits,
-                destroy_cells: destroys,
-                exit_conns_created: [1, exit_v6],
-                ..RelayCounters::default()
+            let mut r = WorkerReport {
+                read_bytes: 1000,
+                relay: RelayCounters {
+                    circuits_open: circuits,
+                    destroy_cells: destroys,
+                    exit_conns_created: [1, exit_v6],
+                    ..RelayCounters::default()
+                },
+                ..WorkerReport::default()
             };
+            r.limits.onionskins_processed = [0, 0, 2, 5];
             t.add(&r, 0);
             // A second report: counters add up, gauges are replaced.
             t.add(&r, 0);
