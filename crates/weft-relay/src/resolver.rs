@@ -9,11 +9,16 @@
 //!
 //! Like C Tor's evdns setup: `/etc/resolv.conf` (or
 //! `ServerDNSResolvConfFile`), /etc/hosts consulted, IPv6 (AAAA) asked
-//! only with `IPv6Exit`. The TTLs given to clients are clipped by the
-//! stream room (`clip_dns_ttl`). Found answers are kept by the thread
-//! for their TTL (`AnswerCache`, at most 16384 names; failures are not
-//! kept), so repeated names cost no query and the MetricsPort can count
-//! cache hits; hickory's own cache sits behind it.
+//! only with `IPv6Exit`. Every answer, found or failed, is kept by the
+//! thread (`AnswerCache`, at most 16384 names) for a fuzzy TTL, as C Tor's
+//! exits keep theirs since TROVE-2021-009: the record's TTL clipped to 5
+//! or 60 minutes, then moved by a uniform ±4 minutes; a failure's from 5
+//! minutes. Clients get that same TTL from the first answer and from
+//! every cache hit, so neither the TTL nor a hit shows when the name was
+//! last looked up. Repeated names cost no query (the MetricsPort counts
+//! the hits); a flood of names that do not exist costs one query per name
+//! per few minutes. hickory's own cache sits behind it, as a caching
+//! local resolver sits behind C Tor's evdns.
 //! [C dns.c configure_nameservers(), launch_resolve(),
 //! evdns_callback()]
 
@@ -27,6 +32,7 @@ use hickory_resolver::net::runtime::TokioRuntimeProvider;
 use hickory_resolver::TokioResolver;
 use tokio::sync::mpsc::{unbounded_channel, UnboundedReceiver, UnboundedSender};
 use tracing::{info, warn};
+use weft_proto::circuit::exit::clip_dns_fuzzy_ttl;
 
 /// One family's answer: the address and its TTL (seconds, not clipped),
 /// or whether the failure may be transient.
@@ -68,45 +74,70 @@ pub struct DnsAnswer {
 /// fixed cap, bounded by MaxMemInQueues; a fixed cap is simpler to trust).
 const CACHE_MAX: usize = 16_384;
 
-/// Found answers by (name, IPv6 asked), until their TTL runs out; owned by
-/// the resolver thread. Failures are not kept.
+/// Answers by (name, IPv6 asked), found or failed, each family with its
+/// fuzzy TTL (C Tor's `clip_dns_fuzzy_ttl`), kept until the smallest of
+/// those runs out; owned by the resolver thread.
 #[derive(Default)]
 struct AnswerCache {
-    found: HashMap<(String, bool), (DnsAnswer, Instant)>,
+    entries: HashMap<(String, bool), (DnsAnswer, Instant)>,
 }
 
 impl AnswerCache {
-    /// A live answer for `q`, its TTLs counted down.
+    /// A live answer for `q`, with the TTLs it was kept with, unchanged:
+    /// a hit tells nothing of when the name was looked up (C Tor sends the
+    /// cached entry's TTL, not what is left of it).
     fn get(&self, q: &DnsQuery, now: Instant) -> Option<DnsAnswer> {
-        let (a, expires) = self.found.get(&(q.host.clone(), q.want_v6))?;
-        let left = expires.checked_duration_since(now)?.as_secs() as u32;
+        let (a, expires) = self.entries.get(&(q.host.clone(), q.want_v6))?;
+        if now >= *expires {
+            return None;
+        }
         Some(DnsAnswer {
             key: q.key,
             tag: q.tag,
-            v4: a.v4.map(|(ip, _)| (ip, left)),
-            v6: a.v6.map(|(ip, _)| (ip, left)),
             cached: true,
+            ..a.clone()
         })
     }
 
-    /// Keep a found answer for its TTL (the smaller of the families').
-    fn put(&mut self, q: &DnsQuery, a: &DnsAnswer, now: Instant) {
-        let ttl = [a.v4.ok().map(|x| x.1), a.v6.ok().map(|x| x.1)]
-            .into_iter()
-            .flatten()
-            .min();
-        let Some(ttl) = ttl.filter(|&t| t > 0) else {
-            return;
-        };
-        if self.found.len() >= CACHE_MAX {
-            self.found.retain(|_, (_, e)| *e > now);
-            if self.found.len() >= CACHE_MAX {
-                return;
+    /// A fresh answer: each family's TTL made fuzzy (its own draw from
+    /// `rand`, as C's A and AAAA answers each get one; a failure's from a
+    /// TTL of 0, so a failed name is kept for one to nine minutes), kept
+    /// until the smallest runs out, and returned as the clients get it.
+    /// [C dns.c evdns_callback(), cached_resolve_add_answer(),
+    /// make_pending_resolve_cached()]
+    fn put(
+        &mut self,
+        q: &DnsQuery,
+        mut a: DnsAnswer,
+        now: Instant,
+        rand: &mut impl FnMut() -> u32,
+    ) -> DnsAnswer {
+        let mut fuzz = |ttl: u32| clip_dns_fuzzy_ttl(ttl, rand());
+        let v4_ttl = match &mut a.v4 {
+            Ok((_, ttl)) => {
+                *ttl = fuzz(*ttl);
+                *ttl
             }
+            Err(_) => fuzz(0),
+        };
+        let v6_ttl = match &mut a.v6 {
+            Ok((_, ttl)) => {
+                *ttl = fuzz(*ttl);
+                Some(*ttl)
+            }
+            Err(_) if q.want_v6 => Some(fuzz(0)),
+            Err(_) => None,
+        };
+        let keep = v6_ttl.map_or(v4_ttl, |t| t.min(v4_ttl));
+        if self.entries.len() >= CACHE_MAX {
+            self.entries.retain(|_, (_, e)| *e > now);
         }
-        let expires = now + std::time::Duration::from_secs(u64::from(ttl));
-        self.found
-            .insert((q.host.clone(), q.want_v6), (a.clone(), expires));
+        if self.entries.len() < CACHE_MAX {
+            let expires = now + std::time::Duration::from_secs(u64::from(keep));
+            self.entries
+                .insert((q.host.clone(), q.want_v6), (a.clone(), expires));
+        }
+        a
     }
 }
 
@@ -195,8 +226,11 @@ impl ResolverRequests {
                         let r = if q.want_v6 { v46.clone() } else { v4.clone() };
                         let (deliver, cache) = (deliver.clone(), cache.clone());
                         tokio::task::spawn_local(async move {
-                            let answer = lookup(&r, &q).await;
-                            cache.borrow_mut().put(&q, &answer, Instant::now());
+                            let found = lookup(&r, &q).await;
+                            let answer =
+                                cache
+                                    .borrow_mut()
+                                    .put(&q, found, Instant::now(), &mut random_u32);
                             deliver(q.worker, answer);
                         });
                     }
@@ -263,6 +297,11 @@ async fn lookup(r: &TokioResolver, q: &DnsQuery) -> DnsAnswer {
         }
     }
     answer
+}
+
+/// A uniform random number for the fuzzy TTLs.
+fn random_u32() -> u32 {
+    u32::from_le_bytes(weft_crypto::random_array::<4>())
 }
 
 /// Without name servers: answer every request with a failure.
@@ -340,7 +379,7 @@ mod tests {
     }
 
     #[test]
-    fn found_answers_are_kept_for_their_ttl_and_failures_are_not() {
+    fn answers_are_kept_with_a_fuzzy_ttl_that_hits_repeat() {
         let mut cache = AnswerCache::default();
         let q = |host: &str| DnsQuery {
             worker: 0,
@@ -357,21 +396,59 @@ mod tests {
             v6: Err(false),
             cached: false,
         };
-        cache.put(&q("a.example"), &found, now);
-        let failed = DnsAnswer {
-            v4: Err(true),
-            ..found.clone()
-        };
-        cache.put(&q("b.example"), &failed, now);
+        // A 60 s record: clipped to 300, moved by rand % 481 - 240.
+        let mut rand = || 100;
+        let given = cache.put(&q("a.example"), found.clone(), now, &mut rand);
+        assert_eq!(given.v4, Ok((Ipv4Addr::new(198, 51, 100, 3), 160)));
+        // A hit later gives the same TTL, not what is left of it.
         let hit = cache
-            .get(&q("a.example"), now + std::time::Duration::from_secs(20))
+            .get(&q("a.example"), now + std::time::Duration::from_secs(150))
             .unwrap();
         assert!(hit.cached);
         assert_eq!((hit.key, hit.tag), (7, 9), "the asking stream's");
-        assert_eq!(hit.v4, Ok((Ipv4Addr::new(198, 51, 100, 3), 40)));
-        assert!(cache.get(&q("b.example"), now).is_none());
+        assert_eq!(hit.v4, given.v4);
         assert!(cache
-            .get(&q("a.example"), now + std::time::Duration::from_secs(61))
+            .get(&q("a.example"), now + std::time::Duration::from_secs(160))
             .is_none());
+        // A failure is kept too, for a fuzzy 5 minutes.
+        let failed = DnsAnswer {
+            v4: Err(false),
+            ..found.clone()
+        };
+        let mut rand = || 480;
+        cache.put(&q("b.example"), failed, now, &mut rand);
+        let hit = cache
+            .get(&q("b.example"), now + std::time::Duration::from_secs(539))
+            .unwrap();
+        assert_eq!(hit.v4, Err(false));
+        assert!(cache
+            .get(&q("b.example"), now + std::time::Duration::from_secs(540))
+            .is_none());
+        // A long record: around an hour; each family drawn apart, the
+        // entry kept for the smaller.
+        let both = DnsAnswer {
+            v4: Ok((Ipv4Addr::new(198, 51, 100, 4), 86400)),
+            v6: Ok((Ipv6Addr::LOCALHOST, 86400)),
+            ..found
+        };
+        let mut draws = [0u32, 480].into_iter();
+        let mut rand = || draws.next().unwrap();
+        let q6 = DnsQuery {
+            want_v6: true,
+            ..q("c.example")
+        };
+        let given = cache.put(&q6, both, now, &mut rand);
+        assert_eq!(given.v4.map(|x| x.1), Ok(3360));
+        assert_eq!(given.v6.map(|x| x.1), Ok(3840));
+        assert!(cache
+            .get(&q6, now + std::time::Duration::from_secs(3359))
+            .is_some());
+        assert!(cache
+            .get(&q6, now + std::time::Duration::from_secs(3360))
+            .is_none());
+        assert!(
+            cache.get(&q("c.example"), now).is_none(),
+            "asked without IPv6: another entry"
+        );
     }
 }

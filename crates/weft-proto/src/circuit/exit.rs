@@ -30,6 +30,9 @@ pub const END_HIBERNATING: u8 = 9;
 pub const MIN_DNS_TTL: u32 = 5 * 60;
 /// See [`MIN_DNS_TTL`].
 pub const MAX_DNS_TTL: u32 = 60 * 60;
+/// How far an exit moves each clipped TTL, up or down, uniformly at random
+/// (C Tor's `FUZZY_DNS_TTL`): the lowest TTL an exit gives is one minute.
+pub const FUZZY_DNS_TTL: u32 = 4 * 60;
 
 /// A parsed BEGIN: host (as sent), port (1–65535), flags.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -225,6 +228,17 @@ pub fn clip_dns_ttl(ttl: u32) -> u32 {
     } else {
         MAX_DNS_TTL
     }
+}
+
+/// C Tor's `clip_dns_fuzzy_ttl`: the clipped TTL moved by a uniform
+/// amount in [-FUZZY_DNS_TTL, FUZZY_DNS_TTL], drawn from `rand` (the
+/// caller's random number, so that the choice is testable). An exit
+/// caches an answer for this long and gives every client this same
+/// value, so neither the TTL nor a cache hit tells when the name was
+/// last looked up (TROVE-2021-009).
+pub fn clip_dns_fuzzy_ttl(ttl: u32, rand: u32) -> u32 {
+    // FUZZY_DNS_TTL < MIN_DNS_TTL: no underflow.
+    clip_dns_ttl(ttl) + rand % (2 * FUZZY_DNS_TTL + 1) - FUZZY_DNS_TTL
 }
 
 /// A CONNECTED body: IPv4 address and TTL, or four zero bytes, 6, the
@@ -426,6 +440,16 @@ mod tests {
         assert_eq!(clip_dns_ttl(299), 300);
         assert_eq!(clip_dns_ttl(300), 3600);
         assert_eq!(clip_dns_ttl(u32::MAX), 3600);
+        // C Tor's test_dns.c: the fuzzy TTL stays within the clip ± 4 min.
+        for rand in [0, 1, 239, 240, 241, 480, 481, u32::MAX, 0x1234_5678] {
+            let low = clip_dns_fuzzy_ttl(MIN_DNS_TTL - 1, rand);
+            assert!((MIN_DNS_TTL - FUZZY_DNS_TTL..=MIN_DNS_TTL + FUZZY_DNS_TTL).contains(&low));
+            let high = clip_dns_fuzzy_ttl(MAX_DNS_TTL + 1, rand);
+            assert!((MAX_DNS_TTL - FUZZY_DNS_TTL..=MAX_DNS_TTL + FUZZY_DNS_TTL).contains(&high));
+        }
+        assert_eq!(clip_dns_fuzzy_ttl(0, 0), 60, "the lowest: one minute");
+        assert_eq!(clip_dns_fuzzy_ttl(0, 480), 540);
+        assert_eq!(clip_dns_fuzzy_ttl(7200, 240), 3600);
         assert_eq!(
             connected_body("1.2.3.4".parse().unwrap(), 300),
             [1, 2, 3, 4, 0, 0, 1, 44]

@@ -26,6 +26,7 @@ use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 use slab::Slab;
 use tracing::debug;
 use weft_proto::cell::{destroy_reason, BODY_LEN};
+use weft_proto::circuit::edge::DEFAULT_DNS_TTL;
 use weft_proto::circuit::exit::{self, Admission, ExitContext};
 use weft_proto::circuit::flow::{StreamFlow, DATA_MAX};
 use weft_proto::relay::{self, end_reason, relay_cmd};
@@ -498,8 +499,8 @@ impl Circuits {
         let name = name.to_ascii_lowercase();
         let v6_ok = self.ctx.exit.as_ref().is_some_and(|e| e.ipv6_exit);
         let body = match weft_proto::circuit::edge::parse_ip(&name) {
-            Some(IpAddr::V4(a)) => resolved_body(Ok((a, exit::MAX_DNS_TTL)), Err(false), false),
-            Some(IpAddr::V6(a)) => resolved_body(Err(false), Ok((a, exit::MAX_DNS_TTL)), true),
+            Some(IpAddr::V4(a)) => resolved_body(Ok((a, DEFAULT_DNS_TTL)), Err(false), false),
+            Some(IpAddr::V6(a)) => resolved_body(Err(false), Ok((a, DEFAULT_DNS_TTL)), true),
             None if name.ends_with(".arpa") || name.is_empty() => resolved_error(false),
             None => {
                 let key = self.new_stream(conn, slot, stream_id, State::ResolveOnly);
@@ -542,8 +543,8 @@ impl Circuits {
             }
             State::Resolving { port, flags } => {
                 let chosen = self.with_exit_ctx(conn, &settings, |e| {
+                    // The resolver's TTL is already C's fuzzy one: sent as is.
                     exit::choose_address(a.v4, a.v6, port, flags, e).map(|(ip, ttl)| {
-                        let ttl = exit::clip_dns_ttl(ttl);
                         exit::check_destination(ip, port, ttl, e).map(|addr| (addr, ttl))
                     })
                 });
@@ -672,18 +673,19 @@ impl Circuits {
 }
 
 /// A RESOLVED body: an entry per family found (IPv6 only with
-/// IPv6Exit), each with its clipped TTL; or C Tor's error entry.
+/// IPv6Exit), each with the TTL it came with (the resolver's fuzzy one,
+/// or C Tor's DEFAULT_DNS_TTL for an IP literal); or C Tor's error entry.
 fn resolved_body(v4: FamilyAnswer<Ipv4Addr>, v6: FamilyAnswer<Ipv6Addr>, v6_ok: bool) -> Vec<u8> {
     let mut b = Vec::new();
     if let Ok((a, ttl)) = v4 {
         b.extend_from_slice(&[4, 4]);
         b.extend_from_slice(&a.octets());
-        b.extend_from_slice(&exit::clip_dns_ttl(ttl).to_be_bytes());
+        b.extend_from_slice(&ttl.to_be_bytes());
     }
     if let (Ok((a, ttl)), true) = (v6, v6_ok) {
         b.extend_from_slice(&[6, 16]);
         b.extend_from_slice(&a.octets());
-        b.extend_from_slice(&exit::clip_dns_ttl(ttl).to_be_bytes());
+        b.extend_from_slice(&ttl.to_be_bytes());
     }
     if b.is_empty() {
         let transient = matches!(v4, Err(true)) || matches!(v6, Err(true));
