@@ -102,6 +102,9 @@ pub struct DescriptorParams {
     pub onion_key_lifetime: Duration,
     /// Exit policy lines, each `accept …` or `reject …`; at least one.
     pub exit_policy_lines: Vec<String>,
+    /// `ipv6-policy` summary (`accept 80,443`), with IPv6Exit and some
+    /// IPv6 port accepted; no line otherwise.
+    pub ipv6_policy: Option<String>,
     /// `family` entries (`$FINGERPRINT`s, or nicknames), from MyFamily;
     /// no line when empty.
     pub family: Vec<String>,
@@ -144,6 +147,7 @@ impl DescriptorParams {
             published,
             onion_key_lifetime: DEFAULT_ONION_KEY_LIFETIME,
             exit_policy_lines: vec!["reject *:*".to_owned()],
+            ipv6_policy: None,
             family: Vec::new(),
             overload_general: None,
             tunnelled_dir_server: false,
@@ -231,6 +235,12 @@ fn check_params(p: &DescriptorParams) -> Result<(), DescError> {
     }
     if p.exit_policy_lines.is_empty() {
         return bad("exit_policy_lines", "needs at least one line");
+    }
+    if let Some(s) = &p.ipv6_policy {
+        check_line("ipv6_policy", s)?;
+        if !(s.starts_with("accept ") || s.starts_with("reject ")) {
+            return bad("ipv6_policy", "must start with accept/reject");
+        }
     }
     for l in &p.exit_policy_lines {
         check_line("exit_policy_lines", l)?;
@@ -399,6 +409,10 @@ pub fn build_server_descriptor(
     );
     for l in &p.exit_policy_lines {
         let _ = writeln!(d, "{l}");
+    }
+    // After the exit policy, as C's router_dump_router_to_string().
+    if let Some(s) = &p.ipv6_policy {
+        let _ = writeln!(d, "ipv6-policy {s}");
     }
     if p.tunnelled_dir_server {
         d.push_str("tunnelled-dir-server\n");

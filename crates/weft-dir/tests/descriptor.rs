@@ -600,3 +600,31 @@ fn family_cert_lines() {
     };
     assert!(refused, "a family-cert for another identity was accepted");
 }
+
+/// An IPv6 exit (IPv6Exit with IPv6 ports accepted): the `ipv6-policy`
+/// summary line after the exit policy, as C Tor places it, which Arti's
+/// parser reads back; none otherwise.
+#[test]
+fn ipv6_policy_line() {
+    let (_t, k) = make_keys();
+    let now = now_secs();
+    let mut p = params(now);
+    p.exit_policy_lines = vec!["accept *:80".into(), "reject *:*".into()];
+    p.ipv6_policy = Some("accept 80,443".into());
+    let (desc, _) = build_descriptor_pair(&k, &p).unwrap();
+    assert!(
+        desc.contains("\naccept *:80\nreject *:*\nipv6-policy accept 80,443\n"),
+        "{desc}"
+    );
+    let rd: RouterDesc = RouterDesc::parse(&desc)
+        .expect("parse")
+        .check_signature()
+        .expect("signature")
+        .dangerously_assume_timely();
+    assert!(rd.ipv6_policy.allows_port(443));
+    assert!(!rd.ipv6_policy.allows_port(22));
+    let (plain, _) = build_descriptor_pair(&k, &params(now)).unwrap();
+    assert!(!plain.contains("ipv6-policy"));
+    p.ipv6_policy = Some("accept 80\nreject 1-65535".into());
+    assert!(build_descriptor_pair(&k, &p).is_err(), "one line only");
+}

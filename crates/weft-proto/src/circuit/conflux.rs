@@ -163,6 +163,9 @@ pub struct SetLimits {
 /// The consensus's conflux parameters an exit uses.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct CfxParams {
+    /// `cfx_enabled` (default 1): 0 is the network's kill switch, and every
+    /// conflux cell then closes its circuit, as C's `conflux_is_enabled`.
+    pub enabled: bool,
     /// `cfx_max_legs_set` (3–255, default 8).
     pub max_legs: usize,
     /// `cfx_max_oooq_bytes`, never above weft's own cap.
@@ -174,6 +177,7 @@ impl CfxParams {
     /// `own_cap` as weft's ceiling on the out-of-order queue.
     pub fn from_consensus(get: impl Fn(&str, i32, i32, i32) -> i32, own_cap: usize) -> Self {
         CfxParams {
+            enabled: get("cfx_enabled", 1, 0, 1) == 1,
             max_legs: get("cfx_max_legs_set", 8, 3, 255) as usize,
             max_ooo_bytes: (get("cfx_max_oooq_bytes", i32::MAX, 0, i32::MAX) as usize).min(own_cap),
         }
@@ -188,6 +192,7 @@ pub const DEFAULT_MAX_OOO_BYTES: usize = 2 << 20;
 impl Default for CfxParams {
     fn default() -> Self {
         CfxParams {
+            enabled: true,
             max_legs: 8,
             max_ooo_bytes: DEFAULT_MAX_OOO_BYTES,
         }

@@ -86,7 +86,15 @@ pub struct DirOutcome {
 const SELFTEST_BELOW: u64 = 100 * 1024;
 
 /// What a reload can change in our descriptor.
-type Reconfigurable = (String, Option<String>, u64, u64, Vec<String>, Vec<String>);
+type Reconfigurable = (
+    String,
+    Option<String>,
+    u64,
+    u64,
+    Vec<String>,
+    Option<String>,
+    Vec<String>,
+);
 
 fn reconfigurable(d: &DescriptorParams) -> Reconfigurable {
     (
@@ -95,6 +103,7 @@ fn reconfigurable(d: &DescriptorParams) -> Reconfigurable {
         d.bandwidth_avg,
         d.bandwidth_burst,
         d.exit_policy_lines.clone(),
+        d.ipv6_policy.clone(),
         d.family.clone(),
     )
 }
@@ -148,6 +157,7 @@ impl DirState {
             published: SystemTime::now(),
             onion_key_lifetime: Duration::from_secs(28 * 86400),
             exit_policy_lines: cfg.exit_policy.descriptor_lines(),
+            ipv6_policy: cfg.exit_policy.ipv6_policy_line(),
             family: cfg.family.clone(),
             overload_general: None,
             tunnelled_dir_server: dir_cache,
@@ -234,6 +244,7 @@ impl DirState {
             .min(cfg.max_advertised_bandwidth.unwrap_or(u64::MAX));
         d.bandwidth_burst = cfg.bandwidth_burst;
         d.exit_policy_lines = cfg.exit_policy.descriptor_lines();
+        d.ipv6_policy = cfg.exit_policy.ipv6_policy_line();
         let me = format!("${}", hex::encode_upper(self.our_fp));
         d.family = cfg.family.iter().filter(|f| **f != me).cloned().collect();
         let after = reconfigurable(&self.desc);

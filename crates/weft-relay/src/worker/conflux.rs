@@ -142,6 +142,12 @@ impl Circuits {
         let Ok(h) = relay::parse_header(body) else {
             return Handed::Done;
         };
+        if !self.ctx.cfx.enabled {
+            // The consensus turned conflux off (cfx_enabled=0): C closes
+            // the circuit on any conflux cell.
+            self.conflux_refuse(conn, slot, "conflux cell while cfx_enabled=0");
+            return Handed::Done;
+        }
         let linked = self.conflux.legs.get(&slot).and_then(|l| l.set);
         match (command, linked) {
             (conflux::LINK, _) => self.conflux_link(conn, slot, relay::data(body, &h)),

@@ -355,3 +355,18 @@ fn sequence_numbers_from_a_link_at_the_top_of_the_range_do_not_overflow() {
         s.note_sent(p.leg, relay_cmd::DATA);
     }
 }
+
+#[test]
+fn cfx_enabled_comes_from_the_consensus() {
+    let off = |name: &str, default: i32, _min: i32, _max: i32| {
+        if name == "cfx_enabled" {
+            0
+        } else {
+            default
+        }
+    };
+    assert!(!CfxParams::from_consensus(off, 1 << 20).enabled);
+    let defaults = |_: &str, default: i32, _min: i32, _max: i32| default;
+    assert!(CfxParams::from_consensus(defaults, 1 << 20).enabled);
+    assert!(CfxParams::default().enabled);
+}

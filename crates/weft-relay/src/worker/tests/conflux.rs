@@ -7,7 +7,7 @@
 
 use weft_proto::circuit::conflux::{self, ux, Link, OOO_CELL_COST};
 
-use super::streams::{begin, exit_net_with, id};
+use super::streams::{begin, exit_net_cfx, exit_net_with, id};
 use super::*;
 use crate::worker::streams::StreamIo;
 
@@ -325,6 +325,47 @@ fn two_clients_claiming_one_nonce_lose_that_set_only() {
         "the set's stream is gone, the bystander's stays"
     );
     bystander_unharmed(&mut net, &mut by, by_key);
+}
+
+#[test]
+fn the_consensus_kill_switch_refuses_every_conflux_cell() {
+    // cfx_enabled=0: LINK on a congestion-controlled exit circuit (which
+    // would link otherwise) closes it, as C's conflux_process_link() does;
+    // so do the other conflux commands. Ordinary streams still work.
+    let mut net = exit_net_cfx(1, false);
+    let link = Link {
+        nonce: [7; 32],
+        last_seqno_sent: 0,
+        last_seqno_recv: 0,
+        desired_ux: ux::NO_OPINION,
+    };
+    for (i, (command, body)) in [
+        (conflux::LINK, link.encode().to_vec()),
+        (conflux::SWITCH, vec![0, 0, 0, 1]),
+        (conflux::LINKED_ACK, vec![]),
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        let mut leg = Leg::new(&mut net, 0, 1 + i, 20 + i as u32);
+        leg.send(&mut net, command, 0, &body);
+        assert_eq!(
+            leg.read(&mut net).destroyed,
+            Some(destroy_reason::PROTOCOL),
+            "{command}"
+        );
+    }
+    let mut s = Leg::new(&mut net, 0, 9, 30);
+    s.send(&mut net, relay_cmd::BEGIN, 3, &begin("198.51.100.7:5000"));
+    assert!(
+        net.cores[0].poll_stream_io().is_some(),
+        "streams still open"
+    );
+    // With the default (cfx_enabled=1) the same LINK links.
+    let mut net = exit_net_with(1);
+    let mut leg = Leg::new(&mut net, 0, 1, 20);
+    leg.send(&mut net, conflux::LINK, 0, &link.encode());
+    assert_eq!(leg.read(&mut net).destroyed, None);
 }
 
 #[test]

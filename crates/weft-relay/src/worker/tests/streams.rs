@@ -24,6 +24,11 @@ pub(super) fn exit_net() -> Net {
 /// An exit network of `n` workers (every core has the exit context; a
 /// conflux set's out-of-order queue is capped at 100 cells).
 pub(super) fn exit_net_with(n: usize) -> Net {
+    exit_net_cfx(n, true)
+}
+
+/// [`exit_net_with`] with the consensus's `cfx_enabled` set to `cfx_enabled`.
+pub(super) fn exit_net_cfx(n: usize, cfx_enabled: bool) -> Net {
     let opts = ExitPolicyOptions {
         exit_relay: Some(true),
         exit_policy: vec!["accept *:*".into()],
@@ -39,14 +44,16 @@ pub(super) fn exit_net_with(n: usize) -> Net {
         known_relays: Some([[0xAB; 20]].into()),
         refuse_unknown_exits: true,
     };
-    static EXIT_CTX: std::sync::OnceLock<Arc<SharedContext>> = std::sync::OnceLock::new();
+    static EXIT_CTX: [std::sync::OnceLock<Arc<SharedContext>>; 2] =
+        [std::sync::OnceLock::new(), std::sync::OnceLock::new()];
     let mut net = Net::new(n, 64);
-    let ctx = EXIT_CTX
+    let ctx = EXIT_CTX[usize::from(cfx_enabled)]
         .get_or_init(|| {
             let link = LinkKeys::generate(&net.relay, SystemTime::now()).unwrap();
             let sched = SchedParams {
                 halflife_s: 30.0,
                 cfx: weft_proto::circuit::conflux::CfxParams {
+                    enabled: cfx_enabled,
                     max_legs: 8,
                     max_ooo_bytes: 100 * weft_proto::circuit::conflux::OOO_CELL_COST,
                 },
