@@ -261,9 +261,10 @@ fn stem_and_nyx_see_what_the_metrics_port_sees() -> Result<()> {
 
     // nyx in a terminal.
     let cookie = weft.data_dir().join("control_auth_cookie");
+    // Bounded at 60 s: nyx redraws slowly on a busy 2-core machine.
     let screen = common::nyx_screen(
         cport,
-        Duration::from_secs(30),
+        Duration::from_secs(60),
         || {
             let mut c = Ctl::tcp(cport)?;
             c.authenticate(&cookie)?;

@@ -152,7 +152,7 @@ pub fn admit_begin(data: &[u8], ctx: &ExitContext<'_>) -> Admission {
 }
 
 /// Letters, digits, `-`, `.` and `_` only (`address_is_invalid_destination`).
-fn is_rfc953_name(h: &str) -> bool {
+pub fn is_rfc953_name(h: &str) -> bool {
     h.bytes()
         .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'.' | b'_'))
 }

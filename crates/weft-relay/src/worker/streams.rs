@@ -472,6 +472,15 @@ impl Circuits {
     /// RESOLVE: an IP literal is answered with itself, a name after its
     /// lookup. [C dns.c dns_resolve(), send_resolved_cell()]
     fn resolve(&mut self, conn: usize, slot: u32, stream_id: u16, data: &[u8]) {
+        if self.streams.by_id.contains_key(&(slot, stream_id)) {
+            // C's connection_edge_process_relay_cell(): "resolve request
+            // for known stream; dropping."
+            debug!(
+                "worker {}: RESOLVE on live stream {stream_id}; dropped",
+                self.me
+            );
+            return;
+        }
         self.streams.counters.resolve += 1;
         match self.stream_dos(slot) {
             Some(3) => return self.close_for_stream_dos(conn, slot),
@@ -502,8 +511,20 @@ impl Circuits {
             Some(IpAddr::V4(a)) => resolved_body(Ok((a, DEFAULT_DNS_TTL)), Err(false), false),
             Some(IpAddr::V6(a)) => resolved_body(Err(false), Ok((a, DEFAULT_DNS_TTL)), true),
             None if name.ends_with(".arpa") || name.is_empty() => resolved_error(false),
+            // C's dns_resolve_impl(): "Rejecting invalid destination
+            // address" (address_is_invalid_destination), RESOLVED error.
+            None if !exit::is_rfc953_name(&name) => {
+                debug!(
+                    "worker {}: RESOLVE for an invalid destination name; refused",
+                    self.me
+                );
+                resolved_error(false)
+            }
             None => {
+                // Known by its ID while it waits, as C's resolving_streams
+                // are: a second RESOLVE, BEGIN or END finds it.
                 let key = self.new_stream(conn, slot, stream_id, State::ResolveOnly);
+                self.streams.by_id.insert((slot, stream_id), key);
                 return self.look_up(key, name, v6_ok);
             }
         };
