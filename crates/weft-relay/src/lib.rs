@@ -8,7 +8,8 @@
 //! Layers (a module uses only modules of lower layers; checked by the test
 //! `module_layers`): leaf modules (`accounting`, `bucket`, `bwhist`, `context`, `control`, `dos`,
 //! `ewma`, `histogram`, `kist`, `link_io`, `oom`, `outbound`, `pool`, `privileges`, `ring`,
-//! `sched_slice`, `selftest`, `service_notify`, `tls`), then `messages`, then `worker`, then
+//! `sched_slice`, `selftest`, `service_notify`, `tls`, `worker_report`), then `messages`, then
+//! `worker`, then
 //! `controller`.
 //!
 //! Ownership moves only by message: no object is shared between threads
@@ -39,6 +40,7 @@ pub mod selftest;
 pub mod service_notify;
 pub mod tls;
 pub mod worker;
+pub mod worker_report;
 
 pub use context::{DirAuthority, RelayConfig};
 pub use controller::run_relay;

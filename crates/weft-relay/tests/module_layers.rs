@@ -13,7 +13,8 @@ fn layer(m: &str) -> Option<u8> {
     Some(match m {
         "accounting" | "bucket" | "bwhist" | "context" | "control" | "dos" | "ewma"
         | "histogram" | "kist" | "link_io" | "oom" | "outbound" | "pool" | "privileges"
-        | "resolver" | "ring" | "sched_slice" | "selftest" | "service_notify" | "tls" => 0,
+        | "resolver" | "ring" | "sched_slice" | "selftest" | "service_notify" | "tls"
+        | "worker_report" => 0,
         "messages" => 1,
         "worker" => 2,
         "controller" => 3,

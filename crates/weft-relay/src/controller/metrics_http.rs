@@ -14,8 +14,10 @@
 //!   written 0600 at start-up; Prometheus reads it with
 //!   `authorization.credentials_file`).
 
+use std::cell::Cell;
 use std::net::{IpAddr, SocketAddr};
 use std::path::{Path, PathBuf};
+use std::rc::Rc;
 
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tracing::{debug, info};
@@ -160,17 +162,74 @@ pub async fn serve_one(
     .await;
 }
 
-/// Bind the MetricsPort.
-pub async fn listen(
-    addr: SocketAddr,
-    access: &MetricsAccess,
-) -> std::io::Result<tokio::net::TcpListener> {
-    let l = tokio::net::TcpListener::bind(addr).await?;
-    info!(
-        "MetricsPort listening on {addr} (served to {})",
-        access.describe()
-    );
-    Ok(l)
+/// The MetricsPort: its listener, who may scrape it, and how many
+/// scrapes are being answered now.
+pub struct MetricsPort {
+    listener: tokio::net::TcpListener,
+    access: Rc<MetricsAccess>,
+    serving: Rc<Cell<u64>>,
+}
+
+impl MetricsPort {
+    /// Write the token file (0600), choose the access mode from the
+    /// policy (None: not in the torrc), and bind `addr`.
+    pub async fn open(
+        addr: SocketAddr,
+        data_dir: &Path,
+        policy: Option<&[Rule]>,
+    ) -> anyhow::Result<MetricsPort> {
+        let (cookie, token) = write_cookie(data_dir)?;
+        let access = match policy {
+            Some(rules) => MetricsAccess::Policy(rules.to_vec()),
+            None => {
+                info!("MetricsPort token in {}", cookie.display());
+                MetricsAccess::Token(token)
+            }
+        };
+        let listener = tokio::net::TcpListener::bind(addr)
+            .await
+            .map_err(|e| anyhow::anyhow!("cannot listen on MetricsPort {addr}: {e}"))?;
+        info!(
+            "MetricsPort listening on {addr} (served to {})",
+            access.describe()
+        );
+        Ok(MetricsPort {
+            listener,
+            access: Rc::new(access),
+            serving: Rc::new(Cell::new(0)),
+        })
+    }
+
+    /// The address it listens on.
+    pub fn local_addr(&self) -> Option<SocketAddr> {
+        self.listener.local_addr().ok()
+    }
+
+    /// The next connection, or never when there is no MetricsPort.
+    pub async fn accept(
+        port: &Option<MetricsPort>,
+    ) -> std::io::Result<(tokio::net::TcpStream, SocketAddr)> {
+        match port {
+            Some(p) => p.listener.accept().await,
+            None => std::future::pending().await,
+        }
+    }
+
+    /// Scrapes being answered now.
+    pub fn serving(&self) -> u64 {
+        self.serving.get()
+    }
+
+    /// Answer `stream` with `body` (if its address and request are
+    /// admitted) on a task of its own.
+    pub fn serve(&self, stream: tokio::net::TcpStream, peer: SocketAddr, body: String) {
+        let (access, serving) = (self.access.clone(), self.serving.clone());
+        serving.set(serving.get() + 1);
+        tokio::task::spawn_local(async move {
+            serve_one(stream, peer, &access, move || body).await;
+            serving.set(serving.get() - 1);
+        });
+    }
 }
 
 #[cfg(test)]

@@ -329,21 +329,11 @@ async fn run_controller(cfg: RelayConfig, mut hooks: RelayHooks) -> anyhow::Resu
     }
 
     let state_path = cfg.data_dir.join("state");
-    let metrics_listener = match cfg.metrics_port {
-        Some(addr) => {
-            let (cookie, token) = metrics_http::write_cookie(&cfg.data_dir)?;
-            let access = match &cfg.metrics_policy {
-                Some(rules) => metrics_http::MetricsAccess::Policy(rules.clone()),
-                None => {
-                    info!("MetricsPort token in {}", cookie.display());
-                    metrics_http::MetricsAccess::Token(token)
-                }
-            };
-            let l = metrics_http::listen(addr, &access)
-                .await
-                .map_err(|e| anyhow::anyhow!("cannot listen on MetricsPort {addr}: {e}"))?;
-            Some((l, std::rc::Rc::new(access)))
-        }
+    let metrics_port = match cfg.metrics_port {
+        Some(addr) => Some(
+            metrics_http::MetricsPort::open(addr, &cfg.data_dir, cfg.metrics_policy.as_deref())
+                .await?,
+        ),
         None => None,
     };
     let log_wanted = hooks
@@ -404,11 +394,8 @@ async fn run_controller(cfg: RelayConfig, mut hooks: RelayHooks) -> anyhow::Resu
         conn_stats: tor_metrics::ConnStats::default(),
     };
     c.note_or_listeners();
-    let metrics_serving = std::rc::Rc::new(std::cell::Cell::new(0u64));
-    if let Some((l, _)) = &metrics_listener {
-        if let Ok(a) = l.local_addr() {
-            c.conn_stats.metrics_listeners[tor_metrics::family_of(&a)] += 1;
-        }
+    if let Some(a) = metrics_port.as_ref().and_then(|m| m.local_addr()) {
+        c.conn_stats.metrics_listeners[tor_metrics::family_of(&a)] += 1;
     }
     // The ORPort answers now, so the authorities' reachability test that
     // follows the upload can succeed. [protocol-notes §10.3, §15.12]
@@ -425,18 +412,12 @@ async fn run_controller(cfg: RelayConfig, mut hooks: RelayHooks) -> anyhow::Resu
             },
             _ = tokio::time::sleep(Duration::from_millis(50)), if c.limits.accept_paused_until.is_some() => {}
             Some(m) = rx.recv() => c.on_msg(m),
-            a = accept_metrics(&metrics_listener) => {
-                if let (Ok((stream, peer)), Some((_, access))) = (a, &metrics_listener) {
+            a = metrics_http::MetricsPort::accept(&metrics_port) => {
+                if let (Ok((stream, peer)), Some(m)) = (a, &metrics_port) {
                     c.conn_stats.metrics_created[tor_metrics::family_of(&peer)] += 1;
-                    let serving = metrics_serving.clone();
-                    serving.set(serving.get() + 1);
-                    c.conn_stats.metrics_open = serving.get();
+                    c.conn_stats.metrics_open = m.serving() + 1;
                     let body = metrics::render(&c.metrics_snapshot(), &c.tor_snapshot(&dir));
-                    let access = access.clone();
-                    tokio::task::spawn_local(async move {
-                        metrics_http::serve_one(stream, peer, &access, move || body).await;
-                        serving.set(serving.get() - 1);
-                    });
+                    m.serve(stream, peer, body);
                 }
             }
             Some(ev) = dir_rx.recv() => {
@@ -793,17 +774,4 @@ async fn accept_any(
 
 fn far_future() -> tokio::time::Instant {
     tokio::time::Instant::now() + Duration::from_secs(86400 * 365)
-}
-
-/// Accept on the MetricsPort, or never when there is none.
-async fn accept_metrics(
-    l: &Option<(
-        tokio::net::TcpListener,
-        std::rc::Rc<metrics_http::MetricsAccess>,
-    )>,
-) -> std::io::Result<(tokio::net::TcpStream, SocketAddr)> {
-    match l {
-        Some((l, _)) => l.accept().await,
-        None => std::future::pending().await,
-    }
 }
