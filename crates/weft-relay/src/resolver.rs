@@ -171,20 +171,23 @@ impl ResolverRequests {
     /// (default `/etc/resolv.conf`); each answer goes to
     /// `deliver(worker, answer)`. A configuration that cannot be read is
     /// logged, and every lookup then fails (RESOLVEFAILED), as C Tor's
-    /// exits fail lookups without name servers.
+    /// exits fail lookups without name servers; the second value says
+    /// whether the name servers could be configured (false: the exit must
+    /// not claim to be one).
     pub fn spawn(
         self,
         resolv_conf: Option<PathBuf>,
         deliver: impl Fn(usize, DnsAnswer) + Send + Sync + 'static,
-    ) -> std::io::Result<std::thread::JoinHandle<()>> {
+    ) -> std::io::Result<(std::thread::JoinHandle<()>, bool)> {
         let path = resolv_conf.unwrap_or_else(|| PathBuf::from("/etc/resolv.conf"));
         let config = std::fs::read(&path)
             .map_err(|e| e.to_string())
             .and_then(|d| {
                 hickory_resolver::system_conf::parse_resolv_conf(d).map_err(|e| e.to_string())
             });
+        let usable = config.is_ok();
         let mut rx = self.rx;
-        std::thread::Builder::new()
+        let handle = std::thread::Builder::new()
             .name("weft-resolver".into())
             .spawn(move || {
                 let rt = match tokio::runtime::Builder::new_current_thread()
@@ -235,7 +238,8 @@ impl ResolverRequests {
                         });
                     }
                 });
-            })
+            })?;
+        Ok((handle, usable))
     }
 }
 
@@ -340,11 +344,12 @@ mod tests {
         let (resolver, requests) = channel();
         let (tx, rx) = mpsc::channel();
         let tx = std::sync::Mutex::new(tx);
-        requests
+        let (_, usable) = requests
             .spawn(Some(conf), move |w, a| {
                 tx.lock().unwrap().send((w, a)).unwrap();
             })
             .unwrap();
+        assert!(usable);
         assert!(resolver.query(DnsQuery {
             worker: 3,
             key: 7,
@@ -362,11 +367,12 @@ mod tests {
         let (resolver, requests) = channel();
         let (tx, rx) = mpsc::channel();
         let tx = std::sync::Mutex::new(tx);
-        requests
+        let (_, usable) = requests
             .spawn(Some("/nonexistent/resolv.conf".into()), move |w, a| {
                 tx.lock().unwrap().send((w, a)).unwrap();
             })
             .unwrap();
+        assert!(!usable, "the exit must withdraw");
         resolver.query(DnsQuery {
             worker: 0,
             key: 1,

@@ -116,6 +116,10 @@ pub struct DirState {
     last_publish: Option<Instant>,
     published_observed: u64,
     dirty: bool,
+    /// The exit's DNS cannot work: the descriptor says `reject *:*`
+    /// whatever the torrc's policy (C's router.c, while
+    /// `has_dns_init_failed()`).
+    exit_withdrawn: bool,
     /// FamilyId keys: a `family-cert` each in every descriptor.
     family_keys: Vec<weft_crypto::family_keys::FamilyKey>,
     testing: bool,
@@ -172,6 +176,7 @@ impl DirState {
             last_publish: None,
             published_observed: 0,
             dirty: true,
+            exit_withdrawn: false,
             family_keys: Vec::new(),
             testing: cfg.testing_tor_network,
             our_fp: [0; 20],
@@ -245,12 +250,26 @@ impl DirState {
         d.bandwidth_burst = cfg.bandwidth_burst;
         d.exit_policy_lines = cfg.exit_policy.descriptor_lines();
         d.ipv6_policy = cfg.exit_policy.ipv6_policy_line();
+        if self.exit_withdrawn {
+            d.exit_policy_lines = vec!["reject *:*".into()];
+            d.ipv6_policy = None;
+        }
         let me = format!("${}", hex::encode_upper(self.our_fp));
         d.family = cfg.family.iter().filter(|f| **f != me).cloned().collect();
         let after = reconfigurable(&self.desc);
         if before != after {
             self.dirty = true;
         }
+    }
+
+    /// The exit's name servers cannot be used: publish `reject *:*`
+    /// (clients then pick other exits) until weft restarts with a working
+    /// configuration, as C Tor does when its DNS set-up failed.
+    pub fn withdraw_exit(&mut self) {
+        self.exit_withdrawn = true;
+        self.desc.exit_policy_lines = vec!["reject *:*".into()];
+        self.desc.ipv6_policy = None;
+        self.dirty = true;
     }
 
     /// Our last published descriptor and extra-info.

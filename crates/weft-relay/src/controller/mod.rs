@@ -313,9 +313,10 @@ async fn run_controller(cfg: RelayConfig, mut hooks: RelayHooks) -> anyhow::Resu
             worker::spawn_thread(w, cfg.worker_sched_slice)?;
         }
     }
+    let mut dns_usable = true;
     if let Some(q) = dns_requests {
         let handles = workers.clone();
-        q.spawn(cfg.dns_resolv_conf.clone(), move |w, answer| {
+        (_, dns_usable) = q.spawn(cfg.dns_resolv_conf.clone(), move |w, answer| {
             if let Some(h) = handles.get(w) {
                 h.send(WorkerMsg::Resolved(answer));
             }
@@ -350,6 +351,10 @@ async fn run_controller(cfg: RelayConfig, mut hooks: RelayHooks) -> anyhow::Resu
     }
     let (dir_tx, mut dir_rx) = unbounded_channel::<DirEvent>();
     let mut dir = DirState::new(&cfg, dir_tx, ctx.dir_cache);
+    if !dns_usable {
+        warn!("DNS does not work: not claiming to be an exit (the descriptor says reject *:*) until weft restarts with usable name servers, as C Tor");
+        dir.withdraw_exit();
+    }
     dir.set_family_keys(family_keys);
     let (cache_tx, mut cache_rx) = unbounded_channel::<dir_cache::CacheEvent>();
     let mut cache = dir_cache::DirCacheState::new(&cfg, cache_tx, ctx.dir_cache);

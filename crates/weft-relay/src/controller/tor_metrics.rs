@@ -44,8 +44,9 @@ pub struct ConnStats {
     pub or_created: [[u64; 2]; 2],
     /// OR connections refused at accept (DoS, ConnLimit), by family.
     pub or_rejected: [u64; 2],
-    /// OR listeners open, by family.
-    pub or_listeners: [u64; 2],
+    /// OR listeners opened since start (a reopening after hibernation
+    /// counts again), by family.
+    pub or_listeners_opened: [u64; 2],
     /// MetricsPort listeners open, by family.
     pub metrics_listeners: [u64; 2],
     /// MetricsPort connections accepted, by family.
@@ -57,10 +58,10 @@ pub struct ConnStats {
 /// What the controller adds to the workers' counters for these families.
 #[derive(Debug, Default, Clone)]
 pub struct TorSnapshot {
-    /// Connection counts (`or_listeners`: open now).
+    /// Connection counts.
     pub conns: ConnStats,
-    /// OR listeners opened since start, by family.
-    pub listeners_opened: [u64; 2],
+    /// OR listeners open now, by family.
+    pub or_listeners_open: [u64; 2],
     /// OR connections open now, [received, initiated][family].
     pub or_open: [[u64; 2]; 2],
     /// Our flags in the latest consensus (empty: not listed).
@@ -159,7 +160,7 @@ fn render_connections(o: &mut String, t: &TorSnapshot, relay: &crate::messages::
     let [received, initiated] = c.or_created;
     // (type, direction, state, count by family)
     let created: [(&str, &str, &str, [u64; 2]); 7] = [
-        ("OR listener", "initiated", "created", t.listeners_opened),
+        ("OR listener", "initiated", "created", c.or_listeners_opened),
         ("OR", "received", "created", received),
         ("OR", "initiated", "created", initiated),
         ("OR", "received", "rejected", c.or_rejected),
@@ -174,7 +175,7 @@ fn render_connections(o: &mut String, t: &TorSnapshot, relay: &crate::messages::
     ];
     let [or_received, or_initiated] = t.or_open;
     let opened: [(&str, &str, &str, [u64; 2]); 6] = [
-        ("OR listener", "initiated", "opened", c.or_listeners),
+        ("OR listener", "initiated", "opened", t.or_listeners_open),
         ("OR", "received", "opened", or_received),
         ("OR", "initiated", "opened", or_initiated),
         ("Exit", "initiated", "opened", relay.exit_conns_open),
@@ -414,19 +415,17 @@ impl super::Controller {
     pub(super) fn note_or_listeners(&mut self) {
         for l in &self.or_listeners {
             if let Ok(a) = l.local_addr() {
-                self.conn_stats.or_listeners[family_of(&a)] += 1;
+                self.conn_stats.or_listeners_opened[family_of(&a)] += 1;
             }
         }
     }
 
     /// The controller's part of C Tor's families.
     pub(super) fn tor_snapshot(&self, dir: &super::directory::DirState) -> TorSnapshot {
-        let mut conns = self.conn_stats.clone();
-        // The gauge: listeners open now (the counter counted openings).
-        conns.or_listeners = [0; 2];
+        let mut or_listeners_open = [0; 2];
         for l in &self.or_listeners {
             if let Ok(a) = l.local_addr() {
-                conns.or_listeners[family_of(&a)] += 1;
+                or_listeners_open[family_of(&a)] += 1;
             }
         }
         let mut or_open = [[0; 2]; 2];
@@ -434,8 +433,8 @@ impl super::Controller {
             or_open[usize::from(f.outbound)][family_of(&f.addr)] += 1;
         }
         TorSnapshot {
-            conns,
-            listeners_opened: self.conn_stats.or_listeners,
+            conns: self.conn_stats.clone(),
+            or_listeners_open,
             or_open,
             flags: dir.our_flags(),
         }
