@@ -162,6 +162,10 @@ pub async fn serve_one(
     .await;
 }
 
+/// Most scrapes answered at once; a connection beyond them is closed
+/// unanswered (Prometheus scrapes one at a time per target).
+pub const MAX_SCRAPES_AT_ONCE: u64 = 16;
+
 /// The MetricsPort: its listener, who may scrape it, and how many
 /// scrapes are being answered now.
 pub struct MetricsPort {
@@ -213,6 +217,22 @@ impl MetricsPort {
             Some(p) => p.listener.accept().await,
             None => std::future::pending().await,
         }
+    }
+
+    /// True if a connection from `peer` is to be answered: its address
+    /// admitted, and fewer than [`MAX_SCRAPES_AT_ONCE`] being answered
+    /// (each holds a rendered page for up to 10 s); else it is dropped
+    /// unanswered, before any page is rendered for it.
+    pub fn admits(&self, peer: SocketAddr) -> bool {
+        if !self.access.admits_address(peer.ip()) {
+            debug!("metrics connection from {peer} rejected by MetricsPortPolicy");
+            return false;
+        }
+        if self.serving.get() >= MAX_SCRAPES_AT_ONCE {
+            debug!("metrics connection from {peer} dropped: {MAX_SCRAPES_AT_ONCE} scrapes already being answered");
+            return false;
+        }
+        true
     }
 
     /// Scrapes being answered now.

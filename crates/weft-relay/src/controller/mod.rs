@@ -420,9 +420,12 @@ async fn run_controller(cfg: RelayConfig, mut hooks: RelayHooks) -> anyhow::Resu
             a = metrics_http::MetricsPort::accept(&metrics_port) => {
                 if let (Ok((stream, peer)), Some(m)) = (a, &metrics_port) {
                     c.conn_stats.metrics_created[tor_metrics::family_of(&peer)] += 1;
-                    c.conn_stats.metrics_open = m.serving() + 1;
-                    let body = metrics::render(&c.metrics_snapshot(), &c.tor_snapshot(&dir));
-                    m.serve(stream, peer, body);
+                    // Refused before the page is rendered: closed unanswered.
+                    if m.admits(peer) {
+                        c.conn_stats.metrics_open = m.serving() + 1;
+                        let body = metrics::render(&c.metrics_snapshot(), &c.tor_snapshot(&dir));
+                        m.serve(stream, peer, body);
+                    }
                 }
             }
             Some(ev) = dir_rx.recv() => {
