@@ -180,12 +180,15 @@ relay0: {r0}"
     // descriptors not yet fetched (its info log: "Empty routerlist passed
     // in to consensus weight node selection", then "Received 7/7 router
     // descriptors").
+    // relay1's self-test can meet the same window (seen once in CI,
+    // 2026-11-27: five warnings within 40 ms, then the test passed on a
+    // rerun).
     let unexpected: Vec<String> = net
         .unexpected_warnings()
         .into_iter()
         .filter(|w| !w.contains("FamilyId was configured, but MyFamily was not"))
         .filter(|w| {
-            !(w.starts_with("relay0:")
+            !((w.starts_with("relay0:") || w.starts_with("relay1:"))
                 && w.contains("No available nodes when trying to choose node"))
         })
         .collect();
