@@ -9,26 +9,29 @@ use std::collections::HashMap;
 use tracing::debug;
 
 use crate::messages::ControllerMsg;
-use crate::worker::{WorkerHandle, WorkerMsg};
+use crate::worker::WorkerMsg;
 
-/// The controller's conflux table.
+/// The controller's conflux table. Sans-IO as [`super::onion::OnionTables`]:
+/// messages in, (worker, message) out.
 #[derive(Default)]
-pub(super) struct ConfluxTable {
+pub(crate) struct ConfluxTable {
     /// Home worker by set nonce.
     home: HashMap<[u8; 32], u16>,
 }
 
 impl ConfluxTable {
-    /// Handle `m` if it is a conflux message from a worker (it is taken);
-    /// anything else is left in place.
-    pub(super) fn on_msg(&mut self, m: &mut Option<ControllerMsg>, workers: &[WorkerHandle]) {
+    /// Handle `m` if it is a conflux message from a worker (it is taken;
+    /// what it causes goes to `out`); anything else is left in place.
+    pub(crate) fn on_msg(
+        &mut self,
+        m: &mut Option<ControllerMsg>,
+        out: &mut impl FnMut(usize, WorkerMsg),
+    ) {
         match m.take() {
             Some(ControllerMsg::ConfluxLink { leg, link }) => {
                 let home = *self.home.entry(link.nonce).or_insert(leg.worker);
                 debug!("conflux LINK on {leg:?}: set home is worker {home}");
-                if let Some(w) = workers.get(usize::from(home)) {
-                    w.send(WorkerMsg::ConfluxJoin { leg, link });
-                }
+                out(usize::from(home), WorkerMsg::ConfluxJoin { leg, link });
             }
             Some(ControllerMsg::ConfluxSetGone { nonce, worker }) => {
                 if self.home.get(&nonce) == Some(&worker) {
@@ -37,5 +40,48 @@ impl ConfluxTable {
             }
             other => *m = other,
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::messages::HalfRef;
+    use weft_proto::circuit::conflux::Link;
+
+    #[test]
+    fn the_first_legs_worker_is_home_until_the_set_is_gone() {
+        let mut t = ConfluxTable::default();
+        let link = Link {
+            nonce: [3; 32],
+            last_seqno_sent: 0,
+            last_seqno_recv: 0,
+            desired_ux: 0,
+        };
+        let leg = |worker| HalfRef {
+            worker,
+            slot: 1,
+            gen: 1,
+        };
+        let mut feed = |m: ControllerMsg| {
+            let mut out = Vec::new();
+            let mut m = Some(m);
+            t.on_msg(&mut m, &mut |w, msg| out.push((w, msg)));
+            assert!(m.is_none());
+            out.into_iter().map(|(w, _)| w).collect::<Vec<_>>()
+        };
+        assert_eq!(feed(ControllerMsg::ConfluxLink { leg: leg(1), link }), [1]);
+        assert_eq!(feed(ControllerMsg::ConfluxLink { leg: leg(0), link }), [1]);
+        // A goodbye from a worker that is not home changes nothing.
+        feed(ControllerMsg::ConfluxSetGone {
+            nonce: link.nonce,
+            worker: 0,
+        });
+        assert_eq!(feed(ControllerMsg::ConfluxLink { leg: leg(0), link }), [1]);
+        feed(ControllerMsg::ConfluxSetGone {
+            nonce: link.nonce,
+            worker: 1,
+        });
+        assert_eq!(feed(ControllerMsg::ConfluxLink { leg: leg(0), link }), [0]);
     }
 }

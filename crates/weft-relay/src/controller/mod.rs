@@ -14,7 +14,7 @@
 //! events; what GETINFO reads) and `signals` (reload, heartbeat, dump).
 
 mod balance;
-mod conflux;
+pub(crate) mod conflux;
 mod control_info;
 pub mod control_port;
 pub mod dir_cache;
@@ -25,7 +25,7 @@ mod limits;
 mod local;
 pub mod metrics;
 pub mod metrics_http;
-mod onion;
+pub(crate) mod onion;
 mod registry;
 mod signals;
 mod tor_metrics;
@@ -535,8 +535,14 @@ impl Controller {
 
     fn on_msg(&mut self, m: ControllerMsg) {
         let mut m = Some(m);
-        self.onion.on_msg(&mut m, &self.workers);
-        self.conflux.on_msg(&mut m, &self.workers);
+        let workers = &self.workers;
+        let mut to_worker = |w: usize, msg: WorkerMsg| {
+            if let Some(h) = workers.get(w) {
+                h.send(msg);
+            }
+        };
+        self.onion.on_msg(&mut m, &mut to_worker);
+        self.conflux.on_msg(&mut m, &mut to_worker);
         let Some(m) = m else { return };
         match m {
             // Handled by the onion-service tables above.

@@ -17,11 +17,14 @@ use weft_proto::cell::destroy_reason;
 use weft_proto::onion::ack_status;
 
 use crate::messages::{ControllerMsg, HalfRef};
-use crate::worker::{WorkerHandle, WorkerMsg};
+use crate::worker::WorkerMsg;
 
-/// The controller's onion-service tables.
+/// The controller's onion-service tables. Sans-IO: a message from a
+/// worker goes in ([`OnionTables::on_msg`]), the messages for workers come
+/// out through the caller's `send` (worker index, message); the controller
+/// puts them in inboxes, the worker tests in their in-memory ones.
 #[derive(Default)]
-pub(super) struct OnionTables {
+pub(crate) struct OnionTables {
     /// Introduction circuits by auth key.
     intro: HashMap<[u8; 32], HalfRef>,
     /// Rendezvous circuits waiting for their service, by cookie.
@@ -34,18 +37,25 @@ pub(super) struct OnionTables {
 
 impl OnionTables {
     /// Introduction circuits and waiting rendezvous circuits now.
-    pub(super) fn sizes(&self) -> (usize, usize) {
+    pub(crate) fn sizes(&self) -> (usize, usize) {
         (self.intro.len(), self.rend.len())
     }
 
+    /// The introduction circuit registered for `auth_key`.
+    #[cfg(test)]
+    pub(crate) fn intro_circuit(&self, auth_key: &[u8; 32]) -> Option<HalfRef> {
+        self.intro.get(auth_key).copied()
+    }
+
     /// Handle `m` if it is an onion-service message from a worker (it is
-    /// taken); anything else is left in place.
-    pub(super) fn on_msg(&mut self, m: &mut Option<ControllerMsg>, workers: &[WorkerHandle]) {
-        let send = |h: &HalfRef, msg: WorkerMsg| {
-            if let Some(w) = workers.get(usize::from(h.worker)) {
-                w.send(msg);
-            }
-        };
+    /// taken; what it causes goes to `out` as (worker, message)); anything
+    /// else is left in place.
+    pub(crate) fn on_msg(
+        &mut self,
+        m: &mut Option<ControllerMsg>,
+        out: &mut impl FnMut(usize, WorkerMsg),
+    ) {
+        let mut send = |h: &HalfRef, msg: WorkerMsg| out(usize::from(h.worker), msg);
         match m.take() {
             Some(ControllerMsg::IntroEstablished { half, auth_key }) => {
                 if let Some(old) = self.intro.insert(auth_key, half) {
@@ -163,4 +173,188 @@ impl OnionTables {
 /// The first four bytes of a key or cookie, for a log line.
 fn hex4(b: &[u8]) -> String {
     b.iter().take(4).map(|x| format!("{x:02X}")).collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn half(worker: u16, slot: u32) -> HalfRef {
+        HalfRef {
+            worker,
+            slot,
+            gen: 1,
+        }
+    }
+
+    /// Feed one message; return what the tables sent.
+    fn feed(t: &mut OnionTables, m: ControllerMsg) -> Vec<(usize, WorkerMsg)> {
+        let mut out = Vec::new();
+        let mut m = Some(m);
+        t.on_msg(&mut m, &mut |w, msg| out.push((w, msg)));
+        assert!(m.is_none(), "an onion-service message is taken");
+        out
+    }
+
+    #[test]
+    fn a_new_introduction_circuit_replaces_and_closes_the_old_one_but_not_itself() {
+        let mut t = OnionTables::default();
+        let key = [7; 32];
+        let (a, b) = (half(0, 1), half(1, 2));
+        assert!(feed(
+            &mut t,
+            ControllerMsg::IntroEstablished {
+                half: a,
+                auth_key: key
+            }
+        )
+        .is_empty());
+        // The same circuit again (a second ESTABLISH_INTRO): nothing closes.
+        assert!(feed(
+            &mut t,
+            ControllerMsg::IntroEstablished {
+                half: a,
+                auth_key: key
+            }
+        )
+        .is_empty());
+        let out = feed(
+            &mut t,
+            ControllerMsg::IntroEstablished {
+                half: b,
+                auth_key: key,
+            },
+        );
+        assert!(matches!(
+            out.as_slice(),
+            [(0, WorkerMsg::Destroy { half, reason })] if *half == a && *reason == destroy_reason::FINISHED
+        ));
+        assert_eq!(t.intro_circuit(&key), Some(b));
+        // The old circuit's late goodbye leaves the new one registered.
+        feed(
+            &mut t,
+            ControllerMsg::IntroGone {
+                half: a,
+                auth_key: key,
+            },
+        );
+        assert_eq!(t.intro_circuit(&key), Some(b));
+        // A move of the registered circuit follows it; of another, not.
+        let b2 = half(0, 9);
+        feed(
+            &mut t,
+            ControllerMsg::IntroMoved {
+                auth_key: key,
+                old: a,
+                new: half(1, 5),
+            },
+        );
+        assert_eq!(t.intro_circuit(&key), Some(b));
+        feed(
+            &mut t,
+            ControllerMsg::IntroMoved {
+                auth_key: key,
+                old: b,
+                new: b2,
+            },
+        );
+        assert_eq!(t.intro_circuit(&key), Some(b2));
+    }
+
+    #[test]
+    fn introduce1_goes_to_the_service_or_gets_unknown_id() {
+        let mut t = OnionTables::default();
+        let (svc, client) = (half(1, 3), half(0, 4));
+        let out = feed(
+            &mut t,
+            ControllerMsg::Introduce1 {
+                from: client,
+                auth_key: [1; 32],
+                payload: vec![9],
+            },
+        );
+        assert!(matches!(
+            out.as_slice(),
+            [(0, WorkerMsg::IntroduceAck { to, status })] if *to == client && *status == ack_status::UNKNOWN_ID
+        ));
+        assert_eq!(t.unknown_service, 1);
+        feed(
+            &mut t,
+            ControllerMsg::IntroEstablished {
+                half: svc,
+                auth_key: [1; 32],
+            },
+        );
+        let out = feed(
+            &mut t,
+            ControllerMsg::Introduce1 {
+                from: client,
+                auth_key: [1; 32],
+                payload: vec![9],
+            },
+        );
+        assert!(matches!(
+            out.as_slice(),
+            [(1, WorkerMsg::Introduce2 { to, from, .. })] if *to == svc && *from == client
+        ));
+    }
+
+    #[test]
+    fn a_cookie_is_registered_once_and_splices_once() {
+        let mut t = OnionTables::default();
+        let (client, svc, other) = (half(0, 1), half(1, 2), half(1, 3));
+        let c = [5; 20];
+        let out = feed(
+            &mut t,
+            ControllerMsg::EstablishRendezvous {
+                half: client,
+                cookie: c,
+            },
+        );
+        assert!(matches!(
+            out.as_slice(),
+            [(0, WorkerMsg::RendezvousEstablished { ok: true, .. })]
+        ));
+        let out = feed(
+            &mut t,
+            ControllerMsg::EstablishRendezvous {
+                half: other,
+                cookie: c,
+            },
+        );
+        assert!(matches!(
+            out.as_slice(),
+            [(1, WorkerMsg::RendezvousEstablished { ok: false, .. })]
+        ));
+        let out = feed(
+            &mut t,
+            ControllerMsg::Rendezvous1 {
+                half: svc,
+                cookie: c,
+                payload: vec![1],
+            },
+        );
+        // The service's side first, then the client's with RENDEZVOUS2.
+        assert!(matches!(
+            out.as_slice(),
+            [
+                (1, WorkerMsg::Splice { half: a, peer: b, rendezvous2: None }),
+                (0, WorkerMsg::Splice { half: x, peer: y, rendezvous2: Some(_) }),
+            ] if *a == svc && *b == client && *x == client && *y == svc
+        ));
+        assert_eq!(t.sizes(), (0, 0));
+        let out = feed(
+            &mut t,
+            ControllerMsg::Rendezvous1 {
+                half: svc,
+                cookie: c,
+                payload: vec![1],
+            },
+        );
+        assert!(matches!(
+            out.as_slice(),
+            [(1, WorkerMsg::Destroy { reason, .. })] if *reason == destroy_reason::PROTOCOL
+        ));
+        assert_eq!(t.unknown_cookie, 1);
+    }
 }

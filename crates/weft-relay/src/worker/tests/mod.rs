@@ -100,11 +100,10 @@ struct Net {
     inbox: Vec<Vec<WorkerMsg>>,
     /// What the cores told the controller.
     controller: Vec<ControllerMsg>,
-    /// The controller's onion-service tables (see `controller/onion.rs`).
-    intro: std::collections::HashMap<[u8; 32], HalfRef>,
-    rend: std::collections::HashMap<[u8; 20], HalfRef>,
-    /// The controller's conflux table (see `controller/conflux.rs`).
-    cfx_home: std::collections::HashMap<[u8; 32], u16>,
+    /// The controller's own onion-service tables.
+    onion: crate::controller::onion::OnionTables,
+    /// The controller's own conflux table.
+    conflux: crate::controller::conflux::ConfluxTable,
     /// Lookups the cores asked the resolver for.
     lookups: Vec<crate::resolver::DnsQuery>,
 }
@@ -160,9 +159,8 @@ impl Net {
             ins,
             inbox: (0..n).map(|_| Vec::new()).collect(),
             controller: Vec::new(),
-            intro: Default::default(),
-            rend: Default::default(),
-            cfx_home: Default::default(),
+            onion: Default::default(),
+            conflux: Default::default(),
             lookups: Vec::new(),
         }
     }

@@ -117,7 +117,7 @@ fn an_introduction_crosses_workers_and_is_acked() {
     net.settle();
     let (msgs, _) = read(&mut net, 1, 2, 0x8000_0002, &mut service);
     assert_eq!(msgs, vec![(hs_cmd::INTRO_ESTABLISHED, vec![0])]);
-    assert!(net.intro.contains_key(&key));
+    assert!(net.onion.intro_circuit(&key).is_some());
     // A client on worker 0 introduces itself.
     let mut client = one_hop(&mut net, 0, 1, 0x8000_0001);
     let intro = introduce1(&key, 0xAB);
@@ -176,7 +176,7 @@ fn an_introduction_crosses_workers_and_is_acked() {
     // The service's circuit closes: the controller forgets the key.
     net.cell(1, 2, 0x8000_0002, cmd::DESTROY, &mut pad(&[0]));
     net.settle();
-    assert!(!net.intro.contains_key(&key));
+    assert!(net.onion.intro_circuit(&key).is_none());
 }
 
 #[test]
@@ -268,7 +268,7 @@ fn a_rendezvous_splices_two_circuits_on_different_workers() {
     net.settle();
     let (msgs, _) = read(&mut net, 0, 1, 0x8000_0001, &mut client);
     assert_eq!(msgs, vec![(hs_cmd::RENDEZVOUS2, vec![0xCD; 64])]);
-    assert!(net.rend.is_empty());
+    assert_eq!(net.onion.sizes().1, 0);
     // End-to-end cells (a layer weft does not have) cross both ways.
     for i in 0..10u8 {
         let mut b = [i; BODY_LEN];
@@ -351,7 +351,7 @@ fn an_introduction_point_moves_and_introductions_follow_it() {
     );
     net.settle();
     read(&mut net, 1, 2, 0x8000_0002, &mut service);
-    let old = net.intro[&key];
+    let old = net.onion.intro_circuit(&key).unwrap();
     // An INTRODUCE1 is on its way to the old reference while the service's
     // connection moves from worker 1 to worker 2.
     let mut client = one_hop(&mut net, 0, 1, 0x8000_0001);
@@ -371,7 +371,11 @@ fn an_introduction_point_moves_and_introductions_follow_it() {
     net.cores[2].attach(2, moved, 1);
     net.collect(2);
     net.settle();
-    assert_ne!(net.intro[&key], old, "the controller has the new reference");
+    assert_ne!(
+        net.onion.intro_circuit(&key).unwrap(),
+        old,
+        "the controller has the new reference"
+    );
     let (msgs, _) = read(&mut net, 2, 2, 0x8000_0002, &mut service);
     assert_eq!(msgs, vec![(hs_cmd::INTRODUCE2, intro)]);
     let (msgs, _) = read(&mut net, 0, 1, 0x8000_0001, &mut client);
