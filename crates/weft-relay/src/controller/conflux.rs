@@ -9,7 +9,7 @@ use std::collections::HashMap;
 use tracing::debug;
 
 use crate::messages::ControllerMsg;
-use crate::worker::WorkerMsg;
+use crate::worker::CoreMsg;
 
 /// The controller's conflux table. Sans-IO as [`super::onion::OnionTables`]:
 /// messages in, (worker, message) out.
@@ -25,13 +25,13 @@ impl ConfluxTable {
     pub(crate) fn on_msg(
         &mut self,
         m: &mut Option<ControllerMsg>,
-        out: &mut impl FnMut(usize, WorkerMsg),
+        out: &mut impl FnMut(usize, CoreMsg),
     ) {
         match m.take() {
             Some(ControllerMsg::ConfluxLink { leg, link }) => {
                 let home = *self.home.entry(link.nonce).or_insert(leg.worker);
                 debug!("conflux LINK on {leg:?}: set home is worker {home}");
-                out(usize::from(home), WorkerMsg::ConfluxJoin { leg, link });
+                out(usize::from(home), CoreMsg::ConfluxJoin { leg, link });
             }
             Some(ControllerMsg::ConfluxSetGone { nonce, worker }) => {
                 if self.home.get(&nonce) == Some(&worker) {

@@ -4,7 +4,7 @@
 //! an authority after each new consensus (weft-dir `cache::fetch`, on the
 //! controller's runtime; the snapshot is built and written to
 //! DataDirectory on the blocking pool), loading it from disk at start, and
-//! handing each snapshot to every worker (`WorkerMsg::DirDocuments`, an
+//! handing each snapshot to every worker (`CoreMsg::DirDocuments`, an
 //! `Arc` of immutable documents: no lock on any worker).
 //! [C relay_config.c have_enough_mem_for_dircache(); router.c
 //! router_should_be_dirserver(); routermode.c dir_server_mode()]

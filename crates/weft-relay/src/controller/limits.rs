@@ -18,7 +18,7 @@ use tracing::{info, warn};
 use crate::dos::{AcceptVerdict, ClientTable, DosParams};
 use crate::messages::ConnId;
 use crate::oom;
-use crate::worker::{WorkerHandle, WorkerMsg};
+use crate::worker::{CoreMsg, WorkerHandle};
 
 /// Pause accepting this long after the process ran out of file
 /// descriptors (keeps the old connections, refuses new ones).
@@ -204,7 +204,7 @@ impl Limits {
         if let Some(secs) = self.clients.on_create(&self.dos, ip, now_s, rand::random()) {
             info!("DoS: {ip} creates circuits too fast; its CREATE cells are refused for {secs}s");
             for w in workers {
-                w.send(WorkerMsg::DosMark { ip, secs });
+                w.send(CoreMsg::DosMark { ip, secs });
             }
         }
     }
@@ -244,7 +244,7 @@ impl Limits {
             circuits: Vec::new(),
         });
         for w in workers {
-            w.send(WorkerMsg::OomQuery { round });
+            w.send(CoreMsg::OomQuery { round });
         }
     }
 
@@ -268,7 +268,7 @@ impl Limits {
         if let Some(min_age_ns) = oom::cutoff_age(&mut r.circuits, r.to_recover) {
             self.oom_rounds += 1;
             for w in workers {
-                w.send(WorkerMsg::OomKill { min_age_ns });
+                w.send(CoreMsg::OomKill { min_age_ns });
             }
         }
     }

@@ -48,7 +48,7 @@ use crate::bwhist::{self, BandwidthHistory};
 use crate::context::{RelayConfig, SchedParams, SharedContext};
 use crate::messages::{ConnId, ControllerMsg, HalfRef, WorkerReport};
 use crate::resolver::Resolver;
-use crate::worker::{self, Worker, WorkerConfig, WorkerHandle, WorkerMsg};
+use crate::worker::{self, CoreMsg, Worker, WorkerConfig, WorkerHandle, WorkerMsg};
 
 pub use self::registry::is_private;
 use weft_dir::consensus::NetParams;
@@ -318,7 +318,7 @@ async fn run_controller(cfg: RelayConfig, mut hooks: RelayHooks) -> anyhow::Resu
         let handles = workers.clone();
         (_, dns_usable) = q.spawn(cfg.dns_resolv_conf.clone(), move |w, answer| {
             if let Some(h) = handles.get(w) {
-                h.send(WorkerMsg::Resolved(answer));
+                h.send(CoreMsg::Resolved(answer));
             }
         })?;
     }
@@ -444,7 +444,7 @@ async fn run_controller(cfg: RelayConfig, mut hooks: RelayHooks) -> anyhow::Resu
             Some(ev) = cache_rx.recv() => {
                 if let Some(docs) = cache.on_event(ev) {
                     for w in &c.workers {
-                        w.send(WorkerMsg::DirDocuments(docs.clone()));
+                        w.send(CoreMsg::DirDocuments(docs.clone()));
                     }
                 }
             }
@@ -536,7 +536,7 @@ impl Controller {
     fn on_msg(&mut self, m: ControllerMsg) {
         let mut m = Some(m);
         let workers = &self.workers;
-        let mut to_worker = |w: usize, msg: WorkerMsg| {
+        let mut to_worker = |w: usize, msg: CoreMsg| {
             if let Some(h) = workers.get(w) {
                 h.send(msg);
             }

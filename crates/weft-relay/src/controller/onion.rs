@@ -17,7 +17,7 @@ use weft_proto::cell::destroy_reason;
 use weft_proto::onion::ack_status;
 
 use crate::messages::{ControllerMsg, HalfRef};
-use crate::worker::WorkerMsg;
+use crate::worker::CoreMsg;
 
 /// The controller's onion-service tables. Sans-IO: a message from a
 /// worker goes in ([`OnionTables::on_msg`]), the messages for workers come
@@ -53,9 +53,9 @@ impl OnionTables {
     pub(crate) fn on_msg(
         &mut self,
         m: &mut Option<ControllerMsg>,
-        out: &mut impl FnMut(usize, WorkerMsg),
+        out: &mut impl FnMut(usize, CoreMsg),
     ) {
-        let mut send = |h: &HalfRef, msg: WorkerMsg| out(usize::from(h.worker), msg);
+        let mut send = |h: &HalfRef, msg: CoreMsg| out(usize::from(h.worker), msg);
         match m.take() {
             Some(ControllerMsg::IntroEstablished { half, auth_key }) => {
                 if let Some(old) = self.intro.insert(auth_key, half) {
@@ -63,7 +63,7 @@ impl OnionTables {
                         // New introduction circuits take precedence.
                         send(
                             &old,
-                            WorkerMsg::Destroy {
+                            CoreMsg::Destroy {
                                 half: old,
                                 reason: destroy_reason::FINISHED,
                             },
@@ -88,14 +88,14 @@ impl OnionTables {
             }) => match self.intro.get(&auth_key) {
                 Some(&to) => {
                     debug!("INTRODUCE1 for auth key {}…: to {to:?}", hex4(&auth_key));
-                    send(&to, WorkerMsg::Introduce2 { to, from, payload })
+                    send(&to, CoreMsg::Introduce2 { to, from, payload })
                 }
                 None => {
                     self.unknown_service += 1;
                     debug!("INTRODUCE1 for an unknown service; answering UNKNOWN_ID");
                     send(
                         &from,
-                        WorkerMsg::IntroduceAck {
+                        CoreMsg::IntroduceAck {
                             to: from,
                             status: ack_status::UNKNOWN_ID,
                         },
@@ -112,7 +112,7 @@ impl OnionTables {
                 if ok {
                     self.rend.insert(cookie, half);
                 }
-                send(&half, WorkerMsg::RendezvousEstablished { half, ok });
+                send(&half, CoreMsg::RendezvousEstablished { half, ok });
             }
             Some(ControllerMsg::RendezvousGone { half, cookie }) => {
                 if self.rend.get(&cookie) == Some(&half) {
@@ -133,7 +133,7 @@ impl OnionTables {
                     // can only follow the client's splice.
                     send(
                         &half,
-                        WorkerMsg::Splice {
+                        CoreMsg::Splice {
                             half,
                             peer: waiting,
                             rendezvous2: None,
@@ -141,7 +141,7 @@ impl OnionTables {
                     );
                     send(
                         &waiting,
-                        WorkerMsg::Splice {
+                        CoreMsg::Splice {
                             half: waiting,
                             peer: half,
                             rendezvous2: Some(payload),
@@ -158,7 +158,7 @@ impl OnionTables {
                     );
                     send(
                         &half,
-                        WorkerMsg::Destroy {
+                        CoreMsg::Destroy {
                             half,
                             reason: destroy_reason::PROTOCOL,
                         },
@@ -188,7 +188,7 @@ mod tests {
     }
 
     /// Feed one message; return what the tables sent.
-    fn feed(t: &mut OnionTables, m: ControllerMsg) -> Vec<(usize, WorkerMsg)> {
+    fn feed(t: &mut OnionTables, m: ControllerMsg) -> Vec<(usize, CoreMsg)> {
         let mut out = Vec::new();
         let mut m = Some(m);
         t.on_msg(&mut m, &mut |w, msg| out.push((w, msg)));
@@ -227,7 +227,7 @@ mod tests {
         );
         assert!(matches!(
             out.as_slice(),
-            [(0, WorkerMsg::Destroy { half, reason })] if *half == a && *reason == destroy_reason::FINISHED
+            [(0, CoreMsg::Destroy { half, reason })] if *half == a && *reason == destroy_reason::FINISHED
         ));
         assert_eq!(t.intro_circuit(&key), Some(b));
         // The old circuit's late goodbye leaves the new one registered.
@@ -275,7 +275,7 @@ mod tests {
         );
         assert!(matches!(
             out.as_slice(),
-            [(0, WorkerMsg::IntroduceAck { to, status })] if *to == client && *status == ack_status::UNKNOWN_ID
+            [(0, CoreMsg::IntroduceAck { to, status })] if *to == client && *status == ack_status::UNKNOWN_ID
         ));
         assert_eq!(t.unknown_service, 1);
         feed(
@@ -295,7 +295,7 @@ mod tests {
         );
         assert!(matches!(
             out.as_slice(),
-            [(1, WorkerMsg::Introduce2 { to, from, .. })] if *to == svc && *from == client
+            [(1, CoreMsg::Introduce2 { to, from, .. })] if *to == svc && *from == client
         ));
     }
 
@@ -313,7 +313,7 @@ mod tests {
         );
         assert!(matches!(
             out.as_slice(),
-            [(0, WorkerMsg::RendezvousEstablished { ok: true, .. })]
+            [(0, CoreMsg::RendezvousEstablished { ok: true, .. })]
         ));
         let out = feed(
             &mut t,
@@ -324,7 +324,7 @@ mod tests {
         );
         assert!(matches!(
             out.as_slice(),
-            [(1, WorkerMsg::RendezvousEstablished { ok: false, .. })]
+            [(1, CoreMsg::RendezvousEstablished { ok: false, .. })]
         ));
         let out = feed(
             &mut t,
@@ -338,8 +338,8 @@ mod tests {
         assert!(matches!(
             out.as_slice(),
             [
-                (1, WorkerMsg::Splice { half: a, peer: b, rendezvous2: None }),
-                (0, WorkerMsg::Splice { half: x, peer: y, rendezvous2: Some(_) }),
+                (1, CoreMsg::Splice { half: a, peer: b, rendezvous2: None }),
+                (0, CoreMsg::Splice { half: x, peer: y, rendezvous2: Some(_) }),
             ] if *a == svc && *b == client && *x == client && *y == svc
         ));
         assert_eq!(t.sizes(), (0, 0));
@@ -353,7 +353,7 @@ mod tests {
         );
         assert!(matches!(
             out.as_slice(),
-            [(1, WorkerMsg::Destroy { reason, .. })] if *reason == destroy_reason::PROTOCOL
+            [(1, CoreMsg::Destroy { reason, .. })] if *reason == destroy_reason::PROTOCOL
         ));
         assert_eq!(t.unknown_cookie, 1);
     }

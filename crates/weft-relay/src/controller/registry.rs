@@ -16,7 +16,7 @@ use weft_proto::relay::Extend2;
 
 use super::{Controller, PendingConnect, Waiter};
 use crate::messages::{ConnId, HalfRef};
-use crate::worker::WorkerMsg;
+use crate::worker::{CoreMsg, WorkerMsg};
 
 impl Controller {
     /// Count and log where the two halves of an extended circuit live.
@@ -38,7 +38,7 @@ impl Controller {
 
     pub(super) fn fail_extend(&self, from: &HalfRef, reason: u8, why: String) {
         if let Some(w) = self.workers.get(usize::from(from.worker)) {
-            w.send(WorkerMsg::ExtendFailed {
+            w.send(CoreMsg::ExtendFailed {
                 half: *from,
                 reason,
                 why,
@@ -106,13 +106,13 @@ impl Controller {
         match waiter {
             Waiter::Extend(from, create2) => {
                 self.note_link(&from, worker);
-                self.workers[worker].send(WorkerMsg::CreateOutbound {
+                self.workers[worker].send(CoreMsg::CreateOutbound {
                     conn_id,
                     prev: from,
                     create2,
                 });
             }
-            Waiter::SelfTest(first, rest) => self.workers[worker].send(WorkerMsg::SelfTest {
+            Waiter::SelfTest(first, rest) => self.workers[worker].send(CoreMsg::SelfTest {
                 conn_id,
                 first,
                 rest,

@@ -34,8 +34,8 @@ use tracing::info;
 use weft_proto::cell::{cmd, destroy_reason};
 use weft_proto::circuit::ForwardCtx;
 
+use super::core_msg::CoreMsg;
 use super::half::{Half, HalfTable};
-use super::inbox::WorkerMsg;
 use super::sched::ConnSched;
 use crate::context::SharedContext;
 use crate::histogram::DelayHistogram;
@@ -111,7 +111,7 @@ pub(crate) enum Effect {
     /// Send this to the controller.
     Controller(ControllerMsg),
     /// Put this in worker `w`'s inbox (and wake it).
-    Worker(usize, WorkerMsg),
+    Worker(usize, CoreMsg),
     /// Ask the resolver thread for a lookup.
     Resolve(crate::resolver::DnsQuery),
 }
@@ -161,6 +161,8 @@ pub(crate) struct Circuits {
     pub(crate) pool: CellPool,
     /// Open connections by the driver's slot index.
     pub(crate) conns: Vec<Option<ConnCircuits>>,
+    /// The slot index of each open connection by its identifier.
+    pub(crate) conn_ids: HashMap<ConnId, usize>,
     /// Connections with output to write.
     pub(crate) pending: Vec<usize>,
     /// What waits for room on the ring to each worker, in the order it was
@@ -223,6 +225,7 @@ impl Circuits {
             halves: HalfTable::new(me as u16),
             pool: CellPool::new(1024, limits.max_pool_cells),
             conns: Vec::new(),
+            conn_ids: HashMap::new(),
             pending: Vec::new(),
             waiting: (0..n).map(|_| VecDeque::new()).collect(),
             resumed: Vec::new(),
@@ -271,6 +274,7 @@ impl Circuits {
         if self.conns.len() <= idx {
             self.conns.resize_with(idx + 1, || None);
         }
+        self.conn_ids.insert(id, idx);
         self.conns[idx] = Some(ConnCircuits {
             id,
             peer_addr,
@@ -290,6 +294,7 @@ impl Circuits {
         let Some(mut c) = self.conns.get_mut(idx).and_then(Option::take) else {
             return;
         };
+        self.conn_ids.remove(&c.id);
         for (_, slot) in c.circuits.drain() {
             if let Some(h) = self.drop_half(slot) {
                 if let Some(p) = h.peer {
@@ -303,6 +308,11 @@ impl Circuits {
         self.resumed.retain(|&p| p != idx);
         self.unwait(idx);
         self.flush_destroys();
+    }
+
+    /// The slot index of open connection `id`.
+    pub(crate) fn conn_index(&self, id: ConnId) -> Option<usize> {
+        self.conn_ids.get(&id).copied()
     }
 
     /// The connection at `idx`, if open.
@@ -423,7 +433,7 @@ impl Circuits {
                 self.destroy_half(r, reason);
             } else {
                 self.effects
-                    .push_back(Effect::Worker(w, WorkerMsg::Destroy { half: r, reason }));
+                    .push_back(Effect::Worker(w, CoreMsg::Destroy { half: r, reason }));
             }
         }
     }

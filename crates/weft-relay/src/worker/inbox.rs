@@ -11,10 +11,12 @@ use std::time::Duration;
 
 use tracing::debug;
 
-use super::migrate::{log_departure, MovedConn};
+use super::conn::Conn;
+use super::core_msg::CoreMsg;
+use super::migrate::{log_departure, MovedCircuits};
 use super::Worker;
 use crate::context::SharedContext;
-use crate::messages::{ConnId, ControllerMsg, HalfRef};
+use crate::messages::{ConnId, ControllerMsg};
 
 /// How long a move asked for a busy connection is retried before the
 /// worker refuses it (the controller then picks another connection).
@@ -30,7 +32,10 @@ enum MoveOutcome {
     Never,
 }
 
-/// Messages into a worker's inbox.
+/// Messages into a worker's inbox: the ones only the driver can act on (a
+/// socket to take over, a connection to open or move, its bandwidth share,
+/// closing and stopping), and the circuit core's ([`CoreMsg`]), which the
+/// driver hands on untouched.
 #[derive(Debug)]
 pub(crate) enum WorkerMsg {
     /// Take over an accepted TCP connection.
@@ -53,47 +58,6 @@ pub(crate) enum WorkerMsg {
         /// Expected Ed25519 identity, if known.
         ed_id: Option<[u8; 32]>,
     },
-    /// Create a relabel half on connection `conn_id` toward the next relay,
-    /// send CREATE2 with `create2` (HTYPE | HLEN | HDATA), and link it with
-    /// the keyed half `prev`.
-    CreateOutbound {
-        /// The connection (owned by this worker).
-        conn_id: ConnId,
-        /// The keyed half that asked.
-        prev: HalfRef,
-        /// CREATE2 body.
-        create2: Vec<u8>,
-    },
-    /// The extend of keyed half `half` failed: close its circuit.
-    ExtendFailed {
-        /// The keyed half.
-        half: HalfRef,
-        /// DESTROY reason.
-        reason: u8,
-        /// For the log.
-        why: String,
-    },
-    /// The peer of `half` is gone: tear `half` down and send DESTROY with
-    /// `reason` on its connection.
-    Destroy {
-        /// The half on this worker.
-        half: HalfRef,
-        /// DESTROY reason.
-        reason: u8,
-    },
-    /// Launch a bandwidth self-test circuit on connection `conn_id` to
-    /// `first`, extending through `rest` (the last hop is ourselves), and
-    /// send `cells` DROP cells over it.
-    SelfTest {
-        /// The connection to the first hop (owned by this worker).
-        conn_id: ConnId,
-        /// The first hop.
-        first: weft_proto::origin::HopTarget,
-        /// The other hops.
-        rest: Vec<weft_proto::origin::HopTarget>,
-        /// DROP cells to send.
-        cells: u32,
-    },
     /// Move connection `conn_id` to worker `to` (controller's balancing, or
     /// TestingMigrateEvery).
     Migrate {
@@ -112,81 +76,43 @@ pub(crate) enum WorkerMsg {
         /// Burst.
         burst: u64,
     },
-    /// New immutable context (keys rotated, parameters changed).
+    /// New immutable context (keys rotated, parameters changed): the
+    /// driver's TLS contexts and the core's keys.
     NewContext(Arc<SharedContext>),
-    /// The directory cache's new documents.
-    DirDocuments(Arc<weft_dir::cache::DirDocuments>),
-    /// Onion service: relay `payload` as INTRODUCE2 on introduction half
-    /// `to`, answer client half `from` with INTRODUCE_ACK.
-    Introduce2 {
-        /// The service's introduction half.
-        to: HalfRef,
-        /// The client's half.
-        from: HalfRef,
-        /// The INTRODUCE1 data.
-        payload: Vec<u8>,
-    },
-    /// Onion service: send INTRODUCE_ACK with `status` on client half `to`.
-    IntroduceAck {
-        /// The client's half.
-        to: HalfRef,
-        /// The status.
-        status: u16,
-    },
-    /// Onion service: the controller registered (`ok`) or refused (the
-    /// cookie is in use) the rendezvous cookie of half `half`.
-    RendezvousEstablished {
-        /// The client's rendezvous half.
-        half: HalfRef,
-        /// Registered.
-        ok: bool,
-    },
-    /// Onion service: join half `half` with `peer`, the other circuit of a
-    /// rendezvous; with `rendezvous2`, first send it RENDEZVOUS2 with that
-    /// data (the client's side).
-    Splice {
-        /// The half on this worker.
-        half: HalfRef,
-        /// The other circuit's half.
-        peer: HalfRef,
-        /// RENDEZVOUS2 data, for the client's half.
-        rendezvous2: Option<Vec<u8>>,
-    },
-    /// Conflux: this worker is the home of `link`'s nonce: add leg `leg`
-    /// to its set (made if new).
-    ConfluxJoin {
-        /// The leg (on any worker).
-        leg: HalfRef,
-        /// Its LINK.
-        link: weft_proto::circuit::conflux::Link,
-    },
-    /// DoS: refuse CREATE cells from client address `ip` for `secs`
-    /// seconds.
-    DosMark {
-        /// The address.
-        ip: std::net::IpAddr,
-        /// How long.
-        secs: u64,
-    },
-    /// Memory: report the circuits by the age of their oldest queued cell
-    /// (OOM round `round`).
-    OomQuery {
-        /// The round.
-        round: u64,
-    },
-    /// Memory: close the circuits whose oldest queued cell is at least this
-    /// old (ns).
-    OomKill {
-        /// The cutoff age.
-        min_age_ns: u64,
-    },
-    /// The resolver's answer for one of our exit streams.
-    Resolved(crate::resolver::DnsAnswer),
+    /// For the circuit core.
+    Core(CoreMsg),
     /// Hibernation (the accounting's hard limit): close every relay
     /// connection. [C hibernate.c hibernate_go_dormant()]
     CloseAll,
     /// Send the last counters and stop.
     Shutdown,
+}
+
+impl From<CoreMsg> for WorkerMsg {
+    fn from(m: CoreMsg) -> WorkerMsg {
+        WorkerMsg::Core(m)
+    }
+}
+
+/// A connection on its way to another worker: the driver's connection
+/// (socket, TLS, buffers) and the core's circuits, which travel together.
+pub(crate) struct MovedConn {
+    /// The connection (socket, TLS, buffers).
+    pub(crate) conn: Conn,
+    /// Its circuits.
+    pub(crate) circuits: MovedCircuits,
+    /// The worker it comes from.
+    pub(crate) from: u16,
+}
+
+impl std::fmt::Debug for MovedConn {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("MovedConn")
+            .field("conn", &self.circuits.id)
+            .field("halves", &self.circuits.halves.len())
+            .field("from", &self.from)
+            .finish()
+    }
 }
 
 impl Worker {
@@ -211,67 +137,23 @@ impl Worker {
                 rsa_id,
                 ed_id,
             } => self.connect(conn_id, addr, rsa_id, ed_id),
-            WorkerMsg::CreateOutbound {
-                conn_id,
-                prev,
-                create2,
-            } => {
-                let idx = self.by_id.get(&conn_id).copied();
-                self.core.create_outbound(idx, prev, &create2);
-            }
-            WorkerMsg::ExtendFailed { half, reason, why } => {
-                self.core.extend_failed(half, reason, &why)
-            }
-            WorkerMsg::Destroy { half, reason } => {
-                self.core.destroy_half(half, reason);
-                self.core.flush_destroys();
-            }
             WorkerMsg::Migrate { conn_id, to } => self.migrate_out(conn_id, to),
-            WorkerMsg::DosMark { ip, secs } => self.core.dos_mark(ip, secs),
-            WorkerMsg::OomQuery { round } => {
-                let circuits = self.core.oom_candidates();
-                let _ = self.controller.send(ControllerMsg::OomCandidates {
-                    worker: self.id,
-                    round,
-                    circuits,
-                });
+            WorkerMsg::Core(m) => {
+                let oom = matches!(m, CoreMsg::OomKill { .. });
+                self.core.handle_msg(m);
+                if oom {
+                    self.report_queue_growth();
+                }
             }
-            WorkerMsg::OomKill { min_age_ns } => {
-                self.core.oom_kill(min_age_ns);
-                self.report_queue_growth();
-            }
-            WorkerMsg::Introduce2 { to, from, payload } => self.core.introduce2(to, from, &payload),
-            WorkerMsg::IntroduceAck { to, status } => self.core.introduce_ack(to, status),
-            WorkerMsg::RendezvousEstablished { half, ok } => {
-                self.core.rendezvous_established(half, ok)
-            }
-            WorkerMsg::Splice {
-                half,
-                peer,
-                rendezvous2,
-            } => self.core.splice(half, peer, rendezvous2.as_deref()),
-            WorkerMsg::ConfluxJoin { leg, link } => self.core.conflux_join(leg, &link),
             WorkerMsg::Adopt(m) => self.adopt(*m),
             WorkerMsg::BandwidthShare { rate, burst } => {
                 self.read_bucket.set(rate, burst);
                 self.write_bucket.set(rate, burst);
             }
-            WorkerMsg::SelfTest {
-                conn_id,
-                first,
-                rest,
-                cells,
-            } => {
-                if let Some(&idx) = self.by_id.get(&conn_id) {
-                    self.core.start_selftest(idx, &first, rest, cells);
-                }
-            }
             WorkerMsg::NewContext(c) => {
-                self.core.set_context(c.clone());
+                self.core.handle_msg(CoreMsg::NewContext(c.clone()));
                 self.ctx = c;
             }
-            WorkerMsg::Resolved(a) => self.core.stream_resolved(a),
-            WorkerMsg::DirDocuments(d) => self.core.set_dir_documents(d),
             WorkerMsg::CloseAll => {
                 let all: Vec<usize> = self.conns.iter().map(|(idx, _)| idx).collect();
                 for idx in all {

@@ -11,7 +11,7 @@
 //! 1. **A detaches X.** Each old half slot becomes a [`Forwarder`]. For
 //!    every peer p not on A, A puts `SourceDone{to: p}` on the ring A→C(p):
 //!    after it, A sends nothing more to p.
-//! 2. **B adopts X** (a [`MovedConn`] in its inbox), gives each half a new
+//! 2. **B adopts X** (a `MovedConn` in its inbox), gives each half a new
 //!    reference, tells A `Installed{old, new}` (ring B→A) and each peer's
 //!    worker `PeerMoved{to: p, peer: new, old: A}` (ring B→C, before any of
 //!    B's cells for p). If p is not on A, B holds cells for the new half
@@ -57,7 +57,6 @@ use std::collections::VecDeque;
 use tracing::info;
 use weft_proto::cell::{cmd, BODY_LEN};
 
-use super::conn::Conn;
 use super::core::{Circuits, ConnCircuits, Effect};
 use super::half::{Half, HalfRole};
 use crate::ewma::CircuitEwma;
@@ -150,26 +149,6 @@ pub(crate) struct MovedCircuits {
     pub(crate) urgent: Vec<MovedCell>,
 }
 
-/// A connection on its way to another worker.
-pub(crate) struct MovedConn {
-    /// The connection (socket, TLS, buffers).
-    pub(crate) conn: Conn,
-    /// Its circuits.
-    pub(crate) circuits: MovedCircuits,
-    /// The worker it comes from.
-    pub(crate) from: u16,
-}
-
-impl std::fmt::Debug for MovedConn {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("MovedConn")
-            .field("conn", &self.circuits.id)
-            .field("halves", &self.circuits.halves.len())
-            .field("from", &self.from)
-            .finish()
-    }
-}
-
 /// Empty a queue into moved cells (the slots go back to the pool).
 fn take(q: &mut CellQueue, pool: &mut CellPool) -> Vec<MovedCell> {
     let mut v = Vec::with_capacity(q.len());
@@ -221,6 +200,7 @@ impl Circuits {
             return None;
         }
         let mut c: ConnCircuits = self.conns.get_mut(idx)?.take()?;
+        self.conn_ids.remove(&c.id);
         self.pending.retain(|&p| p != idx);
         self.resumed.retain(|&p| p != idx);
         self.unwait(idx);

@@ -38,6 +38,7 @@
 pub(crate) mod conflux;
 pub(crate) mod conn;
 pub(crate) mod core;
+pub(crate) mod core_msg;
 pub(crate) mod dir_streams;
 pub(crate) mod dispatch;
 pub(crate) mod extend;
@@ -76,6 +77,7 @@ use crate::kist;
 use crate::messages::{ConnId, ControllerMsg, RingMsg};
 use crate::ring::{Consumer, Notifier, Producer};
 
+pub(crate) use self::core_msg::CoreMsg;
 pub(crate) use self::inbox::WorkerMsg;
 
 /// Token of the cross-thread waker.
@@ -102,8 +104,8 @@ pub struct WorkerHandle {
 
 impl WorkerHandle {
     /// Send a control message and wake the worker.
-    pub(crate) fn send(&self, m: WorkerMsg) {
-        if self.tx.send(m).is_ok() {
+    pub(crate) fn send(&self, m: impl Into<WorkerMsg>) {
+        if self.tx.send(m.into()).is_ok() {
             self.notifier.wake();
         }
     }
@@ -573,13 +575,14 @@ impl Worker {
                         .and_then(|e| e.resolver.as_ref())
                         .is_some_and(|r| r.query(q.clone()));
                     if !sent {
-                        self.core.stream_resolved(crate::resolver::DnsAnswer {
-                            key: q.key,
-                            tag: q.tag,
-                            v4: Err(false),
-                            v6: Err(false),
-                            cached: false,
-                        });
+                        self.core
+                            .handle_msg(CoreMsg::Resolved(crate::resolver::DnsAnswer {
+                                key: q.key,
+                                tag: q.tag,
+                                v4: Err(false),
+                                v6: Err(false),
+                                cached: false,
+                            }));
                     }
                 }
             }

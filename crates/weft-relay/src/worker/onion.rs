@@ -28,8 +28,8 @@ use weft_proto::onion::{ack_status, hs_cmd, introduce_ack_body, COOKIE_LEN};
 use weft_proto::relay;
 
 use super::core::{Circuits, Effect};
+use super::core_msg::CoreMsg;
 use super::half::{Half, HalfRole};
-use super::inbox::WorkerMsg;
 use crate::messages::{ControllerMsg, HalfRef, RingMsg};
 
 impl Circuits {
@@ -127,7 +127,7 @@ impl Circuits {
         } else {
             self.effects.push_back(Effect::Worker(
                 w,
-                WorkerMsg::IntroduceAck { to: from, status },
+                CoreMsg::IntroduceAck { to: from, status },
             ));
         }
     }

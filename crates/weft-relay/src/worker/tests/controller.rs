@@ -13,7 +13,7 @@ impl Net {
         let msgs = std::mem::take(&mut self.controller);
         let mut moved = false;
         let inbox = &mut self.inbox;
-        let mut to_worker = |w: usize, m: WorkerMsg| inbox[w].push(m);
+        let mut to_worker = |w: usize, m: CoreMsg| inbox[w].push(m);
         for m in msgs {
             let mut m = Some(m);
             self.onion.on_msg(&mut m, &mut to_worker);

@@ -16,8 +16,8 @@ use weft_proto::origin::{HopTarget, OriginCircuit};
 use weft_proto::relay::{self, relay_cmd};
 
 use super::core::{Circuits, CoreLimits, Effect};
+use super::core_msg::CoreMsg;
 use super::dispatch::CellVerdict;
-use super::inbox::WorkerMsg;
 use super::sched::CellSink;
 use super::*;
 use crate::context::{SchedParams, SharedContext};
@@ -97,7 +97,7 @@ struct Net {
     /// `ins[dest][src]`.
     ins: Vec<Vec<Option<Consumer<RingMsg>>>>,
     /// Inbox messages in flight, by destination worker.
-    inbox: Vec<Vec<WorkerMsg>>,
+    inbox: Vec<Vec<CoreMsg>>,
     /// What the cores told the controller.
     controller: Vec<ControllerMsg>,
     /// The controller's own onion-service tables.
@@ -218,31 +218,7 @@ impl Net {
         for w in 0..self.cores.len() {
             for m in std::mem::take(&mut self.inbox[w]) {
                 moved = true;
-                match m {
-                    WorkerMsg::Destroy { half, reason } => {
-                        self.cores[w].destroy_half(half, reason);
-                        self.cores[w].flush_destroys();
-                    }
-                    WorkerMsg::ExtendFailed { half, reason, why } => {
-                        self.cores[w].extend_failed(half, reason, &why)
-                    }
-                    WorkerMsg::Introduce2 { to, from, payload } => {
-                        self.cores[w].introduce2(to, from, &payload)
-                    }
-                    WorkerMsg::IntroduceAck { to, status } => {
-                        self.cores[w].introduce_ack(to, status)
-                    }
-                    WorkerMsg::RendezvousEstablished { half, ok } => {
-                        self.cores[w].rendezvous_established(half, ok)
-                    }
-                    WorkerMsg::Splice {
-                        half,
-                        peer,
-                        rendezvous2,
-                    } => self.cores[w].splice(half, peer, rendezvous2.as_deref()),
-                    WorkerMsg::ConfluxJoin { leg, link } => self.cores[w].conflux_join(leg, &link),
-                    other => panic!("unexpected inbox message {other:?}"),
-                }
+                self.cores[w].handle_msg(m);
                 self.collect(w);
             }
             for src in 0..self.cores.len() {
@@ -569,7 +545,7 @@ fn an_extend2_that_fails_closes_only_its_circuit() {
         panic!("no extend request");
     };
     // The controller could not connect.
-    net.inbox[0].push(WorkerMsg::ExtendFailed {
+    net.inbox[0].push(CoreMsg::ExtendFailed {
         half: from,
         reason: destroy_reason::CONNECTFAILED,
         why: "connection refused".into(),
