@@ -141,6 +141,23 @@ pub(crate) struct CoreCounters {
     pub(crate) protocol_closes: u64,
 }
 
+/// The core's side of the worker's once-a-second report: its counters (as
+/// totals; the driver makes the deltas) and its sizes now.
+#[derive(Clone, Copy)]
+pub(crate) struct CoreReport {
+    pub(crate) counters: CoreCounters,
+    pub(crate) limits: super::limits::LimitCounters,
+    /// The stream room's counters; `open` and `cfx` filled in.
+    pub(crate) exit: crate::messages::ExitCounters,
+    /// Circuits open (the halves that end a circuit).
+    pub(crate) circuits_open: u64,
+    /// Circuit halves.
+    pub(crate) halves: u64,
+    pub(crate) queued_cells: u64,
+    pub(crate) queued_bytes: u64,
+    pub(crate) pool_slots: u64,
+}
+
 /// Limits of the core.
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct CoreLimits {
@@ -193,6 +210,8 @@ pub(crate) struct Circuits {
     /// The driver's clock at the start of this round (ns on the workers'
     /// shared epoch): read once per round, passed in ([`Circuits::set_now`]).
     pub(crate) now_ns: u64,
+    /// When the core's once-a-second timers run next ([`Circuits::begin_round`]).
+    next_tick_ns: u64,
     /// Wall-clock time at `now_ns == 0` (the driver sets it; the
     /// directory cache's HTTP dates and consensus liveness use it).
     pub(crate) wall_epoch: std::time::SystemTime,
@@ -237,6 +256,7 @@ impl Circuits {
             effects: VecDeque::new(),
             counters: CoreCounters::default(),
             now_ns: 0,
+            next_tick_ns: 0,
             wall_epoch: std::time::SystemTime::UNIX_EPOCH,
             guards: Default::default(),
             limit_counters: Default::default(),
@@ -352,7 +372,12 @@ impl Circuits {
     // ----- outputs ------------------------------------------------------------
 
     /// The next thing the driver must do for the core.
+    /// Halves torn down during the last inputs are finished first (their
+    /// peers told, DESTROY queued).
     pub(crate) fn poll_effect(&mut self) -> Option<Effect> {
+        if !self.destroy_later.is_empty() {
+            self.flush_destroys();
+        }
         self.effects.pop_front()
     }
 
@@ -480,11 +505,42 @@ impl Circuits {
         );
     }
 
-    /// Once a second: forwarders that outlived their migration go, expired
-    /// self-test circuits close.
-    pub(crate) fn tick(&mut self) {
+    /// The core's side of the report (see [`CoreReport`]).
+    pub(crate) fn report(&self) -> CoreReport {
+        let mut exit = self.streams.counters;
+        exit.open = self.streams.len() as u64;
+        exit.cfx = self.conflux.report();
+        CoreReport {
+            counters: self.counters,
+            limits: self.limit_counters,
+            exit,
+            circuits_open: self.halves.circuits() as u64,
+            halves: self.halves.len() as u64,
+            queued_cells: self.queued_cells() as u64,
+            queued_bytes: self.queued_bytes(),
+            pool_slots: self.pool.capacity() as u64,
+        }
+    }
+
+    /// A round begins at `now_ns` (the driver's clock, read once): the
+    /// core's clock moves; once a second its own timers run (expired
+    /// self-test circuits close); the handshake budget is fresh and spent
+    /// first on the CREATE2 cells that wait.
+    pub(crate) fn begin_round(&mut self, now_ns: u64) {
+        self.set_now(now_ns);
+        if now_ns >= self.next_tick_ns {
+            self.next_tick_ns = now_ns + 1_000_000_000;
+            self.expire_selftests();
+        }
+        self.run_pending_creates();
+    }
+
+    /// The rings' messages of this round are in: what the forwarders of
+    /// moved halves hold passes on, what waited for ring room goes out.
+    pub(crate) fn rings_drained(&mut self) {
+        self.flush_destroys();
         self.tend_forwarders();
-        self.expire_selftests();
+        self.retry_waiting();
         self.flush_destroys();
     }
 }

@@ -29,7 +29,6 @@ impl Worker {
         }
         list.clear();
         self.scratch = list;
-        self.core.flush_destroys();
         self.apply_effects();
     }
 

@@ -453,7 +453,7 @@ impl Worker {
         self.round_ns = t0.saturating_duration_since(self.epoch).as_nanos() as u64;
         self.read_stamp_ns = if quiet { before } else { self.round_ns };
         self.round_start = t0;
-        self.core.set_now(self.round_ns);
+        self.core.begin_round(self.round_ns);
         if self.read_bucket.refill(t0) {
             self.to_read.append(&mut self.starved);
         }
@@ -488,11 +488,7 @@ impl Worker {
             self.advance_handshake(c);
         }
         self.drain_inbox();
-        self.core.run_pending_creates();
         self.drain_rings();
-        self.core.tend_forwarders();
-        self.core.retry_waiting();
-        self.apply_effects();
         self.retry_move();
         self.read_all();
         self.stream_round();
@@ -522,7 +518,7 @@ impl Worker {
             }
             self.ins[w] = Some(c);
         }
-        self.core.flush_destroys();
+        self.core.rings_drained();
         self.apply_effects();
     }
 

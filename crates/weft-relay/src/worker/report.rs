@@ -1,6 +1,6 @@
 //! The driver's counters and its once-a-second housekeeping: the report to
 //! the controller (its counters and the core's, as deltas), handshake
-//! deadlines, idle connections, keepalives, and the core's tick.
+//! deadlines, idle connections, keepalives.
 
 use std::time::{Duration, Instant};
 
@@ -49,18 +49,17 @@ impl Worker {
     /// Send the controller the counters since the last report.
     pub(crate) fn report(&mut self) {
         self.counters.allocations = self.cfg.alloc_probe.map_or(0, |f| f());
-        self.counters.core = self.core.counters;
-        self.counters.limits = self.core.limit_counters;
-        self.counters.exit = self.core.streams.counters;
+        let core = self.core.report();
+        self.counters.core = core.counters;
+        self.counters.limits = core.limits;
+        self.counters.exit = core.exit;
         self.counters.exit.bytes_from_dest = self.counters.stream_read;
         self.counters.exit.bytes_to_dest = self.counters.stream_written;
-        self.counters.exit.open = self.core.streams.len() as u64;
-        self.counters.exit.cfx = self.core.conflux.report();
         self.counters.relay = crate::messages::RelayCounters {
-            circuits_open: self.core.halves.circuits() as u64,
-            destroy_cells: self.core.counters.destroy_cells,
-            drop_cells: self.core.counters.drop_cells,
-            protocol_closes: self.core.counters.protocol_closes,
+            circuits_open: core.circuits_open,
+            destroy_cells: core.counters.destroy_cells,
+            drop_cells: core.counters.drop_cells,
+            protocol_closes: core.counters.protocol_closes,
             exit_conns_created: self.streams.created,
             exit_conns_open: self.streams.open,
             tcp_exhaustion: self.streams.tcp_exhaustion,
@@ -82,10 +81,10 @@ impl Worker {
             cells_relayed: now.core.cells - last.core.cells,
             cells_cross_worker: now.core.cross - last.core.cross,
             connections: self.conns.len() as u64,
-            circuits: self.core.halves.len() as u64,
+            circuits: core.halves,
             circuits_created: now.core.created - last.core.created,
-            queued_cells: self.core.queued_cells() as u64,
-            pool_slots: self.core.pool.capacity() as u64,
+            queued_cells: core.queued_cells,
+            pool_slots: core.pool_slots,
             wakeups_sent: now.wakeups - last.wakeups,
             rounds: now.rounds - last.rounds,
             busy_ns: now.busy_ns - last.busy_ns,
@@ -97,7 +96,7 @@ impl Worker {
             limits: {
                 let (n, l) = (&now.limits, &last.limits);
                 crate::messages::LimitReport {
-                    queued_bytes: self.core.queued_bytes(),
+                    queued_bytes: core.queued_bytes,
                     oom_circuits: n.oom_circuits - l.oom_circuits,
                     oom_bytes: n.oom_bytes - l.oom_bytes,
                     dos_cc_rejected: n.dos_cc_rejected - l.dos_cc_rejected,
@@ -190,7 +189,6 @@ impl Worker {
         for (idx, why) in close {
             self.close_later(idx, why);
         }
-        self.core.tick();
         self.apply_effects();
         self.reap();
         self.apply_effects();

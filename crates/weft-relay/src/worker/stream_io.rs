@@ -72,7 +72,7 @@ impl Worker {
     /// The round's stream work: readiness, connects and closes the core
     /// asked for, bytes to the destinations, bytes from them.
     pub(crate) fn stream_round(&mut self) {
-        if self.core.streams.len() == 0 && self.streams.events.is_empty() {
+        if self.core.stream_counts().0 == 0 && self.streams.events.is_empty() {
             self.stream_io();
             return;
         }
