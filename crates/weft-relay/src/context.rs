@@ -1,6 +1,8 @@
 //! The relay's configuration as the runtime needs it ([`RelayConfig`]) and
-//! the immutable snapshot every worker holds ([`SharedContext`]): handshake
-//! keys, link-authentication material and TLS contexts. A new snapshot is
+//! the immutable snapshot every worker holds ([`SharedContext`]):
+//! link-authentication material and TLS contexts for the driver, and for
+//! the circuit core ([`CircuitContext`]) handshake keys, parameters and the
+//! exit's settings. A new snapshot is
 //! built by the controller and sent to workers when keys rotate; connections
 //! keep the snapshot they started with.
 
@@ -260,8 +262,6 @@ pub struct ExitSettings {
     pub policy: weft_dir::exit_policy::ExitPolicy,
     /// IPv6Exit.
     pub ipv6_exit: bool,
-    /// Where host names are looked up (None: they fail).
-    pub resolver: Option<crate::resolver::Resolver>,
     /// The ORPorts of the relays in the consensus and the authorities'
     /// ORPorts and DirPorts: an exit stream may not connect back into the
     /// network (C Tor's re-entry rule) unless `allow_reentry`.
@@ -275,16 +275,35 @@ pub struct ExitSettings {
     pub refuse_unknown_exits: bool,
 }
 
-/// Immutable snapshot shared by all workers.
+/// Immutable snapshot shared by all workers: the driver's part (TLS
+/// contexts, link certificates, the resolver's channel) and the circuit
+/// core's ([`CircuitContext`], which it derefs to).
 pub struct SharedContext {
-    /// Handshake keys for CREATE2.
-    pub handshake: HandshakeKeys,
     /// Link-authentication material (certs for CERTS cells).
     pub link: Arc<LinkIdentity>,
     /// TLS server context.
     pub acceptor: SslAcceptor,
     /// TLS client context.
     pub connector: SslConnector,
+    /// Where an exit's host names are looked up (None: they fail).
+    pub resolver: Option<crate::resolver::Resolver>,
+    /// What the circuit core reads (no socket, TLS or channel in it).
+    pub circuits: Arc<CircuitContext>,
+}
+
+impl std::ops::Deref for SharedContext {
+    type Target = CircuitContext;
+    fn deref(&self) -> &CircuitContext {
+        &self.circuits
+    }
+}
+
+/// The circuit core's part of the snapshot: keys for CREATE2, consensus
+/// parameters, the exit's settings.
+#[derive(Clone)]
+pub struct CircuitContext {
+    /// Handshake keys for CREATE2.
+    pub handshake: Arc<HandshakeKeys>,
     /// Our advertised addresses (for NETINFO).
     pub our_addrs: Vec<IpAddr>,
     /// Our RSA fingerprint.
@@ -334,56 +353,78 @@ impl SharedContext {
         let (acceptor, connector) = crate::tls::contexts(link)?;
         let lid = LinkIdentity::from_keys(keys, link);
         Ok(SharedContext {
-            handshake: HandshakeKeys {
-                rsa_fp: keys.fingerprint,
-                ed_id: keys.ed_id,
-                ntor: keys.ntor_keys(),
-            },
             link: Arc::new(lid),
             acceptor,
             connector,
-            our_addrs,
-            rsa_fp: keys.fingerprint,
-            allow_nonearly_extend: sched.allow_nonearly_extend,
-            halflife_s: sched.halflife_s,
-            kist_interval: sched.kist_interval,
-            kist_factor: sched.kist_factor,
-            intro_dos: sched.intro_dos,
-            dos: sched.dos,
-            exit: None,
-            sendme_accept_min: sched.sendme_accept_min,
-            cc: sched.cc,
-            cfx: sched.cfx,
-            dir_cache: false,
-            hibernating: false,
-            outbound: Default::default(),
-            created: SystemTime::now(),
+            resolver: None,
+            circuits: Arc::new(CircuitContext {
+                handshake: Arc::new(HandshakeKeys {
+                    rsa_fp: keys.fingerprint,
+                    ed_id: keys.ed_id,
+                    ntor: keys.ntor_keys(),
+                }),
+                our_addrs,
+                rsa_fp: keys.fingerprint,
+                allow_nonearly_extend: sched.allow_nonearly_extend,
+                halflife_s: sched.halflife_s,
+                kist_interval: sched.kist_interval,
+                kist_factor: sched.kist_factor,
+                intro_dos: sched.intro_dos,
+                dos: sched.dos,
+                exit: None,
+                sendme_accept_min: sched.sendme_accept_min,
+                cc: sched.cc,
+                cfx: sched.cfx,
+                dir_cache: false,
+                hibernating: false,
+                outbound: Default::default(),
+                created: SystemTime::now(),
+            }),
         })
     }
 
+    /// The core's part, to change while building.
+    fn circuits_mut(&mut self) -> &mut CircuitContext {
+        Arc::make_mut(&mut self.circuits)
+    }
+
     /// The same snapshot for an exit with `exit` settings (None: not an
-    /// exit).
-    pub fn with_exit(mut self, exit: Option<Arc<ExitSettings>>) -> SharedContext {
-        self.exit = exit;
+    /// exit), looking host names up with `resolver`.
+    pub fn with_exit(
+        mut self,
+        exit: Option<Arc<ExitSettings>>,
+        resolver: Option<crate::resolver::Resolver>,
+    ) -> SharedContext {
+        self.circuits_mut().exit = exit;
+        self.resolver = resolver;
         self
     }
 
     /// The same context with these outbound source addresses.
     pub fn with_outbound(mut self, b: crate::outbound::OutboundBind) -> SharedContext {
-        self.outbound = b;
+        self.circuits_mut().outbound = b;
         self
     }
 
     /// The same context, serving BEGIN_DIR or not.
     pub fn with_dir_cache(mut self, on: bool) -> SharedContext {
-        self.dir_cache = on;
+        self.circuits_mut().dir_cache = on;
         self
     }
 
     /// The same context, hibernating or not.
     pub fn with_hibernating(mut self, on: bool) -> SharedContext {
-        self.hibernating = on;
+        self.circuits_mut().hibernating = on;
         self
+    }
+}
+
+impl std::fmt::Debug for CircuitContext {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("CircuitContext")
+            .field("rsa_fp", &hex::encode_upper(self.rsa_fp))
+            .field("created", &self.created)
+            .finish_non_exhaustive()
     }
 }
 

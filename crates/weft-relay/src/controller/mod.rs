@@ -190,7 +190,6 @@ fn sched_params(cfg: &RelayConfig, p: &NetParams) -> SchedParams {
 /// anything.
 fn exit_settings(
     cfg: &RelayConfig,
-    resolver: Option<&Resolver>,
     dir: Option<&DirState>,
 ) -> Option<Arc<crate::context::ExitSettings>> {
     if cfg.exit_policy.is_reject_star() {
@@ -217,7 +216,6 @@ fn exit_settings(
     Some(Arc::new(crate::context::ExitSettings {
         policy: cfg.exit_policy.clone(),
         ipv6_exit: !cfg.exit_policy.rejects_all_of(true),
-        resolver: resolver.cloned(),
         reentry,
         allow_reentry,
         known_relays,
@@ -273,7 +271,7 @@ async fn run_controller(cfg: RelayConfig, mut hooks: RelayHooks) -> anyhow::Resu
             our_addrs(&cfg),
             &sched_params(&cfg, &NetParams::default()),
         )?
-        .with_exit(exit_settings(&cfg, resolver.as_ref(), None))
+        .with_exit(exit_settings(&cfg, None), resolver.clone())
         .with_dir_cache(dir_cache::should_be_cache(&cfg))
         .with_outbound(cfg.outbound),
     );
@@ -732,7 +730,7 @@ impl Controller {
         ) {
             Ok(ctx) => {
                 self.ctx = Arc::new(
-                    ctx.with_exit(exit_settings(&self.cfg, self.resolver.as_ref(), Some(dir)))
+                    ctx.with_exit(exit_settings(&self.cfg, Some(dir)), self.resolver.clone())
                         .with_dir_cache(self.ctx.dir_cache)
                         .with_outbound(self.cfg.outbound)
                         .with_hibernating(self.hibernating()),

@@ -37,7 +37,7 @@ use weft_proto::circuit::ForwardCtx;
 use super::core_msg::CoreMsg;
 use super::half::{Half, HalfTable};
 use super::sched::ConnSched;
-use crate::context::SharedContext;
+use crate::context::CircuitContext;
 use crate::histogram::DelayHistogram;
 use crate::messages::{ConnId, ControllerMsg, HalfRef, RingMsg};
 use crate::pool::CellPool;
@@ -173,7 +173,7 @@ pub(crate) struct Circuits {
     pub(crate) me: usize,
     pub(crate) limits: CoreLimits,
     /// Keys and parameters (immutable snapshot; replaced on rotation).
-    pub(crate) ctx: Arc<SharedContext>,
+    pub(crate) ctx: Arc<CircuitContext>,
     pub(crate) halves: HalfTable,
     pub(crate) pool: CellPool,
     /// Open connections by the driver's slot index.
@@ -234,7 +234,7 @@ impl Circuits {
     pub(crate) fn new(
         me: usize,
         limits: CoreLimits,
-        ctx: Arc<SharedContext>,
+        ctx: Arc<CircuitContext>,
         outs: Vec<Option<Producer<RingMsg>>>,
     ) -> Circuits {
         let n = outs.len();
@@ -355,7 +355,7 @@ impl Circuits {
     }
 
     /// A new immutable context (keys rotated, parameters changed).
-    pub(crate) fn set_context(&mut self, ctx: Arc<SharedContext>) {
+    pub(crate) fn set_context(&mut self, ctx: Arc<CircuitContext>) {
         if ctx.halflife_s != self.ctx.halflife_s {
             for c in self.conns.iter_mut().flatten() {
                 c.sched.mux.set_halflife(ctx.halflife_s);

@@ -11,7 +11,7 @@
 use std::sync::Arc;
 
 use super::core::{Circuits, Effect};
-use crate::context::SharedContext;
+use crate::context::CircuitContext;
 use crate::messages::{ConnId, ControllerMsg, HalfRef};
 
 /// A message for a worker's circuit core.
@@ -59,7 +59,7 @@ pub(crate) enum CoreMsg {
         cells: u32,
     },
     /// New immutable context (keys rotated, parameters changed).
-    NewContext(Arc<SharedContext>),
+    NewContext(Arc<CircuitContext>),
     /// The directory cache's new documents.
     DirDocuments(Arc<weft_dir::cache::DirDocuments>),
     /// Onion service: relay `payload` as INTRODUCE2 on introduction half

@@ -151,7 +151,8 @@ impl Worker {
                 self.write_bucket.set(rate, burst);
             }
             WorkerMsg::NewContext(c) => {
-                self.core.handle_msg(CoreMsg::NewContext(c.clone()));
+                self.core
+                    .handle_msg(CoreMsg::NewContext(c.circuits.clone()));
                 self.ctx = c;
             }
             WorkerMsg::CloseAll => {

@@ -7,9 +7,10 @@
 use std::os::fd::AsRawFd;
 use std::time::Instant;
 
+use super::sched::CellSink;
 use super::Worker;
 use crate::kist;
-use crate::link_io::IoState;
+use crate::link_io::{IoState, LinkConn};
 
 /// Bytes read from one connection per round before others get a turn.
 const READ_BUDGET: u64 = 128 * 1024;
@@ -204,5 +205,19 @@ impl Worker {
             return false;
         }
         core.settle_pending(idx)
+    }
+}
+
+/// The core stages a connection's cells straight into its TLS link's
+/// output buffer (the driver's type; the core sees only [`CellSink`]).
+impl CellSink for LinkConn {
+    #[inline]
+    fn staged(&self) -> usize {
+        self.pending_out()
+    }
+
+    #[inline]
+    fn put(&mut self, circ_id: u32, command: u8, body: &[u8; weft_proto::cell::BODY_LEN]) {
+        self.queue_cell(circ_id, command, body);
     }
 }

@@ -290,7 +290,7 @@ impl Worker {
             ins: parts.ins,
             controller,
             core: {
-                let mut core = Circuits::new(parts.id, limits, ctx.clone(), parts.outs);
+                let mut core = Circuits::new(parts.id, limits, ctx.circuits.clone(), parts.outs);
                 core.wall_epoch = std::time::SystemTime::now() - parts.epoch.elapsed();
                 core
             },
@@ -566,9 +566,8 @@ impl Worker {
                 Effect::Resolve(q) => {
                     let sent = self
                         .ctx
-                        .exit
+                        .resolver
                         .as_ref()
-                        .and_then(|e| e.resolver.as_ref())
                         .is_some_and(|r| r.query(q.clone()));
                     if !sent {
                         self.core

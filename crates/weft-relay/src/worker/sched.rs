@@ -12,7 +12,6 @@ use weft_proto::cell::BODY_LEN;
 
 use super::core::Circuits;
 use crate::ewma::{CircuitEwma, EwmaMux};
-use crate::link_io::LinkConn;
 use crate::pool::CellQueue;
 
 /// A connection's output queues (see the module docs).
@@ -46,18 +45,6 @@ pub(crate) trait CellSink {
     fn staged(&self) -> usize;
     /// Stage one fixed-size cell.
     fn put(&mut self, circ_id: u32, command: u8, body: &[u8; BODY_LEN]);
-}
-
-impl CellSink for LinkConn {
-    #[inline]
-    fn staged(&self) -> usize {
-        self.pending_out()
-    }
-
-    #[inline]
-    fn put(&mut self, circ_id: u32, command: u8, body: &[u8; BODY_LEN]) {
-        self.queue_cell(circ_id, command, body);
-    }
 }
 
 /// Bytes of urgent cells staged for one connection per run.

@@ -185,7 +185,7 @@ fn without_the_consensus_a_request_gets_an_empty_answer() {
     let mut sched = SchedParams::default();
     sched.cc.enabled = false;
     let ctx = SharedContext::build(&net.relay, &link, vec![], &sched).unwrap();
-    net.cores[0].set_context(Arc::new(ctx.with_exit(exit)));
+    net.cores[0].set_context(ctx.with_exit(exit, None).circuits);
     let (mut c, msg) = cc_circuit(&mut net, 1, 5);
     assert_eq!(msg, [0], "no extension: the fixed windows");
     let key = open_stream(&mut net, 1, 5, &mut c, 9);

@@ -23,7 +23,7 @@ fn cache_net(consensus_len: usize) -> Net {
     let ctx = SharedContext::build(&net.relay, &link, vec![], &SchedParams::default())
         .unwrap()
         .with_dir_cache(true);
-    net.cores[0].set_context(Arc::new(ctx));
+    net.cores[0].set_context(ctx.circuits);
     net.cores[0].set_dir_documents(Arc::new(documents(consensus_len)));
     net
 }

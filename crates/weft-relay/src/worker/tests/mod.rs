@@ -147,7 +147,7 @@ impl Net {
             .into_iter()
             .enumerate()
             .map(|(w, o)| {
-                let mut core = Circuits::new(w, limits, ctx.clone(), o);
+                let mut core = Circuits::new(w, limits, ctx.circuits.clone(), o);
                 core.wall_epoch = SystemTime::now();
                 core
             })

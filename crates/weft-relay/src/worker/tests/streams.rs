@@ -10,7 +10,7 @@ use weft_dir::exit_policy::{ExitPolicy, ExitPolicyOptions, OwnAddresses};
 use weft_proto::circuit::flow::sendme_v1_body;
 
 use super::*;
-use crate::context::ExitSettings;
+use crate::context::{CircuitContext, ExitSettings};
 use crate::worker::streams::StreamIo;
 
 /// One worker whose relay is an exit with `accept *:*` and the defaults
@@ -38,13 +38,12 @@ pub(super) fn exit_net_cfx(n: usize, cfx_enabled: bool) -> Net {
     let settings = ExitSettings {
         policy,
         ipv6_exit: false,
-        resolver: None,
         reentry: [SocketAddr::from(([198, 51, 100, 1], 9001))].into(),
         allow_reentry: false,
         known_relays: Some([[0xAB; 20]].into()),
         refuse_unknown_exits: true,
     };
-    static EXIT_CTX: [std::sync::OnceLock<Arc<SharedContext>>; 2] =
+    static EXIT_CTX: [std::sync::OnceLock<Arc<CircuitContext>>; 2] =
         [std::sync::OnceLock::new(), std::sync::OnceLock::new()];
     let mut net = Net::new(n, 64);
     let ctx = EXIT_CTX[usize::from(cfx_enabled)]
@@ -60,7 +59,7 @@ pub(super) fn exit_net_cfx(n: usize, cfx_enabled: bool) -> Net {
                 ..SchedParams::default()
             };
             let ctx = SharedContext::build(&net.relay, &link, vec![], &sched).unwrap();
-            Arc::new(ctx.with_exit(Some(Arc::new(settings))))
+            ctx.with_exit(Some(Arc::new(settings)), None).circuits
         })
         .clone();
     for core in &mut net.cores {
@@ -587,8 +586,8 @@ fn limit_streams(net: &mut Net, defense: u32) {
     let exit = net.cores[0].ctx.exit.clone();
     let ctx = SharedContext::build(&net.relay, &link, vec![], &sched)
         .unwrap()
-        .with_exit(exit);
-    net.cores[0].set_context(Arc::new(ctx));
+        .with_exit(exit, None);
+    net.cores[0].set_context(ctx.circuits);
 }
 
 #[test]
