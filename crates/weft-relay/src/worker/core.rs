@@ -12,14 +12,15 @@
 //! * inputs — [`Circuits::add_conn`] / [`Circuits::remove_conn`] (a
 //!   connection opened or closed), [`Circuits::on_cell`] (one cell read from
 //!   a connection, [`super::dispatch`]), [`Circuits::on_ring_msg`] (a message
-//!   from another worker's ring, [`super::handoff`]), the inbox handlers
-//!   ([`super::extend`], [`super::migrate`], [`super::origin`],
-//!   [`Circuits::destroy_half`]), and [`Circuits::tick`] once a second;
+//!   from another worker's ring, [`super::handoff`]) and
+//!   [`Circuits::rings_drained`] after a round's, [`Circuits::handle_msg`]
+//!   (a [`super::core_msg::CoreMsg`] from the controller or another core),
+//!   [`Circuits::begin_round`] (the clock; the core's own timers);
 //! * outputs — [`Circuits::fill`] (cells for one connection's write buffer,
 //!   [`super::sched`]), [`Circuits::poll_effect`] (messages for the
-//!   controller and other workers' inboxes), [`Circuits::take_resumed`]
-//!   (connections whose reading may go on), and the rings, which the driver
-//!   publishes with [`Circuits::publish`].
+//!   controller and other cores, lookups), [`Circuits::take_resumed`]
+//!   (connections whose reading may go on), the rings, which the driver
+//!   publishes with [`Circuits::publish`], and [`Circuits::report`].
 //!
 //! After any input, drain `poll_effect` and `take_resumed`; after a round,
 //! `publish`. Every module in this folder but `mod.rs`, `conn.rs`,
