@@ -347,7 +347,7 @@ impl Handshake {
                 self.recv_log_done = true;
                 parse_auth_challenge(frame.body)?;
                 self.got_challenge = true;
-                self.send_initiator_auth(exporter, out)?;
+                self.send_initiator_auth(now, exporter, out)?;
                 Ok(None)
             }
             (State::AwaitInitiator, cmd::AUTHENTICATE) => {
@@ -460,6 +460,7 @@ impl Handshake {
     /// Initiator: CERTS (2, 4, 6, 7), AUTHENTICATE, NETINFO, in that order.
     fn send_initiator_auth(
         &mut self,
+        now: SystemTime,
         exporter: &mut dyn FnMut(&[u8]) -> Option<[u8; 32]>,
         out: &mut Vec<Vec<u8>>,
     ) -> Result<(), LinkError> {
@@ -503,7 +504,7 @@ impl Handshake {
         body.extend_from_slice(&(AUTH_LEN as u16).to_be_bytes());
         body.extend_from_slice(&a);
         out.push(encode_var(0, 4, cmd::AUTHENTICATE, &body));
-        out.push(self.netinfo_cell(SystemTime::now(), true));
+        out.push(self.netinfo_cell(now, true));
         self.authenticated = true;
         Ok(())
     }
