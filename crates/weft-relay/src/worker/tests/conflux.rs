@@ -36,7 +36,7 @@ impl Leg {
         }
         let mut c = OriginCircuit::new();
         let create2 = c
-            .create2_ntor_v3(&target(&net.relay, 9001), &[1, 1, 0])
+            .create2_ntor_v3(&target(net.relay, 9001), &[1, 1, 0])
             .unwrap();
         net.cell(w, conn, id(circ), cmd::CREATE2, &mut pad(&create2));
         let out = net.written(w, conn);
@@ -380,7 +380,7 @@ fn links_the_exit_refuses() {
     // Without congestion control (an ntor circuit).
     net.open(0, 1, false);
     let mut c = OriginCircuit::new();
-    let create2 = c.create2(&target(&net.relay, 9001)).unwrap();
+    let create2 = c.create2(&target(net.relay, 9001)).unwrap();
     net.cell(0, 1, id(9), cmd::CREATE2, &mut pad(&create2));
     let out = net.written(0, 1);
     let created = out.iter().find(|o| o.circ_id == id(9)).unwrap();

@@ -20,7 +20,7 @@ fn cc_circuit(net: &mut Net, conn: usize, circ: u32) -> (OriginCircuit, Vec<u8>)
     }
     let mut c = OriginCircuit::new();
     let create2 = c
-        .create2_ntor_v3(&target(&net.relay, 9001), &[1, 1, 0])
+        .create2_ntor_v3(&target(net.relay, 9001), &[1, 1, 0])
         .unwrap();
     net.cell(0, conn, circ, cmd::CREATE2, &mut pad(&create2));
     let out = net.written(0, conn);
@@ -181,10 +181,10 @@ fn a_client_that_ignores_xoff_loses_its_circuit_only() {
 fn without_the_consensus_a_request_gets_an_empty_answer() {
     let mut net = exit_net();
     let exit = net.cores[0].ctx.exit.clone();
-    let link = LinkKeys::generate(&net.relay, SystemTime::now()).unwrap();
+    let link = LinkKeys::generate(net.relay, SystemTime::now()).unwrap();
     let mut sched = SchedParams::default();
     sched.cc.enabled = false;
-    let ctx = SharedContext::build(&net.relay, &link, vec![], &sched).unwrap();
+    let ctx = SharedContext::build(net.relay, &link, vec![], &sched).unwrap();
     net.cores[0].set_context(ctx.with_exit(exit, None).circuits);
     let (mut c, msg) = cc_circuit(&mut net, 1, 5);
     assert_eq!(msg, [0], "no extension: the fixed windows");

@@ -19,8 +19,8 @@ use super::*;
 /// descriptor.
 fn cache_net(consensus_len: usize) -> Net {
     let mut net = Net::new(1, 64);
-    let link = LinkKeys::generate(&net.relay, SystemTime::now()).unwrap();
-    let ctx = SharedContext::build(&net.relay, &link, vec![], &SchedParams::default())
+    let link = LinkKeys::generate(net.relay, SystemTime::now()).unwrap();
+    let ctx = SharedContext::build(net.relay, &link, vec![], &SchedParams::default())
         .unwrap()
         .with_dir_cache(true);
     net.cores[0].set_context(ctx.circuits);

@@ -15,7 +15,7 @@ fn client_conn(net: &mut Net, w: usize, idx: usize, ip: [u8; 4]) {
 /// A CREATE2 for circuit `circ` on connection `conn` of worker 0.
 fn create2(net: &mut Net, conn: usize, circ: u32) {
     let mut client = OriginCircuit::new();
-    let c = client.create2(&target(&net.relay, 9001)).unwrap();
+    let c = client.create2(&target(net.relay, 9001)).unwrap();
     assert_eq!(
         net.cell(0, conn, circ, cmd::CREATE2, &mut pad(&c)),
         CellVerdict::Continue

@@ -165,7 +165,7 @@ fn move_conn(net: &mut Net, at: &mut [usize; 3], conn: usize, to: usize) -> u64 
 
 /// Take the new worker's report that the move of connection `id` is over
 /// out of the controller's messages (true if it was there).
-fn migration_done(net: &mut Net, id: u64) -> bool {
+pub(super) fn migration_done(net: &mut Net, id: u64) -> bool {
     let before = net.controller.len();
     net.controller.retain(
         |m| !matches!(m, ControllerMsg::MigrationDone { conn_id, moved: true } if *conn_id == id),

@@ -29,6 +29,7 @@ mod conflux;
 mod congestion;
 mod controller;
 mod dir_streams;
+mod explore;
 mod limits;
 mod migrate;
 mod onion;
@@ -41,18 +42,26 @@ const MAX_STEPS: usize = 200;
 /// after (RSA key generation dominated the move-sequence searches). `_dir`
 /// is the caller's directory, unused: the keys live in one directory for
 /// the whole process.
-fn keys(_dir: &std::path::Path, nick: &str) -> RelayKeys {
+fn keys(_dir: &std::path::Path, nick: &str) -> &'static RelayKeys {
+    // Made once per test process and nickname: loading keys from disk
+    // would dominate the tests that build many networks (the exploration).
+    type Made = std::collections::HashMap<String, &'static RelayKeys>;
     static DIR: std::sync::OnceLock<tempfile::TempDir> = std::sync::OnceLock::new();
-    static MAKING: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    static MADE: std::sync::Mutex<Option<Made>> = std::sync::Mutex::new(None);
     let dir = DIR.get_or_init(|| tempfile::tempdir().expect("key directory"));
-    let _one_at_a_time = MAKING.lock().unwrap_or_else(|e| e.into_inner());
-    RelayKeys::load_or_create(
-        &dir.path().join(nick),
-        nick,
-        Duration::from_secs(28 * 86400),
-        SystemTime::now(),
-    )
-    .expect("test keys")
+    let mut made = MADE.lock().unwrap_or_else(|e| e.into_inner());
+    let made = made.get_or_insert_with(Default::default);
+    made.entry(nick.to_string()).or_insert_with(|| {
+        Box::leak(Box::new(
+            RelayKeys::load_or_create(
+                &dir.path().join(nick),
+                nick,
+                Duration::from_secs(28 * 86400),
+                SystemTime::now(),
+            )
+            .expect("test keys"),
+        ))
+    })
 }
 
 fn target(k: &RelayKeys, port: u16) -> HopTarget {
@@ -92,7 +101,7 @@ impl CellSink for VecSink {
 /// controller the tests need.
 struct Net {
     _dir: tempfile::TempDir,
-    relay: RelayKeys,
+    relay: &'static RelayKeys,
     cores: Vec<Circuits>,
     /// `ins[dest][src]`.
     ins: Vec<Vec<Option<Consumer<RingMsg>>>>,
@@ -118,12 +127,12 @@ impl Net {
         static CTX: std::sync::OnceLock<Arc<SharedContext>> = std::sync::OnceLock::new();
         let ctx = CTX
             .get_or_init(|| {
-                let link = LinkKeys::generate(&relay, SystemTime::now()).unwrap();
+                let link = LinkKeys::generate(relay, SystemTime::now()).unwrap();
                 let sched = SchedParams {
                     halflife_s: 30.0,
                     ..SchedParams::default()
                 };
-                Arc::new(SharedContext::build(&relay, &link, vec![], &sched).unwrap())
+                Arc::new(SharedContext::build(relay, &link, vec![], &sched).unwrap())
             })
             .clone();
         let mut outs: Vec<Vec<Option<crate::ring::Producer<RingMsg>>>> =
@@ -243,6 +252,28 @@ impl Net {
         moved
     }
 
+    /// One round of worker `w` alone (the others wait): the controller's
+    /// tables, `w`'s rings published, its inbox, its inbound rings.
+    fn round(&mut self, w: usize) {
+        self.onion_controller();
+        self.cores[w].publish(|_, _| {});
+        for m in std::mem::take(&mut self.inbox[w]) {
+            self.cores[w].handle_msg(m);
+            self.collect(w);
+        }
+        for src in 0..self.cores.len() {
+            let Some(mut c) = self.ins[w][src].take() else {
+                continue;
+            };
+            let core = &mut self.cores[w];
+            while c.pop_with(|m| core.on_ring_msg(m, src as u16)).is_some() {}
+            c.release();
+            self.ins[w][src] = Some(c);
+        }
+        self.cores[w].rings_drained();
+        self.collect(w);
+    }
+
     /// Step until nothing moves (bounded).
     fn settle(&mut self) {
         for _ in 0..MAX_STEPS {
@@ -271,7 +302,7 @@ fn pad(data: &[u8]) -> [u8; BODY_LEN] {
 /// The next relay of a test circuit: the real ntor server handshake and
 /// tor1 layer, so it reads what the client sent it and answers.
 struct NextRelay {
-    keys: RelayKeys,
+    keys: &'static RelayKeys,
     crypto: Option<Tor1RelayCrypto>,
 }
 
@@ -337,7 +368,7 @@ fn two_hop_with(
     net.open(a, 1, false);
     net.open(b, 2, true);
     let mut client = OriginCircuit::new();
-    let create2 = client.create2(&target(&net.relay, 9001)).unwrap();
+    let create2 = client.create2(&target(net.relay, 9001)).unwrap();
     let circ = 0x8000_0001;
     assert_eq!(
         net.cell(a, 1, circ, cmd::CREATE2, &mut pad(&create2)),
@@ -351,7 +382,7 @@ fn two_hop_with(
 
     let mut next = NextRelay::new(&net._dir.path().join("next"));
     let mut ext = [0u8; BODY_LEN];
-    let create2 = client.extend2(&target(&next.keys, 9002), &mut ext).unwrap();
+    let create2 = client.extend2(&target(next.keys, 9002), &mut ext).unwrap();
     net.cell(a, 1, circ, cmd::RELAY_EARLY, &mut ext);
     let Some(ControllerMsg::Extend { from, req, .. }) = net.controller.pop() else {
         panic!("no extend request");
@@ -527,7 +558,7 @@ fn an_extend2_that_fails_closes_only_its_circuit() {
     let mut clients = Vec::new();
     for circ in [0x8000_0001u32, 0x8000_0002] {
         let mut c = OriginCircuit::new();
-        let create2 = c.create2(&target(&net.relay, 9001)).unwrap();
+        let create2 = c.create2(&target(net.relay, 9001)).unwrap();
         net.cell(0, 1, circ, cmd::CREATE2, &mut pad(&create2));
         let out = net.written(0, 1);
         let hlen = usize::from(u16::from_be_bytes([out[0].body[0], out[0].body[1]]));
@@ -538,7 +569,7 @@ fn an_extend2_that_fails_closes_only_its_circuit() {
     let mut ext = [0u8; BODY_LEN];
     clients[0]
         .1
-        .extend2(&target(&next.keys, 9002), &mut ext)
+        .extend2(&target(next.keys, 9002), &mut ext)
         .unwrap();
     net.cell(0, 1, clients[0].0, cmd::RELAY_EARLY, &mut ext);
     let Some(ControllerMsg::Extend { from, .. }) = net.controller.pop() else {
@@ -562,7 +593,7 @@ fn an_extend2_that_fails_closes_only_its_circuit() {
     let mut ext = [0u8; BODY_LEN];
     clients[1]
         .1
-        .extend2(&target(&next.keys, 9002), &mut ext)
+        .extend2(&target(next.keys, 9002), &mut ext)
         .unwrap();
     net.cell(0, 1, clients[1].0, cmd::RELAY_EARLY, &mut ext);
     let Some(ControllerMsg::Extend { from, .. }) = net.controller.pop() else {
@@ -587,7 +618,7 @@ fn ewma_serves_a_bursty_circuit_before_a_bulk_one() {
     let mut halves = Vec::new();
     for circ in [0x8000_0001u32, 0x8000_0002] {
         let mut c = OriginCircuit::new();
-        let create2 = c.create2(&target(&net.relay, 9001)).unwrap();
+        let create2 = c.create2(&target(net.relay, 9001)).unwrap();
         net.cell(0, 1, circ, cmd::CREATE2, &mut pad(&create2));
         net.written(0, 1);
         let slot = net.cores[0].conn(1).unwrap().circuits[&circ];

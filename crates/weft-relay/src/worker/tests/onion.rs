@@ -14,7 +14,7 @@ fn one_hop(net: &mut Net, w: usize, conn: usize, circ: u32) -> OriginCircuit {
         net.open(w, conn, false);
     }
     let mut c = OriginCircuit::new();
-    let create2 = c.create2(&target(&net.relay, 9001)).unwrap();
+    let create2 = c.create2(&target(net.relay, 9001)).unwrap();
     net.cell(w, conn, circ, cmd::CREATE2, &mut pad(&create2));
     let out = net.written(w, conn);
     let created = out.iter().find(|o| o.circ_id == circ).expect("CREATED2");

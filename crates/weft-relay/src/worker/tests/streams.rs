@@ -48,7 +48,7 @@ pub(super) fn exit_net_cfx(n: usize, cfx_enabled: bool) -> Net {
     let mut net = Net::new(n, 64);
     let ctx = EXIT_CTX[usize::from(cfx_enabled)]
         .get_or_init(|| {
-            let link = LinkKeys::generate(&net.relay, SystemTime::now()).unwrap();
+            let link = LinkKeys::generate(net.relay, SystemTime::now()).unwrap();
             let sched = SchedParams {
                 halflife_s: 30.0,
                 cfx: weft_proto::circuit::conflux::CfxParams {
@@ -58,7 +58,7 @@ pub(super) fn exit_net_cfx(n: usize, cfx_enabled: bool) -> Net {
                 },
                 ..SchedParams::default()
             };
-            let ctx = SharedContext::build(&net.relay, &link, vec![], &sched).unwrap();
+            let ctx = SharedContext::build(net.relay, &link, vec![], &sched).unwrap();
             ctx.with_exit(Some(Arc::new(settings)), None).circuits
         })
         .clone();
@@ -81,7 +81,7 @@ pub(super) fn circuit(net: &mut Net, conn: usize, circ: u32) -> OriginCircuit {
         net.open(0, conn, false);
     }
     let mut c = OriginCircuit::new();
-    let create2 = c.create2(&target(&net.relay, 9001)).unwrap();
+    let create2 = c.create2(&target(net.relay, 9001)).unwrap();
     net.cell(0, conn, circ, cmd::CREATE2, &mut pad(&create2));
     let out = net.written(0, conn);
     let created = out.iter().find(|o| o.circ_id == circ).expect("CREATED2");
@@ -574,7 +574,7 @@ fn bad_stream_input_closes_only_its_stream_or_circuit() {
 /// Give worker 0 a context whose stream-creation limit is on: burst 2,
 /// one stream per second, `defense` (2 refuse, 3 close the circuit).
 fn limit_streams(net: &mut Net, defense: u32) {
-    let link = LinkKeys::generate(&net.relay, SystemTime::now()).unwrap();
+    let link = LinkKeys::generate(net.relay, SystemTime::now()).unwrap();
     let mut sched = SchedParams {
         halflife_s: 30.0,
         ..SchedParams::default()
@@ -584,7 +584,7 @@ fn limit_streams(net: &mut Net, defense: u32) {
     sched.dos.stream_burst = 2;
     sched.dos.stream_defense = defense;
     let exit = net.cores[0].ctx.exit.clone();
-    let ctx = SharedContext::build(&net.relay, &link, vec![], &sched)
+    let ctx = SharedContext::build(net.relay, &link, vec![], &sched)
         .unwrap()
         .with_exit(exit, None);
     net.cores[0].set_context(ctx.circuits);
