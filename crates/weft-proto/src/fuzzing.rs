@@ -100,7 +100,7 @@ pub fn circuit_half(keys: &HandshakeKeys, data: &[u8]) {
     let n = data.len().min(BODY_LEN);
     create[..n].copy_from_slice(&data[..n]);
     let _ = circuit::answer_create2(keys, &create, None);
-    let Ok((_, mut half)) = circuit::answer_create_fast(&[1u8; 20]) else {
+    let Ok((_, mut half)) = circuit::answer_create_fast(&[1u8; 20], &mut rand::rng()) else {
         return;
     };
     for chunk in data[n..].chunks(1 + BODY_LEN).take(64) {

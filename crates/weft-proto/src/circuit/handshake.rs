@@ -54,8 +54,20 @@ pub fn answer_create2(
     body: &[u8],
     cc: Option<&CcParams>,
 ) -> Result<(Vec<u8>, KeyedHalf, HandshakeKind), CreateError> {
+    answer_create2_with(keys, body, cc, &mut rand::rng())
+}
+
+/// [`answer_create2`] with the server's ephemeral key drawn from `rng`
+/// (the circuit core's, seedable in tests).
+pub fn answer_create2_with(
+    keys: &HandshakeKeys,
+    body: &[u8],
+    cc: Option<&CcParams>,
+    rng: &mut dyn rand::CryptoRng,
+) -> Result<(Vec<u8>, KeyedHalf, HandshakeKind), CreateError> {
     let c = relay::parse_create2(body)?;
-    let seed: [u8; 32] = weft_crypto::random_array();
+    let mut seed = [0u8; 32];
+    rng.fill_bytes(&mut seed);
     let key_refs: Vec<&NtorSecretKey> = keys.ntor.iter().collect();
     match c.htype {
         2 => {
@@ -113,11 +125,15 @@ pub fn answer_create2(
 /// Answer a CREATE_FAST body (X, 20 bytes): returns the CREATED_FAST body
 /// (Y | KH) and the keyed half, whose circuit nonce is KH.
 /// [tor-spec §5.1.5; C onion_crypto.c]
-pub fn answer_create_fast(body: &[u8]) -> Result<(Vec<u8>, KeyedHalf), CreateError> {
+pub fn answer_create_fast(
+    body: &[u8],
+    rng: &mut dyn rand::CryptoRng,
+) -> Result<(Vec<u8>, KeyedHalf), CreateError> {
     let x = body
         .get(..20)
         .ok_or(CreateError::Handshake("CREATE_FAST too short".into()))?;
-    let y: [u8; 20] = weft_crypto::random_array();
+    let mut y = [0u8; 20];
+    rng.fill_bytes(&mut y);
     let mut seed = [0u8; 40];
     seed[..20].copy_from_slice(x);
     seed[20..].copy_from_slice(&y);

@@ -36,7 +36,8 @@ use weft_crypto::ntor::NONCE_LEN;
 use weft_crypto::relay_crypto::Tor1RelayCrypto;
 
 pub use self::handshake::{
-    answer_create2, answer_create_fast, CreateError, HandshakeKeys, HandshakeKind,
+    answer_create2, answer_create2_with, answer_create_fast, CreateError, HandshakeKeys,
+    HandshakeKind,
 };
 use crate::cell::{cmd, destroy_reason, BODY_LEN};
 use crate::onion::{self, hs_cmd, Intro2Bucket, COOKIE_LEN};

@@ -31,6 +31,7 @@ use std::collections::{HashMap, VecDeque};
 use std::net::SocketAddr;
 use std::sync::Arc;
 
+use rand::CryptoRng;
 use tracing::info;
 use weft_proto::cell::{cmd, destroy_reason};
 use weft_proto::circuit::ForwardCtx;
@@ -74,9 +75,9 @@ impl ConnCircuits {
     /// A fresh circuit ID for a circuit we open on this connection: the top
     /// bit set if we opened the TLS connection, never 0, not in use.
     /// [tor-spec §5.1.1]
-    pub(crate) fn allocate_circ_id(&self) -> Option<u32> {
+    fn allocate_circ_id(&self, rng: &mut dyn CryptoRng) -> Option<u32> {
         for _ in 0..64 {
-            let r = u32::from_be_bytes(weft_crypto::random_array());
+            let r = rng.next_u32();
             let id = if self.we_initiated {
                 r | 0x8000_0000
             } else {
@@ -168,6 +169,19 @@ pub(crate) struct CoreLimits {
     pub(crate) max_pool_cells: usize,
 }
 
+/// The core's randomness: circuit IDs, the server's handshake keys. On a
+/// relay ChaCha12 reseeded from the operating system every 64 KiB (as
+/// `rand`'s thread generator); seeded in tests, so a run repeats.
+pub(crate) type CoreRng = Box<dyn CryptoRng + Send>;
+
+/// The generator a relay's core uses (see [`CoreRng`]).
+pub(crate) fn os_seeded_rng() -> CoreRng {
+    let rng =
+        rand::rngs::ReseedingRng::<rand_chacha::ChaCha12Core, _>::new(64 * 1024, rand::rngs::OsRng)
+            .expect("the operating system's random source");
+    Box::new(rng)
+}
+
 /// The circuit core of one worker (see the module docs).
 pub(crate) struct Circuits {
     /// This worker's index.
@@ -224,6 +238,8 @@ pub(crate) struct Circuits {
     /// parameters, the second), kept current by `set_now` and
     /// `set_context` so the per-cell path builds nothing.
     pub(crate) fctx: ForwardCtx,
+    /// Randomness ([`CoreRng`]), injected.
+    pub(crate) rng: CoreRng,
     /// The exit's streams ([`super::streams`]).
     pub(crate) streams: super::streams::Streams,
     /// Conflux legs and home sets ([`super::conflux`]).
@@ -237,6 +253,7 @@ impl Circuits {
         limits: CoreLimits,
         ctx: Arc<CircuitContext>,
         outs: Vec<Option<Producer<RingMsg>>>,
+        rng: CoreRng,
     ) -> Circuits {
         let n = outs.len();
         Circuits {
@@ -270,6 +287,7 @@ impl Circuits {
                 dir_cache: ctx.dir_cache,
             },
             ctx,
+            rng,
             streams: Default::default(),
             conflux: Default::default(),
         }
@@ -329,6 +347,12 @@ impl Circuits {
         self.resumed.retain(|&p| p != idx);
         self.unwait(idx);
         self.flush_destroys();
+    }
+
+    /// A fresh circuit ID for a circuit we open on connection `idx`.
+    pub(crate) fn fresh_circ_id(&mut self, idx: usize) -> Option<u32> {
+        let c = self.conns.get(idx)?.as_ref()?;
+        c.allocate_circ_id(&mut *self.rng)
     }
 
     /// The slot index of open connection `id`.

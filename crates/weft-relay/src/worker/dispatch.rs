@@ -390,12 +390,16 @@ impl Circuits {
         let result = match command {
             cmd::CREATE2 => {
                 self.limit_counters.onionskins_processed[super::limits::handshake_type(body)] += 1;
-                circuit::answer_create2(&self.ctx.handshake, body, Some(&self.ctx.cc))
-                    .map(|(r, h, _)| (cmd::CREATED2, r, h))
+                circuit::answer_create2_with(
+                    &self.ctx.handshake,
+                    body,
+                    Some(&self.ctx.cc),
+                    &mut *self.rng,
+                )
+                .map(|(r, h, _)| (cmd::CREATED2, r, h))
             }
-            cmd::CREATE_FAST => {
-                circuit::answer_create_fast(body).map(|(r, h)| (cmd::CREATED_FAST, r, h))
-            }
+            cmd::CREATE_FAST => circuit::answer_create_fast(body, &mut *self.rng)
+                .map(|(r, h)| (cmd::CREATED_FAST, r, h)),
             _ => Err(circuit::CreateError::UnsupportedType(0)),
         };
         match result {

@@ -25,8 +25,7 @@ impl Circuits {
     /// keyed half `prev`. Without the connection or a free circuit ID, the
     /// circuit closes.
     pub(crate) fn create_outbound(&mut self, conn: Option<usize>, prev: HalfRef, create2: &[u8]) {
-        let Some((idx, circ_id)) = conn.and_then(|i| Some((i, self.conn(i)?.allocate_circ_id()?)))
-        else {
+        let Some((idx, circ_id)) = conn.and_then(|i| Some((i, self.fresh_circ_id(i)?))) else {
             let reason = if conn.is_some_and(|i| self.conn(i).is_some()) {
                 destroy_reason::RESOURCELIMIT
             } else {

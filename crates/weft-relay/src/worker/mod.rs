@@ -290,7 +290,13 @@ impl Worker {
             ins: parts.ins,
             controller,
             core: {
-                let mut core = Circuits::new(parts.id, limits, ctx.circuits.clone(), parts.outs);
+                let mut core = Circuits::new(
+                    parts.id,
+                    limits,
+                    ctx.circuits.clone(),
+                    parts.outs,
+                    self::core::os_seeded_rng(),
+                );
                 core.wall_epoch = std::time::SystemTime::now() - parts.epoch.elapsed();
                 core
             },

@@ -22,7 +22,7 @@ impl Circuits {
         rest: Vec<HopTarget>,
         cells: u32,
     ) {
-        let Some(circ_id) = self.conn(conn).and_then(|c| c.allocate_circ_id()) else {
+        let Some(circ_id) = self.fresh_circ_id(conn) else {
             return;
         };
         let (t, create2) = match SelfTestCircuit::new(first, rest, cells, self.now_ns) {

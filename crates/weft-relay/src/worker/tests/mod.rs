@@ -156,7 +156,15 @@ impl Net {
             .into_iter()
             .enumerate()
             .map(|(w, o)| {
-                let mut core = Circuits::new(w, limits, ctx.circuits.clone(), o);
+                let mut core = Circuits::new(
+                    w,
+                    limits,
+                    ctx.circuits.clone(),
+                    o,
+                    Box::new(<rand::rngs::StdRng as rand::SeedableRng>::seed_from_u64(
+                        w as u64,
+                    )),
+                );
                 core.wall_epoch = SystemTime::now();
                 core
             })
@@ -718,4 +726,18 @@ fn a_connection_stalled_on_a_full_ring_asks_for_an_urgent_wake_up() {
     wakes.clear();
     net.cores[0].publish(|w, urgent| wakes.push((w, urgent)));
     assert!(wakes.is_empty(), "nothing new, nobody waiting: {wakes:?}");
+}
+
+/// The core's randomness is injected: two networks seeded alike choose the
+/// same circuit ID toward the next relay (the client's keys differ).
+#[test]
+fn a_seeded_core_repeats_its_choices() {
+    let ids: Vec<u32> = (0..2)
+        .map(|_| {
+            let mut net = Net::new(2, 16);
+            two_hop(&mut net, 0, 1).3
+        })
+        .collect();
+    assert_eq!(ids[0], ids[1]);
+    assert_ne!(ids[0] & 0x8000_0000, 0, "we opened the connection: top bit set");
 }
