@@ -266,19 +266,17 @@ impl Worker {
                     "connection {} with {} open: link {}, peer {:?}, canonical {}",
                     c.id, c.peer_addr, opened.link_version, opened.peer, opened.canonical
                 );
-                let client = !matches!(opened.peer, PeerKind::Relay { .. });
+                let peer_rsa = match &opened.peer {
+                    PeerKind::Relay { rsa_fp, .. } => Some(*rsa_fp),
+                    _ => None,
+                };
                 c.state = ConnState::Open {
                     peer: opened.peer.clone(),
                 };
                 c.readable = true;
                 c.last_active = Instant::now();
                 let (id, addr, out) = (c.id, c.peer_addr, c.we_initiated);
-                self.core.add_conn(idx, id, addr, out, client);
-                if let (Some(cc), PeerKind::Relay { rsa_fp, .. }) =
-                    (self.core.conn_mut(idx), &opened.peer)
-                {
-                    cc.peer_rsa = Some(*rsa_fp);
-                }
+                self.core.add_conn(idx, id, addr, out, peer_rsa);
                 let _ = self.controller.send(ControllerMsg::ConnOpened {
                     conn_id: id,
                     worker: self.id,

@@ -247,13 +247,16 @@ pub(crate) struct Circuits {
 }
 
 impl Circuits {
-    /// A core for worker `me` of `workers`, with the ring producers `outs`.
+    /// A core for worker `me` of `workers`, with the ring producers `outs`,
+    /// the generator `rng`, and the wall-clock time at the driver's clock's
+    /// zero (`wall_epoch`).
     pub(crate) fn new(
         me: usize,
         limits: CoreLimits,
         ctx: Arc<CircuitContext>,
         outs: Vec<Option<Producer<RingMsg>>>,
         rng: CoreRng,
+        wall_epoch: std::time::SystemTime,
     ) -> Circuits {
         let n = outs.len();
         Circuits {
@@ -275,7 +278,7 @@ impl Circuits {
             counters: CoreCounters::default(),
             now_ns: 0,
             next_tick_ns: 0,
-            wall_epoch: std::time::SystemTime::UNIX_EPOCH,
+            wall_epoch,
             guards: Default::default(),
             limit_counters: Default::default(),
             fctx: ForwardCtx {
@@ -301,14 +304,15 @@ impl Circuits {
 
     // ----- connections ------------------------------------------------------
 
-    /// Connection `idx` (the driver's slot) is open.
+    /// Connection `idx` (the driver's slot) is open; `peer_rsa`: the RSA
+    /// identity the peer authenticated with (None: a client).
     pub(crate) fn add_conn(
         &mut self,
         idx: usize,
         id: ConnId,
         peer_addr: SocketAddr,
         we_initiated: bool,
-        client: bool,
+        peer_rsa: Option<[u8; 20]>,
     ) {
         if self.conns.len() <= idx {
             self.conns.resize_with(idx + 1, || None);
@@ -318,8 +322,8 @@ impl Circuits {
             id,
             peer_addr,
             we_initiated,
-            client,
-            peer_rsa: None,
+            client: peer_rsa.is_none(),
+            peer_rsa,
             circuits: HashMap::new(),
             sched: ConnSched::new(self.ctx.halflife_s),
             stall: None,

@@ -114,9 +114,18 @@ impl Worker {
     /// Write pending connections: every round without KIST, else on the
     /// fixed KIST cadence.
     pub(crate) fn write_all(&mut self) {
-        if self.core.pending.is_empty() {
-            return;
+        let mut list = std::mem::take(&mut self.writing);
+        self.core.take_pending(&mut list);
+        if !list.is_empty() {
+            self.write_pending(&mut list);
+            // The ones not done stay pending (no allocation: both lists
+            // keep their capacity).
+            self.core.keep_pending(&mut list);
         }
+        self.writing = list;
+    }
+
+    fn write_pending(&mut self, list: &mut Vec<usize>) {
         // One clock read per scheduling run (delays, EWMA weight, KIST).
         let now = Instant::now();
         // KIST: the scheduler runs every KISTSchedRunInterval, so that the
@@ -128,15 +137,7 @@ impl Worker {
             self.advance_cadence(now);
         }
         let now_ns = now.saturating_duration_since(self.epoch).as_nanos() as u64;
-        let mut i = 0;
-        while i < self.core.pending.len() {
-            let idx = self.core.pending[i];
-            if self.write_conn(idx, now, now_ns) {
-                self.core.pending.swap_remove(i);
-            } else {
-                i += 1;
-            }
-        }
+        list.retain(|&idx| !self.write_conn(idx, now, now_ns));
     }
 
     /// Stage up to one batch of cells for connection `idx` and flush.
@@ -153,7 +154,9 @@ impl Worker {
             ..
         } = self;
         let Some(c) = conns.get_mut(idx) else {
-            return core.settle_pending(idx) || core.conn(idx).is_none();
+            // Gone here (closed): nothing to write (`settle_pending` is
+            // true for a connection the core no longer has).
+            return core.settle_pending(idx);
         };
         if !c.is_open() || !c.writable || c.closing.is_some() {
             return false;

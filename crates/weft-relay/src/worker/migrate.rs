@@ -139,8 +139,6 @@ pub(crate) struct MovedCircuits {
     pub(crate) peer_addr: std::net::SocketAddr,
     /// We opened it.
     pub(crate) we_initiated: bool,
-    /// The peer is a client.
-    pub(crate) client: bool,
     /// The peer's RSA identity, if a relay.
     pub(crate) peer_rsa: Option<[u8; 20]>,
     /// Its halves.
@@ -254,7 +252,6 @@ impl Circuits {
             id: c.id,
             peer_addr: c.peer_addr,
             we_initiated: c.we_initiated,
-            client: c.client,
             peer_rsa: c.peer_rsa,
             halves: moved,
             urgent,
@@ -265,10 +262,7 @@ impl Circuits {
     /// here, on the driver's slot `idx`.
     pub(crate) fn attach(&mut self, idx: usize, m: MovedCircuits, from: u16) {
         let now = self.now_ns;
-        self.add_conn(idx, m.id, m.peer_addr, m.we_initiated, m.client);
-        if let Some(c) = self.conn_mut(idx) {
-            c.peer_rsa = m.peer_rsa;
-        }
+        self.add_conn(idx, m.id, m.peer_addr, m.we_initiated, m.peer_rsa);
         let mut refs = Vec::with_capacity(m.halves.len());
         for mh in m.halves {
             let mut h = Half::new(idx, mh.circ_id, mh.role, mh.peer);

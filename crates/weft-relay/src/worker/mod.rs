@@ -229,6 +229,8 @@ pub struct Worker {
     to_close: Vec<usize>,
     /// Reused list (no allocation per round).
     scratch: Vec<usize>,
+    /// The connections being written this round ([`io`]).
+    writing: Vec<usize>,
     /// BandwidthRate share: reading.
     read_bucket: TokenBucket,
     /// BandwidthRate share: writing.
@@ -289,17 +291,14 @@ impl Worker {
             peers,
             ins: parts.ins,
             controller,
-            core: {
-                let mut core = Circuits::new(
-                    parts.id,
-                    limits,
-                    ctx.circuits.clone(),
-                    parts.outs,
-                    self::core::os_seeded_rng(),
-                );
-                core.wall_epoch = std::time::SystemTime::now() - parts.epoch.elapsed();
-                core
-            },
+            core: Circuits::new(
+                parts.id,
+                limits,
+                ctx.circuits.clone(),
+                parts.outs,
+                self::core::os_seeded_rng(),
+                std::time::SystemTime::now() - parts.epoch.elapsed(),
+            ),
             ctx,
             cfg,
             conns: Slab::new(),
@@ -308,6 +307,7 @@ impl Worker {
             to_handshake: Vec::new(),
             to_close: Vec::new(),
             scratch: Vec::new(),
+            writing: Vec::new(),
             read_bucket: TokenBucket::new(cfg.rate_share, cfg.burst_share, cfg.refill, now),
             write_bucket: TokenBucket::new(cfg.rate_share, cfg.burst_share, cfg.refill, now),
             starved: Vec::new(),

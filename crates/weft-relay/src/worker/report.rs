@@ -49,17 +49,17 @@ impl Worker {
     /// Send the controller the counters since the last report.
     pub(crate) fn report(&mut self) {
         self.counters.allocations = self.cfg.alloc_probe.map_or(0, |f| f());
-        let core = self.core.report();
-        self.counters.core = core.counters;
-        self.counters.limits = core.limits;
-        self.counters.exit = core.exit;
+        let from_core = self.core.report();
+        self.counters.core = from_core.counters;
+        self.counters.limits = from_core.limits;
+        self.counters.exit = from_core.exit;
         self.counters.exit.bytes_from_dest = self.counters.stream_read;
         self.counters.exit.bytes_to_dest = self.counters.stream_written;
         self.counters.relay = crate::messages::RelayCounters {
-            circuits_open: core.circuits_open,
-            destroy_cells: core.counters.destroy_cells,
-            drop_cells: core.counters.drop_cells,
-            protocol_closes: core.counters.protocol_closes,
+            circuits_open: from_core.circuits_open,
+            destroy_cells: from_core.counters.destroy_cells,
+            drop_cells: from_core.counters.drop_cells,
+            protocol_closes: from_core.counters.protocol_closes,
             exit_conns_created: self.streams.created,
             exit_conns_open: self.streams.open,
             tcp_exhaustion: self.streams.tcp_exhaustion,
@@ -81,10 +81,10 @@ impl Worker {
             cells_relayed: now.core.cells - last.core.cells,
             cells_cross_worker: now.core.cross - last.core.cross,
             connections: self.conns.len() as u64,
-            circuits: core.halves,
+            circuits: from_core.halves,
             circuits_created: now.core.created - last.core.created,
-            queued_cells: core.queued_cells,
-            pool_slots: core.pool_slots,
+            queued_cells: from_core.queued_cells,
+            pool_slots: from_core.pool_slots,
             wakeups_sent: now.wakeups - last.wakeups,
             rounds: now.rounds - last.rounds,
             busy_ns: now.busy_ns - last.busy_ns,
@@ -96,7 +96,7 @@ impl Worker {
             limits: {
                 let (n, l) = (&now.limits, &last.limits);
                 crate::messages::LimitReport {
-                    queued_bytes: core.queued_bytes,
+                    queued_bytes: from_core.queued_bytes,
                     oom_circuits: n.oom_circuits - l.oom_circuits,
                     oom_bytes: n.oom_bytes - l.oom_bytes,
                     dos_cc_rejected: n.dos_cc_rejected - l.dos_cc_rejected,

@@ -132,6 +132,18 @@ impl Circuits {
     }
 
     /// True if connection `conn` has cells to write.
+    /// Move the connections with output to write into `into` (the driver
+    /// writes them and gives back the ones not done with
+    /// [`Circuits::keep_pending`]).
+    pub(crate) fn take_pending(&mut self, into: &mut Vec<usize>) {
+        into.append(&mut self.pending);
+    }
+
+    /// Connections from [`Circuits::take_pending`] that still have output.
+    pub(crate) fn keep_pending(&mut self, from: &mut Vec<usize>) {
+        self.pending.append(from);
+    }
+
     pub(crate) fn has_output(&self, conn: usize) -> bool {
         self.conn(conn)
             .is_some_and(|c| !c.sched.urgent.is_empty() || !c.sched.mux.is_empty())

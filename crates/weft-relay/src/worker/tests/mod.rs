@@ -156,7 +156,7 @@ impl Net {
             .into_iter()
             .enumerate()
             .map(|(w, o)| {
-                let mut core = Circuits::new(
+                Circuits::new(
                     w,
                     limits,
                     ctx.circuits.clone(),
@@ -164,9 +164,8 @@ impl Net {
                     Box::new(<rand::rngs::StdRng as rand::SeedableRng>::seed_from_u64(
                         w as u64,
                     )),
-                );
-                core.wall_epoch = SystemTime::now();
-                core
+                    SystemTime::now(),
+                )
             })
             .collect();
         Net {
@@ -185,11 +184,9 @@ impl Net {
     /// Open connection `idx` on worker `w` (we opened it if `outbound`).
     fn open(&mut self, w: usize, idx: usize, outbound: bool) {
         let addr: SocketAddr = ([127, 0, 0, 1], 9000 + idx as u16).into();
-        self.cores[w].add_conn(idx, 100 * w as u64 + idx as u64, addr, outbound, false);
         // A relay the (exit tests') consensus lists.
-        if let Some(c) = self.cores[w].conn_mut(idx) {
-            c.peer_rsa = Some([0xAB; 20]);
-        }
+        let relay = Some([0xAB; 20]);
+        self.cores[w].add_conn(idx, 100 * w as u64 + idx as u64, addr, outbound, relay);
     }
 
     /// One cell read on connection `conn` of worker `w`.
@@ -739,5 +736,9 @@ fn a_seeded_core_repeats_its_choices() {
         })
         .collect();
     assert_eq!(ids[0], ids[1]);
-    assert_ne!(ids[0] & 0x8000_0000, 0, "we opened the connection: top bit set");
+    assert_ne!(
+        ids[0] & 0x8000_0000,
+        0,
+        "we opened the connection: top bit set"
+    );
 }

@@ -496,7 +496,7 @@ fn a_circuit_that_closes_closes_its_streams_and_a_one_hop_client_gets_none() {
     net.cell(0, 1, id(5), cmd::DESTROY, &mut pad(&[0]));
     assert_eq!(net.cores[0].poll_stream_io(), Some(StreamIo::Close { key }));
     // A client connection (not a relay): no exit streams for one-hop use.
-    net.cores[0].add_conn(2, 77, ([127, 0, 0, 1], 9100).into(), false, true);
+    net.cores[0].add_conn(2, 77, ([127, 0, 0, 1], 9100).into(), false, None);
     let mut c = circuit(&mut net, 2, 5);
     send(
         &mut net,
