@@ -230,29 +230,7 @@ impl Net {
             self.cores[w].publish(|_, _| {});
         }
         for w in 0..self.cores.len() {
-            for m in std::mem::take(&mut self.inbox[w]) {
-                moved = true;
-                self.cores[w].handle_msg(m);
-                self.collect(w);
-            }
-            for src in 0..self.cores.len() {
-                let Some(mut c) = self.ins[w][src].take() else {
-                    continue;
-                };
-                let core = &mut self.cores[w];
-                while c.pop_with(|m| core.on_ring_msg(m, src as u16)).is_some() {
-                    moved = true;
-                }
-                c.release();
-                self.ins[w][src] = Some(c);
-            }
-            let before: usize = self.cores[w].waiting.iter().map(|l| l.len()).sum();
-            self.cores[w].retry_waiting();
-            let after: usize = self.cores[w].waiting.iter().map(|l| l.len()).sum();
-            moved |= after < before;
-            self.cores[w].tend_forwarders();
-            self.cores[w].flush_destroys();
-            self.collect(w);
+            moved |= self.take_in(w);
         }
         moved
     }
@@ -262,7 +240,15 @@ impl Net {
     fn round(&mut self, w: usize) {
         self.onion_controller();
         self.cores[w].publish(|_, _| {});
+        self.take_in(w);
+    }
+
+    /// Worker `w` takes its inbox, then its inbound rings, as the driver
+    /// does in a round. True if anything moved.
+    fn take_in(&mut self, w: usize) -> bool {
+        let mut moved = false;
         for m in std::mem::take(&mut self.inbox[w]) {
+            moved = true;
             self.cores[w].handle_msg(m);
             self.collect(w);
         }
@@ -271,12 +257,17 @@ impl Net {
                 continue;
             };
             let core = &mut self.cores[w];
-            while c.pop_with(|m| core.on_ring_msg(m, src as u16)).is_some() {}
+            while c.pop_with(|m| core.on_ring_msg(m, src as u16)).is_some() {
+                moved = true;
+            }
             c.release();
             self.ins[w][src] = Some(c);
         }
+        let before: usize = self.cores[w].waiting.iter().map(|l| l.len()).sum();
         self.cores[w].rings_drained();
+        let after: usize = self.cores[w].waiting.iter().map(|l| l.len()).sum();
         self.collect(w);
+        moved || after < before
     }
 
     /// Step until nothing moves (bounded).
