@@ -1,11 +1,11 @@
 //! One OR connection as the worker's driver owns it: the link (socket, TLS,
 //! handshake, buffers, [`LinkConn`]) and its event-loop state (readiness
-//! flags, deadlines, closing), and its life: accept, connect, the link
+//! flags, closing), and its life: accept, connect, the link
 //! handshake, closing. Its circuits are the core's ([`super::core`]),
 //! under the same slot index.
 
 use std::net::SocketAddr;
-use std::time::{Duration, Instant, SystemTime};
+use std::time::SystemTime;
 
 use mio::net::TcpStream;
 use mio::{Interest, Token};
@@ -13,13 +13,11 @@ use tracing::{debug, info};
 use weft_proto::cell::destroy_reason;
 use weft_proto::link::PeerKind;
 
+use super::core_event::CoreEvent;
 use super::Worker;
 use crate::link_io::LinkConn;
 use crate::messages::{ConnId, ControllerMsg};
 use crate::tls::TlsLink;
-
-/// How long a link handshake may take.
-pub(crate) const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(60);
 
 /// Where a connection is in its life.
 pub(crate) enum ConnState {
@@ -46,17 +44,13 @@ pub(crate) struct Conn {
     pub(crate) peer_addr: SocketAddr,
     /// We opened the TCP connection.
     pub(crate) we_initiated: bool,
-    /// Deadline of the handshake.
-    pub(crate) handshake_deadline: Instant,
     /// The socket said readable and we have not yet read until EAGAIN.
     pub(crate) readable: bool,
     /// The socket may take more bytes (no EAGAIN since the last writable
     /// event).
     pub(crate) writable: bool,
-    /// When a cell was last read or written (idle timeouts).
-    pub(crate) last_active: Instant,
-    /// When something was last written (keepalive).
-    pub(crate) last_write: Instant,
+    /// On the worker's writing list ([`super::io`]).
+    pub(crate) writing: bool,
     /// Close at the end of this round, with this reason.
     pub(crate) closing: Option<String>,
     /// Bytes read and written since the last report (load balancing).
@@ -71,20 +65,16 @@ impl Conn {
         state: ConnState,
         peer_addr: SocketAddr,
         we_initiated: bool,
-        deadline: Instant,
     ) -> Self {
-        let now = Instant::now();
         Conn {
             id,
             link,
             state,
             peer_addr,
             we_initiated,
-            handshake_deadline: deadline,
             readable: true,
             writable: true,
-            last_active: now,
-            last_write: now,
+            writing: false,
             closing: None,
             bytes_recent: 0,
         }
@@ -122,6 +112,9 @@ impl Worker {
             return None;
         }
         self.by_id.insert(id, idx);
+        if !conn.is_open() {
+            self.core.handle_event(CoreEvent::ConnStarted { idx });
+        }
         Some(idx)
     }
 
@@ -146,14 +139,7 @@ impl Worker {
         })();
         match r {
             Ok(link) => {
-                let c = Conn::new(
-                    conn_id,
-                    link,
-                    ConnState::Handshaking,
-                    peer,
-                    false,
-                    Instant::now() + HANDSHAKE_TIMEOUT,
-                );
+                let c = Conn::new(conn_id, link, ConnState::Handshaking, peer, false);
                 match self.add_conn(c) {
                     Some(idx) => self.advance_handshake(idx),
                     None => {
@@ -195,14 +181,7 @@ impl Worker {
         })();
         match r {
             Ok(link) => {
-                let mut c = Conn::new(
-                    conn_id,
-                    link,
-                    ConnState::Connecting,
-                    addr,
-                    true,
-                    Instant::now() + HANDSHAKE_TIMEOUT,
-                );
+                let mut c = Conn::new(conn_id, link, ConnState::Connecting, addr, true);
                 c.readable = false;
                 c.writable = false;
                 if self.add_conn(c).is_none() {
@@ -274,9 +253,14 @@ impl Worker {
                     peer: opened.peer.clone(),
                 };
                 c.readable = true;
-                c.last_active = Instant::now();
                 let (id, addr, out) = (c.id, c.peer_addr, c.we_initiated);
-                self.core.add_conn(idx, id, addr, out, peer_rsa);
+                self.core.handle_event(CoreEvent::ConnOpened {
+                    idx,
+                    id,
+                    peer_addr: addr,
+                    we_initiated: out,
+                    peer_rsa,
+                });
                 let _ = self.controller.send(ControllerMsg::ConnOpened {
                     conn_id: id,
                     worker: self.id,
@@ -320,8 +304,9 @@ impl Worker {
         // Best effort: what is already staged (e.g. DESTROY cells).
         let _ = c.link.flush();
         self.by_id.remove(&c.id);
-        self.core.remove_conn(idx);
+        self.core.handle_event(CoreEvent::ConnClosed { idx });
         self.to_read.retain(|&p| p != idx);
+        self.writing.retain(|&p| p != idx);
         self.starved.retain(|&p| p != idx);
         let open = c.is_open();
         if !open && c.we_initiated {

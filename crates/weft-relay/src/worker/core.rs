@@ -7,25 +7,33 @@
 //! comes in as arguments, and what the driver must do comes out as
 //! [`Effect`]s and lists it drains.
 //!
-//! The API, as in quinn-proto's `Connection`:
+//! The API, as in quinn-proto's `Connection` (the driver calls nothing
+//! else; `tests/core_types.rs` checks it):
 //!
-//! * inputs — [`Circuits::add_conn`] / [`Circuits::remove_conn`] (a
-//!   connection opened or closed), [`Circuits::on_cell`] (one cell read from
-//!   a connection, [`super::dispatch`]), [`Circuits::on_ring_msg`] (a message
-//!   from another worker's ring, [`super::handoff`]) and
-//!   [`Circuits::rings_drained`] after a round's, [`Circuits::handle_msg`]
+//! * inputs — [`Circuits::on_cell`] (one cell read from a connection,
+//!   [`super::dispatch`]), [`Circuits::on_ring_msg`] (a message from
+//!   another worker's ring, [`super::handoff`]), [`Circuits::handle_msg`]
 //!   (a [`super::core_msg::CoreMsg`] from the controller or another core),
-//!   [`Circuits::begin_round`] (the clock; the core's own timers);
-//! * outputs — [`Circuits::fill`] (cells for one connection's write buffer,
-//!   [`super::sched`]), [`Circuits::poll_effect`] (messages for the
-//!   controller and other cores, lookups), [`Circuits::take_resumed`]
-//!   (connections whose reading may go on), the rings, which the driver
-//!   publishes with [`Circuits::publish`], and [`Circuits::report`].
+//!   [`Circuits::handle_event`] (a [`super::core_event::CoreEvent`] of the
+//!   driver's sockets: a connection started, opened, closed or adopted,
+//!   the rings drained, a stream socket connected or failed) and
+//!   [`Circuits::begin_round`] (the clock; the core's own timers,
+//!   [`super::timers`]);
+//! * outputs — [`Circuits::poll_effect`] (messages for the controller and
+//!   other cores, lookups, stream sockets to open, close or pump,
+//!   connections to resume or close), [`Circuits::poll_timeout`] (when to
+//!   wake it), [`Circuits::take_pending`] and [`Circuits::fill`] (cells
+//!   for one connection's write buffer, [`super::sched`]),
+//!   [`Circuits::pump_stream`] (an exit stream's bytes through its socket,
+//!   [`super::stream_pump`]), [`Circuits::end_round`] (the rings
+//!   published) and [`Circuits::report`];
+//! * one getter, [`Circuits::is_stalled`], and the first step of a move,
+//!   [`Circuits::detach`].
 //!
-//! After any input, drain `poll_effect` and `take_resumed`; after a round,
-//! `publish`. Every module in this folder but `mod.rs`, `conn.rs`,
-//! `inbox.rs`, `io.rs`, `report.rs` and `stream_io.rs` is part of this core and may not
-//! use sockets, mio, clocks or threads.
+//! After any input, drain `poll_effect`; after a round, `end_round`.
+//! Every module in this folder but `mod.rs`, `conn.rs`, `inbox.rs`,
+//! `io.rs`, `report.rs` and `stream_io.rs` is part of this core and may
+//! not use sockets, mio, clocks or threads.
 
 use std::collections::{HashMap, VecDeque};
 use std::net::SocketAddr;
@@ -69,6 +77,8 @@ pub(crate) struct ConnCircuits {
     pub(crate) stall: Option<(usize, RingMsg)>,
     /// The last circuit a cell was read for: (circuit ID, slot).
     pub(crate) last: (u32, u32),
+    /// Its idle and keepalive clocks ([`super::timers`]).
+    pub(crate) times: super::timers::ConnTimes,
 }
 
 impl ConnCircuits {
@@ -116,6 +126,20 @@ pub(crate) enum Effect {
     Worker(usize, CoreMsg),
     /// Ask the resolver thread for a lookup.
     Resolve(crate::resolver::DnsQuery),
+    /// Open or close an exit stream's socket.
+    Stream(super::streams::StreamIo),
+    /// Exit stream `key` may have bytes to write to its socket or room to
+    /// read from it: pump it ([`Circuits::pump_stream`]).
+    PumpStream(usize),
+    /// Connection `idx` may read again (the cell it stalled on went out).
+    Resume(usize),
+    /// Close connection `idx` (a protocol timer, [`super::timers`]).
+    CloseConn {
+        /// The driver's slot.
+        idx: usize,
+        /// For the log.
+        why: String,
+    },
 }
 
 /// Counters the core keeps (the driver adds its own for the report).
@@ -158,6 +182,9 @@ pub(crate) struct CoreReport {
     pub(crate) queued_cells: u64,
     pub(crate) queued_bytes: u64,
     pub(crate) pool_slots: u64,
+    /// Exit streams opened, and refused or failed, since the start.
+    pub(crate) streams_opened: u64,
+    pub(crate) streams_refused: u64,
 }
 
 /// Limits of the core.
@@ -167,6 +194,10 @@ pub(crate) struct CoreLimits {
     pub(crate) max_circuit_queue: usize,
     /// Hard cap on the cells the pool holds.
     pub(crate) max_pool_cells: usize,
+    /// Tell the controller at once when the queued bytes moved by this
+    /// much since it last heard (an eighth of this worker's share of
+    /// MaxMemInQueues), so the memory limit acts within a round.
+    pub(crate) queue_report_step: u64,
 }
 
 /// The core's randomness: circuit IDs, the server's handshake keys. On a
@@ -206,8 +237,6 @@ pub(crate) struct Circuits {
     /// markers and answers), never by cells: a cell waits in its
     /// connection's stall slot, and the connection stops reading.
     pub(crate) waiting: Vec<VecDeque<Waiting>>,
-    /// Connections whose reading may go on (a stall ended).
-    pub(crate) resumed: Vec<usize>,
     /// Producer ends of the rings, by destination worker.
     pub(crate) outs: Vec<Option<Producer<RingMsg>>>,
     /// Halves to tear down after the current step (peer, reason).
@@ -226,7 +255,11 @@ pub(crate) struct Circuits {
     /// shared epoch): read once per round, passed in ([`Circuits::set_now`]).
     pub(crate) now_ns: u64,
     /// When the core's once-a-second timers run next ([`Circuits::begin_round`]).
-    next_tick_ns: u64,
+    pub(super) next_tick_ns: u64,
+    /// Connections in their link handshake ([`super::timers`]).
+    pub(super) handshakes: super::timers::Handshakes,
+    /// The queued bytes the controller last heard of.
+    reported_queue_bytes: u64,
     /// Wall-clock time at `now_ns == 0` (the driver sets it; the
     /// directory cache's HTTP dates and consensus liveness use it).
     pub(crate) wall_epoch: std::time::SystemTime,
@@ -268,7 +301,6 @@ impl Circuits {
             conn_ids: HashMap::new(),
             pending: Vec::new(),
             waiting: (0..n).map(|_| VecDeque::new()).collect(),
-            resumed: Vec::new(),
             outs,
             destroy_later: Vec::new(),
             forwarders: Vec::new(),
@@ -278,6 +310,8 @@ impl Circuits {
             counters: CoreCounters::default(),
             now_ns: 0,
             next_tick_ns: 0,
+            handshakes: Default::default(),
+            reported_queue_bytes: 0,
             wall_epoch,
             guards: Default::default(),
             limit_counters: Default::default(),
@@ -306,7 +340,7 @@ impl Circuits {
 
     /// Connection `idx` (the driver's slot) is open; `peer_rsa`: the RSA
     /// identity the peer authenticated with (None: a client).
-    pub(crate) fn add_conn(
+    pub(super) fn add_conn(
         &mut self,
         idx: usize,
         id: ConnId,
@@ -328,12 +362,13 @@ impl Circuits {
             sched: ConnSched::new(self.ctx.halflife_s),
             stall: None,
             last: (0, 0),
+            times: super::timers::ConnTimes::new(self.now_ns),
         });
     }
 
     /// Connection `idx` closed: every circuit on it goes, its peers get
     /// DESTROY (CHANNEL_CLOSED). [protocol-notes §6.4]
-    pub(crate) fn remove_conn(&mut self, idx: usize) {
+    pub(super) fn remove_conn(&mut self, idx: usize) {
         let Some(mut c) = self.conns.get_mut(idx).and_then(Option::take) else {
             return;
         };
@@ -348,7 +383,6 @@ impl Circuits {
         c.sched.urgent.clear(&mut self.pool);
         self.forget_pending_creates(idx);
         self.pending.retain(|&p| p != idx);
-        self.resumed.retain(|&p| p != idx);
         self.unwait(idx);
         self.flush_destroys();
     }
@@ -373,7 +407,8 @@ impl Circuits {
         self.conns.get_mut(idx).and_then(Option::as_mut)
     }
 
-    /// Number of circuits on connection `idx` (idle timeouts).
+    /// Number of circuits on connection `idx` (the tests).
+    #[cfg(test)]
     pub(crate) fn circuit_count(&self, idx: usize) -> usize {
         self.conn(idx).map_or(0, |c| c.circuits.len())
     }
@@ -404,26 +439,34 @@ impl Circuits {
     /// Halves torn down during the last inputs are finished first (their
     /// peers told, DESTROY queued).
     pub(crate) fn poll_effect(&mut self) -> Option<Effect> {
-        if !self.destroy_later.is_empty() {
-            self.flush_destroys();
+        loop {
+            if !self.destroy_later.is_empty() {
+                self.flush_destroys();
+            }
+            if let Some(e) = self.effects.pop_front() {
+                return Some(e);
+            }
+            if let Some(e) = self.streams.next_effect() {
+                return Some(e);
+            }
+            if self.streams.dir_ready.is_empty() {
+                return None;
+            }
+            // Serving makes cells and may end streams: poll again.
+            self.serve_dir_ready();
         }
-        self.effects.pop_front()
     }
 
-    /// Connections whose reading may go on (their stall ended); the driver
-    /// marks them readable and reads them this round.
-    pub(crate) fn take_resumed(&mut self, into: &mut Vec<usize>) {
-        into.append(&mut self.resumed);
-    }
-
-    /// Publish every ring with new messages; `wake(w, urgent)` is called
+    /// The round is over: publish every ring with new messages, and tell
+    /// the controller if the queued bytes moved by a step
+    /// ([`CoreLimits::queue_report_step`]). `wake(w, urgent)` is called
     /// for each worker that may need waking (its notifier decides):
     /// `urgent` if something here waits for room on its ring: a full ring
     /// is drained now, not at the consumer's next KIST run, even if
     /// nothing new was published this round (else the stalled connection
     /// waits for that run). This did not even out the two directions when
     /// every cell crosses (docs/perf.md, "Cells that cross workers").
-    pub(crate) fn publish(&mut self, mut wake: impl FnMut(usize, bool)) {
+    pub(crate) fn end_round(&mut self, mut wake: impl FnMut(usize, bool)) {
         for (w, p) in self.outs.iter_mut().enumerate() {
             if let Some(p) = p {
                 let urgent = self.waiting.get(w).is_some_and(|l| !l.is_empty());
@@ -431,6 +474,21 @@ impl Circuits {
                     wake(w, urgent);
                 }
             }
+        }
+        self.report_queue_change();
+    }
+
+    /// Tell the controller the queued bytes if they moved by a step since
+    /// it last heard ([`CoreLimits::queue_report_step`]).
+    pub(crate) fn report_queue_change(&mut self) {
+        let now = self.queued_bytes();
+        if now.abs_diff(self.reported_queue_bytes) >= self.limits.queue_report_step {
+            self.reported_queue_bytes = now;
+            self.effects
+                .push_back(Effect::Controller(ControllerMsg::QueueBytes {
+                    worker: self.me,
+                    bytes: now,
+                }));
         }
     }
 
@@ -534,8 +592,9 @@ impl Circuits {
         );
     }
 
-    /// The core's side of the report (see [`CoreReport`]).
-    pub(crate) fn report(&self) -> CoreReport {
+    /// The core's side of the report (see [`CoreReport`]); the queued
+    /// bytes in it are what the controller last heard.
+    pub(crate) fn report(&mut self) -> CoreReport {
         let mut exit = self.streams.counters;
         exit.open = self.streams.len() as u64;
         exit.cfx = self.conflux.report();
@@ -546,8 +605,13 @@ impl Circuits {
             circuits_open: self.halves.circuits() as u64,
             halves: self.halves.len() as u64,
             queued_cells: self.queued_cells() as u64,
-            queued_bytes: self.queued_bytes(),
+            queued_bytes: {
+                self.reported_queue_bytes = self.queued_bytes();
+                self.reported_queue_bytes
+            },
             pool_slots: self.pool.capacity() as u64,
+            streams_opened: self.streams.opened,
+            streams_refused: self.streams.refused,
         }
     }
 
@@ -560,7 +624,9 @@ impl Circuits {
         if now_ns >= self.next_tick_ns {
             self.next_tick_ns = now_ns + 1_000_000_000;
             self.expire_selftests();
+            self.run_conn_timers();
         }
+        self.streams.dir_round();
         self.run_pending_creates();
     }
 

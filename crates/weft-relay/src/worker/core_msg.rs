@@ -179,6 +179,8 @@ impl Circuits {
             }
             CoreMsg::OomKill { min_age_ns } => {
                 self.oom_kill(min_age_ns);
+                // The controller hears at once what the kill freed.
+                self.report_queue_change();
             }
             CoreMsg::Resolved(a) => self.stream_resolved(a),
         }

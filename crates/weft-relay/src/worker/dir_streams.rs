@@ -82,14 +82,6 @@ impl Circuits {
         self.streams.dir_docs = Some(docs);
     }
 
-    /// True if stream `key` is a directory stream (no socket).
-    pub(crate) fn is_dir_stream(&self, key: usize) -> bool {
-        self.streams
-            .streams
-            .get(key)
-            .is_some_and(|s| s.dir.is_some())
-    }
-
     /// BEGIN_DIR: a stream served here, answered CONNECTED with no
     /// address (only reached with `DirCache` on; the keyed half answers
     /// END NOTDIRECTORY otherwise).
@@ -187,7 +179,7 @@ impl Circuits {
     /// Send what directory stream `key` may send now (at most `round`
     /// bytes); END DONE when all is sent. Returns true if the round's
     /// share ran out with bytes left (serve again next round).
-    pub(crate) fn serve_dir(&mut self, key: usize, mut round: usize) -> bool {
+    pub(super) fn serve_dir(&mut self, key: usize, mut round: usize) -> bool {
         loop {
             let Some(s) = self.streams.streams.get(key) else {
                 return false;

@@ -113,7 +113,7 @@ impl Circuits {
                                     c.stall = Some((dw, m));
                                     break;
                                 }
-                                self.resumed.push(idx);
+                                self.effects.push_back(super::core::Effect::Resume(idx));
                             }
                             other => c.stall = other,
                         }

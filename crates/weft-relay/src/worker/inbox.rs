@@ -12,6 +12,7 @@ use std::time::Duration;
 use tracing::debug;
 
 use super::conn::Conn;
+use super::core_event::CoreEvent;
 use super::core_msg::CoreMsg;
 use super::migrate::{log_departure, MovedCircuits};
 use super::Worker;
@@ -138,13 +139,7 @@ impl Worker {
                 ed_id,
             } => self.connect(conn_id, addr, rsa_id, ed_id),
             WorkerMsg::Migrate { conn_id, to } => self.migrate_out(conn_id, to),
-            WorkerMsg::Core(m) => {
-                let oom = matches!(m, CoreMsg::OomKill { .. });
-                self.core.handle_msg(m);
-                if oom {
-                    self.report_queue_growth();
-                }
-            }
+            WorkerMsg::Core(m) => self.core.handle_msg(m),
             WorkerMsg::Adopt(m) => self.adopt(*m),
             WorkerMsg::BandwidthShare { rate, burst } => {
                 self.read_bucket.set(rate, burst);
@@ -234,8 +229,10 @@ impl Worker {
         self.by_id.remove(&conn_id);
         self.to_read.retain(|&p| p != idx);
         self.starved.retain(|&p| p != idx);
+        self.writing.retain(|&p| p != idx);
         c.readable = true;
         c.writable = true;
+        c.writing = false;
         log_departure(conn_id, self.id, to, circuits.halves.len());
         self.peers[to].send(WorkerMsg::Adopt(Box::new(MovedConn {
             conn: c,
@@ -255,14 +252,19 @@ impl Worker {
         let conn_id = conn.id;
         let Some(idx) = self.add_conn(conn) else {
             debug!("connection {conn_id}: adoption failed; its circuits close");
-            self.core.abandon(circuits);
+            self.core
+                .handle_event(CoreEvent::AdoptionFailed { circuits });
             let _ = self.controller.send(ControllerMsg::MigrationDone {
                 conn_id,
                 moved: false,
             });
             return;
         };
-        self.core.attach(idx, circuits, from);
+        self.core.handle_event(CoreEvent::ConnAdopted {
+            idx,
+            circuits,
+            from,
+        });
         self.to_read.push(idx);
         let _ = self.controller.send(ControllerMsg::ConnMoved {
             conn_id,

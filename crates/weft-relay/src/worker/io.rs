@@ -67,7 +67,6 @@ impl Worker {
                     c.bytes_recent += n;
                     self.read_bucket.consume(n);
                     budget = budget.saturating_sub(n.max(1));
-                    c.last_active = self.round_start;
                 }
                 Ok(IoState::WouldBlock) => {
                     c.readable = false;
@@ -111,18 +110,37 @@ impl Worker {
             kist::next_run_after(self.next_sched_run, self.ctx.kist_interval, now);
     }
 
+    /// Add the connections the core has new cells for to the writing
+    /// list (each once).
+    pub(crate) fn take_pending(&mut self) {
+        let from = self.writing.len();
+        self.core.take_pending(&mut self.writing);
+        let mut i = from;
+        while i < self.writing.len() {
+            let idx = self.writing[i];
+            match self.conns.get_mut(idx) {
+                Some(c) if !c.writing => {
+                    c.writing = true;
+                    i += 1;
+                }
+                _ => {
+                    self.writing.swap_remove(i);
+                }
+            }
+        }
+    }
+
     /// Write pending connections: every round without KIST, else on the
     /// fixed KIST cadence.
     pub(crate) fn write_all(&mut self) {
-        let mut list = std::mem::take(&mut self.writing);
-        self.core.take_pending(&mut list);
-        if !list.is_empty() {
+        self.take_pending();
+        if !self.writing.is_empty() {
+            let mut list = std::mem::take(&mut self.writing);
             self.write_pending(&mut list);
-            // The ones not done stay pending (no allocation: both lists
-            // keep their capacity).
-            self.core.keep_pending(&mut list);
+            // The ones not done stay (no allocation: the list keeps its
+            // capacity).
+            self.writing = list;
         }
-        self.writing = list;
     }
 
     fn write_pending(&mut self, list: &mut Vec<usize>) {
@@ -137,13 +155,13 @@ impl Worker {
             self.advance_cadence(now);
         }
         let now_ns = now.saturating_duration_since(self.epoch).as_nanos() as u64;
-        list.retain(|&idx| !self.write_conn(idx, now, now_ns));
+        list.retain(|&idx| !self.write_conn(idx, now_ns));
     }
 
     /// Stage up to one batch of cells for connection `idx` and flush.
     /// Returns true when it has nothing left to write (it leaves the
-    /// pending list).
-    fn write_conn(&mut self, idx: usize, now: Instant, now_ns: u64) -> bool {
+    /// writing list).
+    fn write_conn(&mut self, idx: usize, now_ns: u64) -> bool {
         let Worker {
             conns,
             core,
@@ -154,9 +172,8 @@ impl Worker {
             ..
         } = self;
         let Some(c) = conns.get_mut(idx) else {
-            // Gone here (closed): nothing to write (`settle_pending` is
-            // true for a connection the core no longer has).
-            return core.settle_pending(idx);
+            // Gone here (closed): nothing to write.
+            return true;
         };
         if !c.is_open() || !c.writable || c.closing.is_some() {
             return false;
@@ -185,8 +202,8 @@ impl Worker {
                 None => WRITE_BATCH,
             }
         };
-        let staged = core.fill(idx, &mut c.link, budget, allowed, now_ns);
-        write_bucket.consume(staged as u64);
+        let filled = core.fill(idx, &mut c.link, budget, allowed, now_ns);
+        write_bucket.consume(filled.staged as u64);
         let before = c.link.written_total;
         let flushed = match c.link.flush() {
             Ok(all) => all,
@@ -200,14 +217,16 @@ impl Worker {
         if n > 0 {
             counters.written += n;
             c.bytes_recent += n;
-            c.last_write = now;
-            c.last_active = now;
         }
         if !flushed {
             c.writable = false;
             return false;
         }
-        core.settle_pending(idx)
+        if filled.more {
+            return false;
+        }
+        c.writing = false;
+        true
     }
 }
 

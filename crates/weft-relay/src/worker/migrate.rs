@@ -147,6 +147,17 @@ pub(crate) struct MovedCircuits {
     pub(crate) urgent: Vec<MovedCell>,
 }
 
+impl std::fmt::Debug for MovedCircuits {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("MovedCircuits")
+            .field("id", &self.id)
+            .field("peer_addr", &self.peer_addr)
+            .field("halves", &self.halves.len())
+            .field("urgent", &self.urgent.len())
+            .finish()
+    }
+}
+
 /// Empty a queue into moved cells (the slots go back to the pool).
 fn take(q: &mut CellQueue, pool: &mut CellPool) -> Vec<MovedCell> {
     let mut v = Vec::with_capacity(q.len());
@@ -200,7 +211,6 @@ impl Circuits {
         let mut c: ConnCircuits = self.conns.get_mut(idx)?.take()?;
         self.conn_ids.remove(&c.id);
         self.pending.retain(|&p| p != idx);
-        self.resumed.retain(|&p| p != idx);
         self.unwait(idx);
         // None wait for a handshake (`can_detach`); this only keeps the
         // queue free of a connection that is no longer here.
@@ -618,7 +628,7 @@ impl Circuits {
             // Unstalled: read again; the cell goes in ahead of anything
             // the connection reads next.
             self.unwait(conn);
-            self.resumed.push(conn);
+            self.effects.push_back(super::core::Effect::Resume(conn));
             self.on_ring_msg(&msg, me as u16);
         } else if w == dw {
             c.stall = Some((w, msg));

@@ -29,8 +29,10 @@
 //! A round ([`Worker::turn`]): readiness events, the inbox (control before
 //! cells: a DESTROY overtakes queued cells), the inbound rings, stalled
 //! cells and ordered messages waiting for ring room, reading, writing, publishing the outbound
-//! rings, and once a second the housekeeping (counters to the controller,
-//! handshake deadlines, idle connections, keepalives). Between rounds the
+//! rings, and once a second the report to the controller. The protocol's
+//! timers (handshake deadlines, idle connections, keepalives) are the
+//! core's ([`timers`]); the driver wakes when [`Circuits::poll_timeout`]
+//! says. Between rounds the
 //! worker sleeps in epoll; with cells waiting for its next KIST run it
 //! sleeps until that run in a poll that only wake-ups end (the run reads
 //! what the sockets brought in the meantime).
@@ -38,6 +40,7 @@
 pub(crate) mod conflux;
 pub(crate) mod conn;
 pub(crate) mod core;
+pub(crate) mod core_event;
 pub(crate) mod core_msg;
 pub(crate) mod dir_streams;
 pub(crate) mod dispatch;
@@ -54,9 +57,11 @@ pub(crate) mod report;
 pub(crate) mod sched;
 pub(crate) mod stream_flow;
 pub(crate) mod stream_io;
+pub(crate) mod stream_pump;
 pub(crate) mod streams;
 #[cfg(test)]
 mod tests;
+pub(crate) mod timers;
 
 use std::collections::HashMap;
 use std::sync::mpsc::{Receiver, Sender};
@@ -70,6 +75,7 @@ use tracing::{debug, info};
 
 use self::conn::Conn;
 use self::core::{Circuits, CoreLimits, Effect};
+use self::core_event::CoreEvent;
 use self::report::Counters;
 use crate::bucket::TokenBucket;
 use crate::context::SharedContext;
@@ -229,7 +235,8 @@ pub struct Worker {
     to_close: Vec<usize>,
     /// Reused list (no allocation per round).
     scratch: Vec<usize>,
-    /// The connections being written this round ([`io`]).
+    /// The connections with cells to write, as the core handed them
+    /// ([`io`]; each once: [`conn::Conn::writing`]).
     writing: Vec<usize>,
     /// BandwidthRate share: reading.
     read_bucket: TokenBucket,
@@ -250,10 +257,6 @@ pub struct Worker {
     round_start: Instant,
     counters: Counters,
     reported: Counters,
-    /// Queued bytes last told the controller.
-    reported_queue_bytes: u64,
-    /// Tell the controller when queued bytes moved this much.
-    queue_report_step: u64,
     next_housekeeping: Instant,
     /// When the KIST scheduler runs next.
     next_sched_run: Instant,
@@ -279,6 +282,7 @@ impl Worker {
         let limits = CoreLimits {
             max_circuit_queue: cfg.max_circuit_queue,
             max_pool_cells: cfg.max_pool_cells,
+            queue_report_step: (cfg.max_mem_in_queues / (8 * n_workers as u64)).max(1 << 20),
         };
         Worker {
             id: parts.id,
@@ -317,8 +321,6 @@ impl Worker {
             round_start: now,
             counters: Counters::default(),
             reported: Counters::default(),
-            reported_queue_bytes: 0,
-            queue_report_step: (cfg.max_mem_in_queues / (8 * n_workers as u64)).max(1 << 20),
             next_housekeeping: now + Duration::from_secs(1),
             next_sched_run: now,
             stopping: false,
@@ -349,7 +351,8 @@ impl Worker {
                 break;
             }
         }
-        let (open, opened, refused) = self.core.stream_counts();
+        let r = self.core.report();
+        let (open, opened, refused) = (r.exit.open, r.streams_opened, r.streams_refused);
         if opened + refused > 0 {
             info!(
                 "worker {}: exit streams: {opened} opened, {refused} refused or failed, {open} open at exit",
@@ -369,7 +372,7 @@ impl Worker {
             return Some(Duration::ZERO);
         }
         let now = Instant::now();
-        let mut until = self.next_housekeeping;
+        let mut until = self.next_housekeeping.min(self.core_due());
         if let Some(t) = self.next_write() {
             until = until.min(t);
         }
@@ -390,6 +393,11 @@ impl Worker {
         Some(until - now)
     }
 
+    /// When the core's next timer is due ([`Circuits::poll_timeout`]).
+    fn core_due(&self) -> Instant {
+        self.epoch + Duration::from_nanos(self.core.poll_timeout())
+    }
+
     /// True if the worker has work that does not wait for an event or a
     /// timer.
     pub fn has_work(&self) -> bool {
@@ -401,8 +409,7 @@ impl Worker {
     /// the write bucket has tokens. None if nothing waits to be written.
     fn next_write(&self) -> Option<Instant> {
         let waiting = self
-            .core
-            .pending
+            .writing
             .iter()
             .any(|&c| self.conns.get(c).is_some_and(|c| c.writable));
         if !waiting {
@@ -429,7 +436,7 @@ impl Worker {
             now: self.round_start,
             next_run: self.next_sched_run,
             next_write: self.next_write(),
-            next_housekeeping: self.next_housekeeping,
+            next_housekeeping: self.next_housekeeping.min(self.core_due()),
         })
     }
 
@@ -499,10 +506,12 @@ impl Worker {
         self.read_all();
         self.stream_round();
         self.write_all();
-        self.publish_rings();
+        self.end_round();
         self.reap();
         self.apply_effects();
-        self.report_queue_growth();
+        // What the last steps queued (a DESTROY for a peer of a closed
+        // connection) is on the writing list before the worker sleeps.
+        self.take_pending();
         if t0 >= self.next_housekeeping {
             self.housekeeping();
         }
@@ -524,11 +533,13 @@ impl Worker {
             }
             self.ins[w] = Some(c);
         }
-        self.core.rings_drained();
+        self.core.handle_event(CoreEvent::RingsDrained);
         self.apply_effects();
     }
 
-    fn publish_rings(&mut self) {
+    /// The round is over: the core publishes its rings (waking the
+    /// workers that need it) and reports its queues if they moved.
+    fn end_round(&mut self) {
         let Worker {
             core,
             peers,
@@ -543,7 +554,7 @@ impl Worker {
         // peer more readily.
         let now_ns = *round_ns;
         let defer_ns = ctx.kist_interval.as_nanos() as u64;
-        core.publish(|w, urgent| {
+        core.end_round(|w, urgent| {
             let n = &peers[w].notifier;
             let woke = if urgent {
                 n.notify()
@@ -557,7 +568,8 @@ impl Worker {
     }
 
     /// Carry out what the core asked for: messages to the controller and to
-    /// other workers' inboxes, connections that may read again.
+    /// other workers' inboxes, lookups, stream sockets to open, close or
+    /// pump, connections that may read again or must close.
     fn apply_effects(&mut self) {
         while let Some(e) = self.core.poll_effect() {
             match e {
@@ -586,14 +598,15 @@ impl Worker {
                             }));
                     }
                 }
-            }
-        }
-        let before = self.to_read.len();
-        self.core.take_resumed(&mut self.to_read);
-        for i in before..self.to_read.len() {
-            let idx = self.to_read[i];
-            if let Some(c) = self.conns.get_mut(idx) {
-                c.readable = true;
+                Effect::Stream(io) => self.stream_socket(io),
+                Effect::PumpStream(key) => self.streams.pump_later(key),
+                Effect::Resume(idx) => {
+                    if let Some(c) = self.conns.get_mut(idx) {
+                        c.readable = true;
+                        self.to_read.push(idx);
+                    }
+                }
+                Effect::CloseConn { idx, why } => self.close_later(idx, why),
             }
         }
     }

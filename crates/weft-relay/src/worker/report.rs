@@ -1,25 +1,12 @@
 //! The driver's counters and its once-a-second housekeeping: the report to
-//! the controller (its counters and the core's, as deltas), handshake
-//! deadlines, idle connections, keepalives.
+//! the controller (its counters and the core's, as deltas).
 
 use std::time::{Duration, Instant};
-
-use weft_proto::cell::cmd;
-use weft_proto::link::PeerKind;
 
 use super::core::CoreCounters;
 use super::{thread_cpu_ns, Worker};
 use crate::histogram::DelayHistogram;
 use crate::messages::{ConnId, ControllerMsg, WorkerReport};
-
-/// Client and non-canonical channels without circuits are closed after
-/// this long (C Tor: 3–4.5 min). [protocol-notes §2.7]
-const IDLE_CLIENT: Duration = Duration::from_secs(180);
-/// Canonical relay channels without circuits (C Tor: 45–75 min).
-const IDLE_RELAY: Duration = Duration::from_secs(45 * 60);
-/// Send a PADDING cell when nothing was written for this long
-/// (`KeepalivePeriod`).
-const KEEPALIVE: Duration = Duration::from_secs(5 * 60);
 
 /// The driver's counters, touched only by the worker's thread.
 #[derive(Default, Clone, Copy)]
@@ -110,7 +97,6 @@ impl Worker {
                 }
             },
         };
-        self.reported_queue_bytes = report.limits.queued_bytes;
         let _ = self.controller.send(ControllerMsg::WorkerStats {
             worker: self.id,
             report,
@@ -132,63 +118,11 @@ impl Worker {
         top
     }
 
-    /// After a round: tell the controller at once when the queues grew or
-    /// shrank by a step (an eighth of this worker's share of
-    /// MaxMemInQueues), so the memory limit acts within a round, not a
-    /// second.
-    pub(crate) fn report_queue_growth(&mut self) {
-        let now = self.core.queued_bytes();
-        let step = self.queue_report_step;
-        if now.abs_diff(self.reported_queue_bytes) >= step {
-            self.reported_queue_bytes = now;
-            let _ = self.controller.send(ControllerMsg::QueueBytes {
-                worker: self.id,
-                bytes: now,
-            });
-        }
-    }
-
-    /// Once a second: report, close connections whose handshake is late or
-    /// that idle without circuits, keepalives, the core's tick.
+    /// Once a second: the report. (The protocol's timers are the core's,
+    /// [`super::timers`].)
     pub(crate) fn housekeeping(&mut self) {
-        let now = Instant::now();
-        self.next_housekeeping = now + Duration::from_secs(1);
+        self.next_housekeeping = Instant::now() + Duration::from_secs(1);
         self.report();
-        let mut keepalive = Vec::new();
-        let mut close = Vec::new();
-        for (idx, c) in self.conns.iter_mut() {
-            if c.closing.is_some() {
-                continue;
-            }
-            if !c.is_open() {
-                if now >= c.handshake_deadline {
-                    close.push((idx, "link handshake timed out".to_string()));
-                }
-                continue;
-            }
-            let idle = now.duration_since(c.last_active);
-            let limit = match c.peer() {
-                Some(PeerKind::Relay { .. }) => IDLE_RELAY,
-                _ => IDLE_CLIENT,
-            };
-            if self.core.circuit_count(idx) == 0 && idle >= limit {
-                close.push((
-                    idx,
-                    format!("idle for {}s without circuits", idle.as_secs()),
-                ));
-            } else if now.duration_since(c.last_write) >= KEEPALIVE {
-                keepalive.push(idx);
-            }
-        }
-        for idx in keepalive {
-            if let Some(c) = self.conns.get_mut(idx) {
-                c.last_write = now;
-            }
-            self.core.queue_urgent(idx, 0, cmd::PADDING, &[]);
-        }
-        for (idx, why) in close {
-            self.close_later(idx, why);
-        }
         self.apply_effects();
         self.reap();
         self.apply_effects();

@@ -14,6 +14,15 @@ use super::core::Circuits;
 use crate::ewma::{CircuitEwma, EwmaMux};
 use crate::pool::CellQueue;
 
+/// What [`Circuits::fill`] did.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Filled {
+    /// Bytes of circuit cells staged.
+    pub(crate) staged: usize,
+    /// Cells are left for a later fill.
+    pub(crate) more: bool,
+}
+
 /// A connection's output queues (see the module docs).
 pub(crate) struct ConnSched {
     /// Half slots with queued cells, in EWMA order (or round robin).
@@ -131,17 +140,17 @@ impl Circuits {
         }
     }
 
-    /// True if connection `conn` has cells to write.
-    /// Move the connections with output to write into `into` (the driver
-    /// writes them and gives back the ones not done with
-    /// [`Circuits::keep_pending`]).
+    /// Move the connections that got cells to write since the last call
+    /// into `into`: the driver keeps each on its writing list until
+    /// [`Circuits::fill`] says nothing is left. A connection comes again
+    /// only after it got new cells.
     pub(crate) fn take_pending(&mut self, into: &mut Vec<usize>) {
+        for &idx in &self.pending {
+            if let Some(Some(c)) = self.conns.get_mut(idx) {
+                c.sched.pending = false;
+            }
+        }
         into.append(&mut self.pending);
-    }
-
-    /// Connections from [`Circuits::take_pending`] that still have output.
-    pub(crate) fn keep_pending(&mut self, from: &mut Vec<usize>) {
-        self.pending.append(from);
     }
 
     pub(crate) fn has_output(&self, conn: usize) -> bool {
@@ -152,10 +161,11 @@ impl Circuits {
     /// Stage cells of connection `conn` into `out`: its urgent cells, then
     /// its circuits' cells in EWMA order, until `out` holds `budget` bytes
     /// (what the socket can take now), `allowed` bytes of circuit cells were
-    /// staged (the write bucket's tokens), or nothing is left. `now_ns` (the scheduling run's one clock read,
-    /// on the workers' shared epoch) decays the EWMA weights and dates the
-    /// cells' departure. Returns the bytes of circuit cells staged (urgent
-    /// cells are not charged to the bandwidth bucket).
+    /// staged (the write bucket's tokens), or nothing is left. `now_ns`
+    /// (the scheduling run's one clock read, on the workers' shared epoch)
+    /// decays the EWMA weights and dates the cells' departure. Returns the
+    /// bytes of circuit cells staged (urgent cells are not charged to the
+    /// bandwidth bucket) and whether cells are left.
     pub(crate) fn fill(
         &mut self,
         conn: usize,
@@ -163,7 +173,7 @@ impl Circuits {
         budget: usize,
         allowed: usize,
         now_ns: u64,
-    ) -> usize {
+    ) -> Filled {
         let Circuits {
             conns,
             halves,
@@ -172,8 +182,9 @@ impl Circuits {
             ..
         } = self;
         let Some(Some(c)) = conns.get_mut(conn) else {
-            return 0;
+            return Filled::default();
         };
+        let first = out.staged();
         let s = &mut c.sched;
         while out.staged() < URGENT_BATCH {
             let Some(u) = s.urgent.pop(pool) else { break };
@@ -211,18 +222,12 @@ impl Circuits {
             let more = !h.queue.is_empty();
             s.mux.sent(hs, &mut h.ewma, 1, weight, more);
         }
-        out.staged().saturating_sub(start)
-    }
-
-    /// Take connection `conn` off the pending list if it has nothing left
-    /// to write; true if it was taken off.
-    pub(crate) fn settle_pending(&mut self, conn: usize) -> bool {
-        let done = !self.has_output(conn);
-        if done {
-            if let Some(c) = self.conn_mut(conn) {
-                c.sched.pending = false;
-            }
+        if out.staged() > first {
+            c.times.last_write_ns = now_ns;
         }
-        done
+        Filled {
+            staged: out.staged().saturating_sub(start),
+            more: !s.urgent.is_empty() || !s.mux.is_empty(),
+        }
     }
 }

@@ -8,8 +8,6 @@
 //! [C relay.c connection_edge_package_raw_inbuf(), handle_relay_msg();
 //! sendme.c; congestion_control_flow.c]
 
-use std::collections::VecDeque;
-
 use tracing::debug;
 use weft_proto::cell::{cmd, destroy_reason, BODY_LEN};
 use weft_proto::circuit::flow::{DATA_MAX, XOFF_BODY, XON_BODY};
@@ -158,7 +156,7 @@ impl Circuits {
     /// How many bytes stream `key` may read from its socket now: what its
     /// window (or XON/XOFF), its circuit's window (or congestion window)
     /// and its circuit's queue allow.
-    pub(crate) fn stream_read_budget(&mut self, key: usize) -> usize {
+    pub(super) fn stream_read_budget(&mut self, key: usize) -> usize {
         let Some(s) = self.streams.streams.get(key) else {
             return 0;
         };
@@ -187,7 +185,7 @@ impl Circuits {
 
     /// Bytes stream `key` read from its socket (within its read budget):
     /// DATA cells toward the client.
-    pub(crate) fn stream_data_read(&mut self, key: usize, mut data: &[u8]) {
+    pub(super) fn stream_data_read(&mut self, key: usize, mut data: &[u8]) {
         let now_us = self.now_us();
         while !data.is_empty() {
             let Some(s) = self.streams.streams.get_mut(key) else {
@@ -212,7 +210,11 @@ impl Circuits {
 
     /// The bytes waiting for stream `key`'s destination (the driver writes
     /// from the front and drains what the socket took).
-    pub(crate) fn stream_output(&mut self, key: usize) -> Option<&mut VecDeque<u8>> {
+    #[cfg(test)]
+    pub(super) fn stream_output(
+        &mut self,
+        key: usize,
+    ) -> Option<&mut std::collections::VecDeque<u8>> {
         self.streams.streams.get_mut(key).map(|s| &mut s.to_dest)
     }
 
@@ -220,7 +222,7 @@ impl Circuits {
     /// ended closes once everything went out; an open one sends the
     /// stream SENDMEs the destination's pace allows, or XON once the
     /// bytes after an XOFF are gone.
-    pub(crate) fn stream_wrote(&mut self, key: usize) {
+    pub(super) fn stream_wrote(&mut self, key: usize) {
         let Some(s) = self.streams.streams.get_mut(key) else {
             return;
         };

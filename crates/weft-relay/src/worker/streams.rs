@@ -124,12 +124,20 @@ pub(crate) struct Streams {
     /// Ordered, so a circuit's streams are one range (a circuit SENDME
     /// wakes only its own streams).
     pub(super) by_id: BTreeMap<(u32, u16), usize>,
-    /// Socket work for the driver, in order.
-    io: VecDeque<StreamIo>,
-    /// Streams with bytes (or a close) for their destination.
+    /// Socket work for the driver, in order (it leaves as
+    /// [`Effect::Stream`]).
+    pub(super) io: VecDeque<StreamIo>,
+    /// Streams with bytes (or a close) for their destination (they leave
+    /// as [`Effect::PumpStream`]).
     pub(super) want_write: Vec<usize>,
     /// Streams whose reading may go on (a window opened, connected).
     pub(super) may_read: Vec<usize>,
+    /// Directory streams to serve now, and those to serve next round
+    /// ([`Circuits::serve_dir_ready`]).
+    pub(super) dir_ready: Vec<usize>,
+    pub(super) dir_again: Vec<usize>,
+    /// The socket reads' buffer ([`Circuits::pump_stream`]).
+    pub(super) read_buf: Vec<u8>,
     /// The next stream's tag.
     next_tag: u64,
     /// Lookups asked and not answered yet.
@@ -153,6 +161,37 @@ impl Streams {
         self.streams.len()
     }
 
+    /// True if directory streams wait to be served.
+    pub(crate) fn has_dir_work(&self) -> bool {
+        !self.dir_ready.is_empty() || !self.dir_again.is_empty()
+    }
+
+    /// A round begins: the directory streams left over from the last one
+    /// are served again.
+    pub(crate) fn dir_round(&mut self) {
+        self.dir_ready.append(&mut self.dir_again);
+    }
+
+    /// The next output for the driver, after the core's own effects:
+    /// socket work first, then the streams to pump. A directory stream
+    /// that may send is kept for [`Circuits::serve_dir_ready`].
+    pub(super) fn next_effect(&mut self) -> Option<Effect> {
+        if let Some(io) = self.io.pop_front() {
+            return Some(Effect::Stream(io));
+        }
+        if let Some(key) = self.want_write.pop() {
+            return Some(Effect::PumpStream(key));
+        }
+        while let Some(key) = self.may_read.pop() {
+            if self.streams.get(key).is_some_and(|s| s.dir.is_some()) {
+                self.dir_ready.push(key);
+            } else {
+                return Some(Effect::PumpStream(key));
+            }
+        }
+        None
+    }
+
     /// True if a circuit on connection `conn` has streams (it cannot move
     /// between workers yet).
     pub(crate) fn on_conn(&self, conn: usize) -> bool {
@@ -161,21 +200,6 @@ impl Streams {
 }
 
 impl Circuits {
-    /// The next socket operation for the driver.
-    pub(crate) fn poll_stream_io(&mut self) -> Option<StreamIo> {
-        self.streams.io.pop_front()
-    }
-
-    /// Streams that may read from their sockets again.
-    pub(crate) fn take_stream_readers(&mut self, into: &mut Vec<usize>) {
-        into.append(&mut self.streams.may_read);
-    }
-
-    /// Streams with bytes for their destination.
-    pub(crate) fn take_stream_writers(&mut self, into: &mut Vec<usize>) {
-        into.append(&mut self.streams.want_write);
-    }
-
     /// A stream command the keyed half at `slot` (connection `conn`)
     /// passed on; its decrypted message is in `body`. Never inlined (see
     /// `circuit_sendme`).
@@ -586,7 +610,7 @@ impl Circuits {
     }
 
     /// Stream `key`'s socket connected: CONNECTED, then bytes flow.
-    pub(crate) fn stream_connected(&mut self, key: usize) {
+    pub(super) fn stream_connected(&mut self, key: usize) {
         let Some(s) = self.streams.streams.get_mut(key) else {
             return;
         };
@@ -607,7 +631,7 @@ impl Circuits {
 
     /// Stream `key`'s socket failed (to connect, or later) with `err`:
     /// END with C Tor's reason for it; the stream is gone.
-    pub(crate) fn stream_failed(&mut self, key: usize, err: &std::io::Error) {
+    pub(super) fn stream_failed(&mut self, key: usize, err: &std::io::Error) {
         let Some(s) = self.streams.streams.get(key) else {
             return;
         };
@@ -623,7 +647,7 @@ impl Circuits {
     }
 
     /// Stream `key`'s socket reached EOF: END DONE.
-    pub(crate) fn stream_eof(&mut self, key: usize) {
+    pub(super) fn stream_eof(&mut self, key: usize) {
         self.end_stream(key, &[end_reason::DONE]);
     }
 
@@ -680,16 +704,6 @@ impl Circuits {
         for k in keys {
             self.free_stream(k);
         }
-    }
-
-    /// Open streams, streams opened and streams refused or failed (the
-    /// report).
-    pub(crate) fn stream_counts(&self) -> (usize, u64, u64) {
-        (
-            self.streams.len(),
-            self.streams.opened,
-            self.streams.refused,
-        )
     }
 }
 

@@ -124,7 +124,7 @@ fn two_legs(net: &mut Net, nonce: [u8; 32]) -> (Leg, Leg) {
 fn open(net: &mut Net, leg: &mut Leg) -> usize {
     leg.send(net, relay_cmd::BEGIN, 9, &begin("198.51.100.7:5000"));
     net.settle();
-    let Some(StreamIo::Connect { key, .. }) = net.cores[0].poll_stream_io() else {
+    let Some(StreamIo::Connect { key, .. }) = net.poll_stream_io(0) else {
         panic!("no connect asked for on the home");
     };
     net.cores[0].stream_connected(key);
@@ -209,7 +209,7 @@ fn a_set_across_two_workers_keeps_the_streams_order_both_ways() {
 fn bystander(net: &mut Net) -> (Leg, usize) {
     let mut c = Leg::new(net, 0, 3, 7);
     c.send(net, relay_cmd::BEGIN, 4, &begin("198.51.100.7:5001"));
-    let Some(StreamIo::Connect { key, .. }) = net.cores[0].poll_stream_io() else {
+    let Some(StreamIo::Connect { key, .. }) = net.poll_stream_io(0) else {
         panic!("no connect");
     };
     net.cores[0].stream_connected(key);
@@ -357,10 +357,7 @@ fn the_consensus_kill_switch_refuses_every_conflux_cell() {
     }
     let mut s = Leg::new(&mut net, 0, 9, 30);
     s.send(&mut net, relay_cmd::BEGIN, 3, &begin("198.51.100.7:5000"));
-    assert!(
-        net.cores[0].poll_stream_io().is_some(),
-        "streams still open"
-    );
+    assert!(net.poll_stream_io(0).is_some(), "streams still open");
     // With the default (cfx_enabled=1) the same LINK links.
     let mut net = exit_net_with(1);
     let mut leg = Leg::new(&mut net, 0, 1, 20);
@@ -400,7 +397,7 @@ fn links_the_exit_refuses() {
     // With a stream already open.
     let mut s = Leg::new(&mut net, 0, 2, 10);
     s.send(&mut net, relay_cmd::BEGIN, 3, &begin("198.51.100.7:5000"));
-    let _ = net.cores[0].poll_stream_io();
+    let _ = net.poll_stream_io(0);
     s.send(&mut net, conflux::LINK, 0, &l([6; 32]).encode());
     assert_eq!(s.read(&mut net).destroyed, Some(destroy_reason::PROTOCOL));
     // Malformed, and LINKED / SWITCH / LINKED_ACK on an unlinked circuit.

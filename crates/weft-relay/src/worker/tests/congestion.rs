@@ -172,8 +172,8 @@ fn a_client_that_ignores_xoff_loses_its_circuit_only() {
     let (msgs, d) = read(&mut net, 1, 7, &mut other);
     assert!(!d);
     assert_eq!(msgs[0].2, b"fine");
-    assert!(net.cores[0]
-        .poll_stream_io()
+    assert!(net
+        .poll_stream_io(0)
         .is_some_and(|io| io == StreamIo::Close { key }));
 }
 

@@ -66,7 +66,7 @@ fn migration_markers_keep_every_cell_once_and_in_order() {
     let mut back = Vec::new();
     push(&mut net, &mut client, &mut next, 1);
     for c in &mut net.cores {
-        c.publish(|_, _| {});
+        c.end_round(|_, _| {});
     }
     // Move the next relay's connection from worker 1 to worker 2 with cells
     // in flight both ways (step 1 and 2 of the protocol).
@@ -220,7 +220,7 @@ fn moves_keep_order_on(
     for &(conn, from, to) in moves {
         push(&mut net, &at, &mut client, &mut next);
         for c in &mut net.cores {
-            c.publish(|_, _| {});
+            c.end_round(|_, _| {});
         }
         assert_eq!(
             at[conn], from,
@@ -293,7 +293,7 @@ fn a_connection_inside_a_move_may_not_move_again() {
     let mut b = client_data(&mut client, 4);
     net.cell(0, 1, circ, cmd::RELAY, &mut b);
     for c in &mut net.cores {
-        c.publish(|_, _| {});
+        c.end_round(|_, _| {});
     }
     let held = |net: &mut Net| {
         let slot = net.cores[2].conn(2).unwrap().circuits[&relabel];

@@ -5,6 +5,7 @@
 //! ([`NextRelay`]) speak the real handshakes and onion layers at the two
 //! ends, so every test checks cells end to end.
 
+use std::collections::VecDeque;
 use std::net::{SocketAddr, SocketAddrV4};
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
@@ -16,6 +17,7 @@ use weft_proto::origin::{HopTarget, OriginCircuit};
 use weft_proto::relay::{self, relay_cmd};
 
 use super::core::{Circuits, CoreLimits, Effect};
+use super::core_event::CoreEvent;
 use super::core_msg::CoreMsg;
 use super::dispatch::CellVerdict;
 use super::sched::CellSink;
@@ -33,7 +35,9 @@ mod explore;
 mod limits;
 mod migrate;
 mod onion;
+mod pump;
 mod streams;
+mod timers;
 
 /// Bound on the steps of [`Net::settle`].
 const MAX_STEPS: usize = 200;
@@ -115,6 +119,15 @@ struct Net {
     conflux: crate::controller::conflux::ConfluxTable,
     /// Lookups the cores asked the resolver for.
     lookups: Vec<crate::resolver::DnsQuery>,
+    /// Stream sockets each core asked to open or close.
+    stream_io: Vec<VecDeque<crate::worker::streams::StreamIo>>,
+    /// Streams each core asked to have pumped.
+    pumps: Vec<Vec<usize>>,
+    /// Connections each core closed (a protocol timer): (slot, why).
+    closed: Vec<Vec<(usize, String)>>,
+    /// Leave the cores' effects unpolled (to see the state between an
+    /// input and the driver's next poll).
+    hold_effects: bool,
 }
 
 impl Net {
@@ -151,6 +164,7 @@ impl Net {
         let limits = CoreLimits {
             max_circuit_queue: DEFAULT_MAX_CIRCUIT_QUEUE,
             max_pool_cells: 1 << 16,
+            queue_report_step: 1 << 20,
         };
         let cores = outs
             .into_iter()
@@ -178,6 +192,10 @@ impl Net {
             onion: Default::default(),
             conflux: Default::default(),
             lookups: Vec::new(),
+            stream_io: (0..n).map(|_| VecDeque::new()).collect(),
+            pumps: (0..n).map(|_| Vec::new()).collect(),
+            closed: (0..n).map(|_| Vec::new()).collect(),
+            hold_effects: false,
         }
     }
 
@@ -186,7 +204,13 @@ impl Net {
         let addr: SocketAddr = ([127, 0, 0, 1], 9000 + idx as u16).into();
         // A relay the (exit tests') consensus lists.
         let relay = Some([0xAB; 20]);
-        self.cores[w].add_conn(idx, 100 * w as u64 + idx as u64, addr, outbound, relay);
+        self.cores[w].handle_event(CoreEvent::ConnOpened {
+            idx,
+            id: 100 * w as u64 + idx as u64,
+            peer_addr: addr,
+            we_initiated: outbound,
+            peer_rsa: relay,
+        });
     }
 
     /// One cell read on connection `conn` of worker `w`.
@@ -213,13 +237,26 @@ impl Net {
     }
 
     fn collect(&mut self, w: usize) {
+        if self.hold_effects {
+            return;
+        }
         while let Some(e) = self.cores[w].poll_effect() {
             match e {
                 Effect::Controller(m) => self.controller.push(m),
                 Effect::Worker(d, m) => self.inbox[d].push(m),
                 Effect::Resolve(q) => self.lookups.push(q),
+                Effect::Stream(io) => self.stream_io[w].push_back(io),
+                Effect::PumpStream(key) => self.pumps[w].push(key),
+                Effect::Resume(_) => {}
+                Effect::CloseConn { idx, why } => self.closed[w].push((idx, why)),
             }
         }
+    }
+
+    /// The next stream socket worker `w`'s core asked to open or close.
+    fn poll_stream_io(&mut self, w: usize) -> Option<crate::worker::streams::StreamIo> {
+        self.collect(w);
+        self.stream_io[w].pop_front()
     }
 
     /// One round of every worker: the inbox, then the rings (as the driver
@@ -227,7 +264,7 @@ impl Net {
     fn step(&mut self) -> bool {
         let mut moved = self.onion_controller();
         for w in 0..self.cores.len() {
-            self.cores[w].publish(|_, _| {});
+            self.cores[w].end_round(|_, _| {});
         }
         for w in 0..self.cores.len() {
             moved |= self.take_in(w);
@@ -239,7 +276,7 @@ impl Net {
     /// tables, `w`'s rings published, its inbox, its inbound rings.
     fn round(&mut self, w: usize) {
         self.onion_controller();
-        self.cores[w].publish(|_, _| {});
+        self.cores[w].end_round(|_, _| {});
         self.take_in(w);
     }
 
@@ -264,7 +301,7 @@ impl Net {
             self.ins[w][src] = Some(c);
         }
         let before: usize = self.cores[w].waiting.iter().map(|l| l.len()).sum();
-        self.cores[w].rings_drained();
+        self.cores[w].handle_event(CoreEvent::RingsDrained);
         let after: usize = self.cores[w].waiting.iter().map(|l| l.len()).sum();
         self.collect(w);
         moved || after < before
@@ -283,8 +320,8 @@ impl Net {
     /// Everything connection `conn` of worker `w` would write now.
     fn written(&mut self, w: usize, conn: usize) -> Vec<Out> {
         let mut sink = VecSink::default();
-        self.cores[w].fill(conn, &mut sink, usize::MAX, usize::MAX, 2);
-        self.cores[w].settle_pending(conn);
+        let now = self.cores[w].now_ns.max(2);
+        self.cores[w].fill(conn, &mut sink, usize::MAX, usize::MAX, now);
         sink.0
     }
 }
@@ -480,7 +517,7 @@ fn destroy_from_the_client_races_cells_in_both_directions() {
         net.cell(1, 2, relabel, cmd::RELAY, &mut d);
     }
     for c in &mut net.cores {
-        c.publish(|_, _| {});
+        c.end_round(|_, _| {});
     }
     // DESTROY from the client overtakes them.
     net.cell(
@@ -517,7 +554,7 @@ fn destroy_from_the_next_relay_races_cells_in_both_directions() {
         net.cell(1, 2, relabel, cmd::RELAY, &mut d);
     }
     for c in &mut net.cores {
-        c.publish(|_, _| {});
+        c.end_round(|_, _| {});
     }
     net.cell(
         1,
@@ -703,16 +740,16 @@ fn a_connection_stalled_on_a_full_ring_asks_for_an_urgent_wake_up() {
     }
     assert!(stalled, "the ring filled");
     let mut wakes = Vec::new();
-    net.cores[0].publish(|w, urgent| wakes.push((w, urgent)));
+    net.cores[0].end_round(|w, urgent| wakes.push((w, urgent)));
     assert_eq!(wakes, [(1, true)], "new messages, and a connection waits");
     // Nothing new on the ring, but the connection still waits: worker 1
     // must still be asked to drain now, not at its next KIST run.
     wakes.clear();
-    net.cores[0].publish(|w, urgent| wakes.push((w, urgent)));
+    net.cores[0].end_round(|w, urgent| wakes.push((w, urgent)));
     assert_eq!(wakes, [(1, true)]);
     net.settle();
     wakes.clear();
-    net.cores[0].publish(|w, urgent| wakes.push((w, urgent)));
+    net.cores[0].end_round(|w, urgent| wakes.push((w, urgent)));
     assert!(wakes.is_empty(), "nothing new, nobody waiting: {wakes:?}");
 }
 

@@ -159,7 +159,7 @@ pub(super) fn open_stream(
         sid,
         &begin("198.51.100.7:5000"),
     );
-    let Some(StreamIo::Connect { key, addr }) = net.cores[0].poll_stream_io() else {
+    let Some(StreamIo::Connect { key, addr }) = net.poll_stream_io(0) else {
         panic!("no connect asked for");
     };
     assert_eq!(addr, SocketAddr::from(([198, 51, 100, 7], 5000)));
@@ -191,7 +191,7 @@ fn a_begin_the_policy_refuses_gets_end_exitpolicy_with_the_address() {
     assert_eq!(msgs.len(), 1);
     assert_eq!((msgs[0].0, msgs[0].1), (relay_cmd::END, 3));
     assert_eq!(msgs[0].2, [4, 10, 1, 2, 3, 0, 0, 0x07, 0x08]);
-    assert!(net.cores[0].poll_stream_io().is_none(), "no socket for it");
+    assert!(net.poll_stream_io(0).is_none(), "no socket for it");
     // A name is looked up (not refused, not connected yet).
     send(
         &mut net,
@@ -204,7 +204,7 @@ fn a_begin_the_policy_refuses_gets_end_exitpolicy_with_the_address() {
     );
     assert_eq!(net.lookups.len(), 1);
     assert_eq!(net.lookups[0].host, "example.com");
-    assert!(net.cores[0].poll_stream_io().is_none());
+    assert!(net.poll_stream_io(0).is_none());
 }
 
 #[test]
@@ -228,7 +228,7 @@ fn a_relay_the_consensus_does_not_list_gets_no_streams() {
         (relay_cmd::END, vec![1]),
         "MISC"
     );
-    assert!(net.cores[0].poll_stream_io().is_none());
+    assert!(net.poll_stream_io(0).is_none());
 }
 
 #[test]
@@ -252,7 +252,7 @@ fn a_stream_may_not_connect_back_into_the_network() {
         "CONNECTREFUSED"
     );
     assert!(!matches!(
-        net.cores[0].poll_stream_io(),
+        net.poll_stream_io(0),
         Some(StreamIo::Connect { .. })
     ));
     // The stream ID is free again: the same ID to another port connects.
@@ -266,7 +266,7 @@ fn a_stream_may_not_connect_back_into_the_network() {
         &begin("198.51.100.1:9002"),
     );
     assert!(matches!(
-        net.cores[0].poll_stream_io(),
+        net.poll_stream_io(0),
         Some(StreamIo::Connect { .. })
     ));
 }
@@ -300,10 +300,7 @@ fn a_lookup_answer_is_checked_against_the_policy_again() {
     assert_eq!(msgs[0].0, relay_cmd::END);
     assert_eq!(msgs[0].2, [4, 10, 9, 9, 9, 0, 0, 0x01, 0x1F]);
     assert!(
-        !matches!(
-            net.cores[0].poll_stream_io(),
-            Some(StreamIo::Connect { .. })
-        ),
+        !matches!(net.poll_stream_io(0), Some(StreamIo::Connect { .. })),
         "never connected"
     );
     // An allowed answer connects; a stale answer (wrong tag) is ignored.
@@ -325,9 +322,9 @@ fn a_lookup_answer_is_checked_against_the_policy_again() {
         cached: false,
     };
     net.cores[0].stream_resolved(answer(q.tag + 1));
-    assert!(net.cores[0].poll_stream_io().is_none());
+    assert!(net.poll_stream_io(0).is_none());
     net.cores[0].stream_resolved(answer(q.tag));
-    let Some(StreamIo::Connect { key, addr }) = net.cores[0].poll_stream_io() else {
+    let Some(StreamIo::Connect { key, addr }) = net.poll_stream_io(0) else {
         panic!("no connect");
     };
     assert_eq!(addr.ip(), IpAddr::from([198, 51, 100, 9]));
@@ -373,7 +370,7 @@ fn bytes_flow_both_ways_in_data_cells() {
         (msgs[0].0, msgs[0].1, msgs[0].2.clone()),
         (relay_cmd::END, 9, vec![6])
     );
-    assert_eq!(net.cores[0].poll_stream_io(), Some(StreamIo::Close { key }));
+    assert_eq!(net.poll_stream_io(0), Some(StreamIo::Close { key }));
 }
 
 #[test]
@@ -437,7 +434,7 @@ fn the_exit_checks_the_clients_sendme_tags() {
     );
     let (_, destroyed) = read(&mut net, 1, 5, &mut c);
     assert!(destroyed, "a forged SENDME v1 closes its circuit");
-    assert_eq!(net.cores[0].poll_stream_io(), Some(StreamIo::Close { key }));
+    assert_eq!(net.poll_stream_io(0), Some(StreamIo::Close { key }));
     net.cores[0].stream_data_read(other_key, b"still here");
     let (msgs, destroyed) = read(&mut net, 1, 7, &mut other);
     assert!(!destroyed);
@@ -494,7 +491,7 @@ fn a_circuit_that_closes_closes_its_streams_and_a_one_hop_client_gets_none() {
     let mut c = circuit(&mut net, 1, 5);
     let key = open_stream(&mut net, 1, 5, &mut c, 9);
     net.cell(0, 1, id(5), cmd::DESTROY, &mut pad(&[0]));
-    assert_eq!(net.cores[0].poll_stream_io(), Some(StreamIo::Close { key }));
+    assert_eq!(net.poll_stream_io(0), Some(StreamIo::Close { key }));
     // A client connection (not a relay): no exit streams for one-hop use.
     net.cores[0].add_conn(2, 77, ([127, 0, 0, 1], 9100).into(), false, None);
     let mut c = circuit(&mut net, 2, 5);
@@ -510,7 +507,7 @@ fn a_circuit_that_closes_closes_its_streams_and_a_one_hop_client_gets_none() {
     let (msgs, _) = read(&mut net, 2, 5, &mut c);
     assert_eq!(msgs[0].0, relay_cmd::END);
     assert_eq!(msgs[0].2, [13], "TORPROTOCOL");
-    assert!(net.cores[0].poll_stream_io().is_none());
+    assert!(net.poll_stream_io(0).is_none());
 }
 
 #[test]
@@ -531,7 +528,7 @@ fn bad_stream_input_closes_only_its_stream_or_circuit() {
         assert!(!destroyed, "{bad:?}");
         assert_eq!((msgs[0].0, msgs[0].1), (relay_cmd::END, sid), "{bad:?}");
     }
-    assert!(net.cores[0].poll_stream_io().is_none());
+    assert!(net.poll_stream_io(0).is_none());
     // A RESOLVE of nothing: a RESOLVED error, nothing else.
     send(&mut net, 1, 5, &mut c, relay_cmd::RESOLVE, 4, b"\0");
     let (msgs, destroyed) = read(&mut net, 1, 5, &mut c);
@@ -541,7 +538,7 @@ fn bad_stream_input_closes_only_its_stream_or_circuit() {
     // END: dropped.
     let key = open_stream(&mut net, 1, 5, &mut c, 9);
     send(&mut net, 1, 5, &mut c, relay_cmd::END, 9, &[6]);
-    assert_eq!(net.cores[0].poll_stream_io(), Some(StreamIo::Close { key }));
+    assert_eq!(net.poll_stream_io(0), Some(StreamIo::Close { key }));
     for (cmd_, sid) in [
         (relay_cmd::DATA, 9u16),
         (relay_cmd::DATA, 300),
@@ -606,7 +603,7 @@ fn streams_over_the_creation_limit_are_refused_or_close_their_circuit() {
             sid,
             &begin("198.51.100.7:80"),
         );
-        while let Some(io) = net.cores[0].poll_stream_io() {
+        while let Some(io) = net.poll_stream_io(0) {
             connects += usize::from(matches!(io, StreamIo::Connect { .. }));
         }
     }
@@ -643,7 +640,7 @@ fn streams_over_the_creation_limit_are_refused_or_close_their_circuit() {
         &begin("198.51.100.7:80"),
     );
     assert!(matches!(
-        net.cores[0].poll_stream_io(),
+        net.poll_stream_io(0),
         Some(StreamIo::Connect { .. })
     ));
 

@@ -1,0 +1,104 @@
+//! What the driver tells the circuit core about its sockets: a connection
+//! started, opened, closed or arrived from another worker, a move that
+//! failed, the rings drained, an exit stream's socket connected or failed.
+//! One input, [`Circuits::handle_event`], as the core's other inputs
+//! (`on_cell`, `on_ring_msg`, `handle_msg`, `begin_round`); plain data
+//! with no socket inside. What an event causes comes out of
+//! [`Circuits::poll_effect`] and the connections' output.
+
+use std::net::SocketAddr;
+
+use super::core::Circuits;
+use super::migrate::MovedCircuits;
+use crate::messages::ConnId;
+
+/// Something that happened to one of the driver's sockets.
+#[derive(Debug)]
+pub(crate) enum CoreEvent<'a> {
+    /// Connection `idx` (the driver's slot) began its TCP connect or TLS
+    /// handshake: its handshake deadline runs.
+    ConnStarted {
+        /// The driver's slot.
+        idx: usize,
+    },
+    /// Connection `idx`'s link handshake is done: its circuits may start.
+    ConnOpened {
+        /// The driver's slot.
+        idx: usize,
+        /// Controller-assigned identifier.
+        id: ConnId,
+        /// TCP peer.
+        peer_addr: SocketAddr,
+        /// We opened the TCP connection.
+        we_initiated: bool,
+        /// The RSA identity the peer authenticated with (None: a client).
+        peer_rsa: Option<[u8; 20]>,
+    },
+    /// Connection `idx` closed (or never opened): its circuits end.
+    ConnClosed {
+        /// The driver's slot.
+        idx: usize,
+    },
+    /// A connection worker `from` moved here is on slot `idx`: install its
+    /// circuits (step 2 of a move, [`super::migrate`]).
+    ConnAdopted {
+        /// The driver's slot.
+        idx: usize,
+        /// Its circuits as the other core gave them up.
+        circuits: MovedCircuits,
+        /// The worker it came from.
+        from: u16,
+    },
+    /// A moved connection could not be installed here: its circuits end.
+    AdoptionFailed {
+        /// Its circuits.
+        circuits: MovedCircuits,
+    },
+    /// Every ring's messages of this round were handed in.
+    RingsDrained,
+    /// Exit stream `key`'s socket connected.
+    StreamConnected {
+        /// The stream.
+        key: usize,
+    },
+    /// Exit stream `key`'s socket failed (to connect, register, read or
+    /// write).
+    StreamFailed {
+        /// The stream.
+        key: usize,
+        /// What failed.
+        error: &'a std::io::Error,
+    },
+}
+
+impl Circuits {
+    /// One event of the driver's sockets (see [`CoreEvent`]).
+    pub(crate) fn handle_event(&mut self, e: CoreEvent<'_>) {
+        match e {
+            CoreEvent::ConnStarted { idx } => self.handshakes.start(idx, self.now_ns),
+            CoreEvent::ConnOpened {
+                idx,
+                id,
+                peer_addr,
+                we_initiated,
+                peer_rsa,
+            } => {
+                self.handshakes.end(idx);
+                self.add_conn(idx, id, peer_addr, we_initiated, peer_rsa);
+            }
+            CoreEvent::ConnClosed { idx } => {
+                self.handshakes.end(idx);
+                self.remove_conn(idx);
+            }
+            CoreEvent::ConnAdopted {
+                idx,
+                circuits,
+                from,
+            } => self.attach(idx, circuits, from),
+            CoreEvent::AdoptionFailed { circuits } => self.abandon(circuits),
+            CoreEvent::RingsDrained => self.rings_drained(),
+            CoreEvent::StreamConnected { key } => self.stream_connected(key),
+            CoreEvent::StreamFailed { key, error } => self.stream_failed(key, error),
+        }
+    }
+}

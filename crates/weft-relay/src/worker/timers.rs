@@ -1,0 +1,127 @@
+//! The core's protocol timers (part of the sans-IO circuit core): a link
+//! handshake's deadline, a connection without circuits closed after its
+//! idle time, a keepalive PADDING cell on a connection nothing was written
+//! to. They run once a second from [`Circuits::begin_round`]; the driver
+//! learns when to wake from [`Circuits::poll_timeout`] and what to close
+//! from [`super::core::Effect::CloseConn`].
+//! [C connection_or.c, main.c run_connection_housekeeping()]
+
+use std::collections::HashMap;
+
+use weft_proto::cell::cmd;
+
+use super::core::{Circuits, Effect};
+
+const SECOND_NS: u64 = 1_000_000_000;
+/// A connection's TCP connect, TLS and link handshake must end within
+/// this long.
+pub(crate) const HANDSHAKE_TIMEOUT_NS: u64 = 60 * SECOND_NS;
+/// Client and non-canonical channels without circuits are closed after
+/// this long (C Tor: 3–4.5 min). [protocol-notes §2.7]
+pub(crate) const IDLE_CLIENT_NS: u64 = 180 * SECOND_NS;
+/// Canonical relay channels without circuits (C Tor: 45–75 min).
+pub(crate) const IDLE_RELAY_NS: u64 = 45 * 60 * SECOND_NS;
+/// Send a PADDING cell when nothing was written for this long
+/// (`KeepalivePeriod`).
+pub(crate) const KEEPALIVE_NS: u64 = 5 * 60 * SECOND_NS;
+
+/// Connections still in their handshake, by the driver's slot: the
+/// deadline (ns on the workers' clock).
+#[derive(Default)]
+pub(crate) struct Handshakes {
+    deadlines: HashMap<usize, u64>,
+}
+
+impl Handshakes {
+    pub(crate) fn start(&mut self, idx: usize, now_ns: u64) {
+        self.deadlines.insert(idx, now_ns + HANDSHAKE_TIMEOUT_NS);
+    }
+
+    pub(crate) fn end(&mut self, idx: usize) {
+        self.deadlines.remove(&idx);
+    }
+}
+
+/// When an open connection last had circuits and last had cells staged
+/// (ns on the workers' clock).
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct ConnTimes {
+    pub(crate) last_had_circuits_ns: u64,
+    pub(crate) last_write_ns: u64,
+}
+
+impl ConnTimes {
+    pub(crate) fn new(now_ns: u64) -> ConnTimes {
+        ConnTimes {
+            last_had_circuits_ns: now_ns,
+            last_write_ns: now_ns,
+        }
+    }
+}
+
+impl Circuits {
+    /// When the driver must next call [`Circuits::begin_round`] for the
+    /// core's own sake (ns on the workers' clock): now if it has work that
+    /// waits for no input (directory answers left over from the last
+    /// round), else its next timer.
+    pub(crate) fn poll_timeout(&self) -> u64 {
+        if self.streams.has_dir_work() {
+            return self.now_ns;
+        }
+        self.next_tick_ns
+    }
+
+    /// The once-a-second timers of the connections, as C Tor's
+    /// `run_connection_housekeeping`: a handshake past its deadline
+    /// closes; a connection without circuits for its idle time closes;
+    /// else one nothing was written to for `KeepalivePeriod` gets PADDING.
+    pub(crate) fn run_conn_timers(&mut self) {
+        let now = self.now_ns;
+        let mut late: Vec<usize> = Vec::new();
+        self.handshakes.deadlines.retain(|&idx, &mut deadline| {
+            if now >= deadline {
+                late.push(idx);
+                false
+            } else {
+                true
+            }
+        });
+        for idx in late {
+            self.effects.push_back(Effect::CloseConn {
+                idx,
+                why: "link handshake timed out".into(),
+            });
+        }
+        let mut keepalive = Vec::new();
+        for (idx, c) in self.conns.iter_mut().enumerate() {
+            let Some(c) = c else { continue };
+            if !c.circuits.is_empty() {
+                c.times.last_had_circuits_ns = now;
+                if now.saturating_sub(c.times.last_write_ns) >= KEEPALIVE_NS {
+                    keepalive.push(idx);
+                }
+                continue;
+            }
+            let limit = if c.client {
+                IDLE_CLIENT_NS
+            } else {
+                IDLE_RELAY_NS
+            };
+            let idle = now.saturating_sub(c.times.last_had_circuits_ns);
+            if idle >= limit {
+                self.effects.push_back(Effect::CloseConn {
+                    idx,
+                    why: format!("idle for {}s without circuits", idle / SECOND_NS),
+                });
+            } else if now.saturating_sub(c.times.last_write_ns) >= KEEPALIVE_NS {
+                keepalive.push(idx);
+            }
+        }
+        for idx in keepalive {
+            if let Some(c) = self.conn_mut(idx) {
+                c.times.last_write_ns = now;
+            }
+            self.queue_urgent(idx, 0, cmd::PADDING, &[]);
+        }
+    }
+}
