@@ -10,7 +10,7 @@
 //!   before it) and goes to the controller, which knows each nonce's home.
 //! * **A set has one home** (the worker of its first leg): its sequence
 //!   numbers, its out-of-order queue and its streams (in the home's stream
-//!   room under the set's own slot, [`SET_SLOT`]). A leg's multiplexed
+//!   room, owned by [`StreamOwner::Set`]). A leg's multiplexed
 //!   cells and SWITCHes go home in the leg's order (one FIFO ring per
 //!   worker pair, or a call when home is here); the leg's congestion state
 //!   follows after LINKED, LINKED_ACK and every circuit SENDME.
@@ -37,18 +37,8 @@ use weft_proto::relay::{self, relay_cmd};
 use super::core::{Circuits, Effect};
 use super::half::HalfRole;
 use super::handoff::Handed;
+use super::streams::StreamOwner;
 use crate::messages::{ConfluxCounters, ControllerMsg, HalfRef, RingMsg, SetRef, OOO_DEPTH_BOUNDS};
-
-/// The stream room's slot for a set's streams: this bit and the set's
-/// index (half slots never reach it).
-pub(crate) const SET_SLOT: u32 = 1 << 31;
-/// The stream room's connection for a set's streams (no connection).
-pub(crate) const SET_CONN: usize = usize::MAX;
-
-/// Is `slot` a set's (not a half's)?
-pub(crate) fn is_set_slot(slot: u32) -> bool {
-    slot & SET_SLOT != 0
-}
 
 /// A leg on this worker.
 struct LegRecord {
@@ -94,15 +84,15 @@ impl ConfluxRoom {
             .sum()
     }
 
-    /// Sets with queued messages: (their stream slot, age of the oldest
-    /// at `now_ns`, bytes), for the memory limit.
-    pub(crate) fn oom_candidates(&self, now_ns: u64) -> Vec<(u32, u64, u64)> {
+    /// Sets with queued messages: (their streams' owner, age of the
+    /// oldest at `now_ns`, bytes), for the memory limit.
+    pub(crate) fn oom_candidates(&self, now_ns: u64) -> Vec<(StreamOwner, u64, u64)> {
         self.sets
             .iter()
             .filter_map(|(i, s)| {
                 let t = s.set.ooo_oldest_stamp()?;
                 Some((
-                    SET_SLOT | i as u32,
+                    StreamOwner::Set(i),
                     now_ns.saturating_sub(t),
                     s.set.ooo_bytes() as u64,
                 ))
@@ -184,13 +174,7 @@ impl Circuits {
     fn conflux_link(&mut self, conn: usize, slot: u32, data: &[u8]) {
         let why = if self.conflux.legs.contains_key(&slot) {
             Some("CONFLUX_LINK on a circuit that is already a leg")
-        } else if self
-            .streams
-            .by_id
-            .range((slot, 0)..=(slot, u16::MAX))
-            .next()
-            .is_some()
-        {
+        } else if self.streams.owns_any(StreamOwner::circuit(conn, slot)) {
             Some("CONFLUX_LINK on a circuit with streams")
         } else if self.conn(conn).is_none_or(|c| c.client) {
             Some("CONFLUX_LINK from a one-hop client")
@@ -305,7 +289,7 @@ impl Circuits {
             RingMsg::ConfluxLegState { set, leg, state } => {
                 if let Some(idx) = self.home_set(set) {
                     self.conflux.sets[idx].set.update_leg(leg, state);
-                    self.circuit_window_opened(SET_SLOT | idx as u32);
+                    self.circuit_window_opened(StreamOwner::Set(idx));
                 }
             }
             RingMsg::ConfluxLegGone { set, leg } => {
@@ -318,7 +302,7 @@ impl Circuits {
                             "a leg in use closed (or the last one)",
                         );
                     } else {
-                        self.circuit_window_opened(SET_SLOT | idx as u32);
+                        self.circuit_window_opened(StreamOwner::Set(idx));
                     }
                 }
             }
@@ -426,7 +410,12 @@ impl Circuits {
         };
         rec.set = Some(set);
         rec.linked_sent_us = now_us;
-        self.send_on(conn, to.slot, conflux::LINKED, 0, &linked.encode());
+        self.send_on(
+            StreamOwner::circuit(conn, to.slot),
+            conflux::LINKED,
+            0,
+            &linked.encode(),
+        );
         self.leg_snapshot(to.slot, set);
     }
 
@@ -554,8 +543,8 @@ impl Circuits {
         let Ok(h) = relay::parse_header(&body) else {
             return;
         };
-        let slot = SET_SLOT | idx as u32;
-        self.stream_cell(SET_CONN, slot, h.command, h.stream_id, false, &mut body);
+        let owner = StreamOwner::Set(idx);
+        self.stream_cell(owner, h.command, h.stream_id, false, &mut body);
     }
 
     fn conflux_set_error(&mut self, idx: usize, e: &SetError) {
@@ -592,7 +581,7 @@ impl Circuits {
         for leg in hs.set.legs() {
             self.destroy_later.push((leg, reason));
         }
-        self.forget_streams(SET_SLOT | idx as u32);
+        self.forget_streams(StreamOwner::Set(idx));
         self.effects
             .push_back(Effect::Controller(ControllerMsg::ConfluxSetGone {
                 nonce: hs.nonce,
@@ -604,8 +593,7 @@ impl Circuits {
     /// leg the set picks (SWITCH first when it changes). DATA finds a leg
     /// whenever the streams' read budget allowed it; if none could take
     /// it, the set closes rather than lose a stream's bytes.
-    pub(crate) fn set_send(&mut self, slot: u32, command: u8, stream_id: u16, data: &[u8]) {
-        let idx = (slot & !SET_SLOT) as usize;
+    pub(crate) fn set_send(&mut self, idx: usize, command: u8, stream_id: u16, data: &[u8]) {
         let Some(hs) = self.conflux.sets.get_mut(idx) else {
             return;
         };
@@ -625,14 +613,11 @@ impl Circuits {
         self.leg_send(plan.leg, command, stream_id, data);
     }
 
-    /// Cells set `slot` may send now (the read budget of its streams).
-    pub(crate) fn set_window(&self, slot: u32) -> i32 {
-        self.conflux
-            .sets
-            .get((slot & !SET_SLOT) as usize)
-            .map_or(0, |hs| {
-                i32::try_from(hs.set.send_window()).unwrap_or(i32::MAX)
-            })
+    /// Cells set `idx` may send now (the read budget of its streams).
+    pub(crate) fn set_window(&self, idx: usize) -> i32 {
+        self.conflux.sets.get(idx).map_or(0, |hs| {
+            i32::try_from(hs.set.send_window()).unwrap_or(i32::MAX)
+        })
     }
 
     fn leg_send(&mut self, leg: HalfRef, command: u8, stream_id: u16, data: &[u8]) {

@@ -508,7 +508,7 @@ impl Circuits {
         let mut h = self.halves.remove(slot)?;
         self.forget_onion_role(r, &h);
         self.conflux_half_dropped(slot, r);
-        self.forget_streams(slot);
+        self.forget_streams(super::streams::StreamOwner::circuit(h.conn, slot));
         if let Some(Some(c)) = self.conns.get_mut(h.conn) {
             c.sched.queued = c.sched.queued.saturating_sub(h.queue.len());
             c.sched.mux.remove(slot, &mut h.ewma);
@@ -555,14 +555,6 @@ impl Circuits {
     pub(crate) fn close_circuit(&mut self, conn: usize, slot: u32, reason: u8, why: &str) {
         if reason == destroy_reason::PROTOCOL {
             self.counters.protocol_closes += 1;
-        }
-        if super::conflux::is_set_slot(slot) {
-            // A conflux set's streams asked: the whole set closes.
-            return self.conflux_close_set(
-                (slot & !super::conflux::SET_SLOT) as usize,
-                reason,
-                why,
-            );
         }
         let Some(h) = self.drop_half(slot) else {
             return;

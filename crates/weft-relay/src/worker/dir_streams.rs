@@ -22,7 +22,7 @@ use weft_dir::cache::DirDocuments;
 use weft_proto::relay::{end_reason, relay_cmd};
 
 use super::core::Circuits;
-use super::streams::State;
+use super::streams::{State, StreamOwner};
 
 /// The metric order of [`Resource`].
 pub(crate) const RESOURCES: [Resource; 6] = [
@@ -85,35 +85,34 @@ impl Circuits {
     /// BEGIN_DIR: a stream served here, answered CONNECTED with no
     /// address (only reached with `DirCache` on; the keyed half answers
     /// END NOTDIRECTORY otherwise).
-    pub(super) fn begin_dir(&mut self, conn: usize, slot: u32, stream_id: u16) {
+    pub(super) fn begin_dir(&mut self, owner: StreamOwner, stream_id: u16) {
         if self.ctx.hibernating {
             // As C: no new stream of any kind while hibernating.
             let reason = [weft_proto::circuit::exit::END_HIBERNATING];
-            self.send_on(conn, slot, relay_cmd::END, stream_id, &reason);
+            self.send_on(owner, relay_cmd::END, stream_id, &reason);
             return;
         }
-        let key = self.new_stream(conn, slot, stream_id, State::DirRequest);
+        let key = self.new_stream(owner, stream_id, State::DirRequest);
         self.streams.streams[key].dir = Some(Box::new(DirStream {
             request: Vec::new(),
             head: Vec::new(),
             body: Body::Empty,
             sent: 0,
         }));
-        self.streams.by_id.insert((slot, stream_id), key);
+        self.streams.by_id.insert((owner, stream_id), key);
         self.streams.counters.dir.streams += 1;
         self.streams.opened += 1;
-        self.send_on(conn, slot, relay_cmd::CONNECTED, stream_id, &[]);
+        self.send_on(owner, relay_cmd::CONNECTED, stream_id, &[]);
     }
 
     /// DATA on a directory stream: request bytes, answered once the head
     /// is complete. Bytes after the head (a request body) are ignored, as
     /// C Tor ignores a GET's body.
-    pub(super) fn dir_data(&mut self, conn: usize, slot: u32, key: usize, data: &[u8]) {
+    pub(super) fn dir_data(&mut self, owner: StreamOwner, key: usize, data: &[u8]) {
         let s = &mut self.streams.streams[key];
         if let Err(e) = s.flow.data_received() {
-            self.close_circuit(
-                conn,
-                slot,
+            self.close_owner(
+                owner,
                 weft_proto::cell::destroy_reason::PROTOCOL,
                 &e.to_string(),
             );
@@ -139,7 +138,10 @@ impl Circuits {
             Parsed::Request(r) => r,
         };
         let peer = Peer {
-            addr: self.conn(conn).map(|c| c.peer_addr.ip()),
+            addr: match owner {
+                StreamOwner::Circuit { conn, .. } => self.conn(conn).map(|c| c.peer_addr.ip()),
+                StreamOwner::Set(_) => None,
+            },
         };
         let answer = serve::respond(
             self.streams.dir_docs.as_deref(),

@@ -24,6 +24,7 @@ use weft_proto::circuit::{self, ForwardAction};
 use super::core::{Circuits, Effect};
 use super::half::{Half, HalfRole};
 use super::handoff::Handed;
+use super::streams::StreamOwner;
 use crate::link_io::{CellFlow, CellIn};
 use crate::messages::ControllerMsg;
 
@@ -269,7 +270,13 @@ impl Circuits {
                 if self.conflux.is_leg(slot) {
                     return self.leg_stream_cell(conn, slot, command, circuit_sendme, body);
                 }
-                self.stream_cell(conn, slot, command, stream_id, circuit_sendme, body);
+                self.stream_cell(
+                    StreamOwner::circuit(conn, slot),
+                    command,
+                    stream_id,
+                    circuit_sendme,
+                    body,
+                );
                 Handed::Done
             }
             ForwardAction::CircuitSendme => {

@@ -15,6 +15,7 @@ use tracing::info;
 use weft_proto::cell::{cmd, destroy_reason, BODY_LEN};
 
 use super::core::{Circuits, Effect};
+use super::streams::StreamOwner;
 use crate::messages::ControllerMsg;
 use crate::oom::CELL_COST;
 
@@ -112,12 +113,7 @@ impl Circuits {
         }
         v.extend(
             self.stream_oom_candidates(now)
-                .map(|(_, _, age, b)| (age, b)),
-        );
-        v.extend(
-            self.conflux
-                .oom_candidates(now)
-                .into_iter()
+                .chain(self.conflux.oom_candidates(now))
                 .map(|(_, age, b)| (age, b)),
         );
         v
@@ -144,30 +140,25 @@ impl Circuits {
                 .min();
             if let Some(o) = oldest {
                 if now.saturating_sub(o) >= min_age_ns {
-                    victims.push((h.conn, slot, n as u64 * CELL_COST));
+                    victims.push((StreamOwner::circuit(h.conn, slot), n as u64 * CELL_COST));
                 }
             }
         }
         victims.extend(
             self.stream_oom_candidates(now)
-                .filter(|&(_, _, age, _)| age >= min_age_ns)
-                .map(|(conn, slot, _, b)| (conn, slot, b)),
-        );
-        victims.extend(
-            self.conflux
-                .oom_candidates(now)
-                .into_iter()
+                .chain(self.conflux.oom_candidates(now))
                 .filter(|&(_, age, _)| age >= min_age_ns)
-                .map(|(slot, _, b)| (super::conflux::SET_CONN, slot, b)),
+                .map(|(owner, _, b)| (owner, b)),
         );
         let (mut circuits, mut bytes) = (0, 0);
-        for (conn, slot, b) in victims {
-            if !super::conflux::is_set_slot(slot) && self.halves.by_slot(slot).is_none() {
-                continue; // its peer on this worker went first
+        for (owner, b) in victims {
+            if let StreamOwner::Circuit { slot, .. } = owner {
+                if self.halves.by_slot(slot).is_none() {
+                    continue; // its peer on this worker went first
+                }
             }
-            self.close_circuit(
-                conn,
-                slot,
+            self.close_owner(
+                owner,
                 destroy_reason::RESOURCELIMIT,
                 "out of memory (MaxMemInQueues): it held the oldest cells or stream bytes",
             );

@@ -15,7 +15,7 @@ use weft_proto::relay::relay_cmd;
 
 use super::core::Circuits;
 use super::half::HalfRole;
-use super::streams::{State, OUTBUF_FULL, QUEUE_HIGHWATER};
+use super::streams::{State, StreamOwner, OUTBUF_FULL, QUEUE_HIGHWATER};
 
 /// A circuit counts as blocked on its connection (a congestion signal
 /// for Vegas) while this many of its cells wait there: C's default
@@ -39,13 +39,13 @@ impl Circuits {
 
     /// DATA for stream `key` of the half at `slot`: its bytes wait for the
     /// destination; XOFF when they pile up (congestion control).
-    pub(super) fn stream_data(&mut self, conn: usize, slot: u32, key: usize, data: &[u8]) {
+    pub(super) fn stream_data(&mut self, owner: StreamOwner, key: usize, data: &[u8]) {
         let (now_ns, now_us) = (self.now_ns, self.now_us());
         let limit = self.ctx.cc.xoff_exit_bytes;
         let cap = max_to_dest(limit, self.ctx.cc.ss_cwnd_max);
         let s = &mut self.streams.streams[key];
         if let Err(e) = s.flow.data_received() {
-            self.close_circuit(conn, slot, destroy_reason::PROTOCOL, &e.to_string());
+            self.close_owner(owner, destroy_reason::PROTOCOL, &e.to_string());
             return;
         }
         if s.state == State::Flushing {
@@ -60,9 +60,8 @@ impl Circuits {
         let sid = s.stream_id;
         self.streams.want_write.push(key);
         if over {
-            self.close_circuit(
-                conn,
-                slot,
+            self.close_owner(
+                owner,
                 destroy_reason::RESOURCELIMIT,
                 "a stream's client kept sending after XOFF",
             );
@@ -70,15 +69,15 @@ impl Circuits {
         }
         if xoff {
             self.streams.counters.cc.xoff_sent += 1;
-            self.send_on(conn, slot, relay_cmd::XOFF, sid, &XOFF_BODY);
+            self.send_on(owner, relay_cmd::XOFF, sid, &XOFF_BODY);
         }
     }
 
     /// A stream-level SENDME: the stream's window opens (an error without
     /// stream windows, or past the window, closes the circuit).
-    pub(super) fn stream_sendme(&mut self, conn: usize, slot: u32, key: usize) {
+    pub(super) fn stream_sendme(&mut self, owner: StreamOwner, key: usize) {
         if let Err(e) = self.streams.streams[key].flow.sendme_received() {
-            self.close_circuit(conn, slot, destroy_reason::PROTOCOL, &e.to_string());
+            self.close_owner(owner, destroy_reason::PROTOCOL, &e.to_string());
             return;
         }
         self.streams.may_read.push(key);
@@ -130,18 +129,19 @@ impl Circuits {
                     c.rtt_reset += u64::from(o.rtt_reset);
                     c.clock_stalls += u64::from(o.clock_stalled);
                 }
-                self.circuit_window_opened(slot);
+                self.circuit_window_opened(StreamOwner::circuit(conn, slot));
                 self.leg_window_moved(slot);
             }
             Err(e) => self.close_circuit(conn, slot, destroy_reason::PROTOCOL, &e.to_string()),
         }
     }
 
-    /// The window of the half at `slot` opened: its open streams (all in
-    /// `by_id`: only END takes a stream out) may read again. A range of
-    /// the ordered table, not a scan of the worker's streams.
-    pub(crate) fn circuit_window_opened(&mut self, slot: u32) {
-        for (_, &key) in self.streams.by_id.range((slot, 0)..=(slot, u16::MAX)) {
+    /// The window of `owner` (a circuit's keyed half, or a set's legs)
+    /// opened: its open streams (all in `by_id`: only END takes a stream
+    /// out) may read again. A range of the ordered table, not a scan of
+    /// the worker's streams.
+    pub(crate) fn circuit_window_opened(&mut self, owner: StreamOwner) {
+        for (_, &key) in self.streams.by_id.range(owner.ids()) {
             if self
                 .streams
                 .streams
@@ -163,13 +163,16 @@ impl Circuits {
         if s.state != State::Open || !s.flow.can_package() {
             return 0;
         }
-        let (slot, stream_window) = (s.slot, s.flow.package_window());
-        if super::conflux::is_set_slot(slot) {
-            let cells = stream_window
-                .min(self.set_window(slot))
-                .min(QUEUE_HIGHWATER as i32);
-            return usize::try_from(cells).unwrap_or(0) * DATA_MAX;
-        }
+        let (owner, stream_window) = (s.owner, s.flow.package_window());
+        let slot = match owner {
+            StreamOwner::Set(idx) => {
+                let cells = stream_window
+                    .min(self.set_window(idx))
+                    .min(QUEUE_HIGHWATER as i32);
+                return usize::try_from(cells).unwrap_or(0) * DATA_MAX;
+            }
+            StreamOwner::Circuit { slot, .. } => slot,
+        };
         let Some(h) = self.halves.by_slot(slot) else {
             return 0;
         };
@@ -191,14 +194,17 @@ impl Circuits {
             let Some(s) = self.streams.streams.get_mut(key) else {
                 return;
             };
-            let (conn, slot, sid) = (s.conn, s.slot, s.stream_id);
+            let (owner, sid) = (s.owner, s.stream_id);
             s.flow.data_sent();
             let n = data.len().min(DATA_MAX);
-            if super::conflux::is_set_slot(slot) {
-                self.set_send(slot, relay_cmd::DATA, sid, &data[..n]);
-                data = &data[n..];
-                continue;
-            }
+            let (conn, slot) = match owner {
+                StreamOwner::Set(idx) => {
+                    self.set_send(idx, relay_cmd::DATA, sid, &data[..n]);
+                    data = &data[n..];
+                    continue;
+                }
+                StreamOwner::Circuit { slot, conn } => (conn, slot),
+            };
             let mut body = [0u8; BODY_LEN];
             let Some(k) = self.keyed(slot) else { return };
             k.originate_data(&mut body, sid, &data[..n], now_us);
@@ -235,17 +241,17 @@ impl Circuits {
         if s.to_dest.is_empty() {
             s.waiting_since_ns = 0;
         }
-        let (conn, slot, sid) = (s.conn, s.slot, s.stream_id);
+        let (owner, sid) = (s.owner, s.stream_id);
         if s.flow.decide_xon(s.to_dest.len()) {
             debug!("worker {}: XON for stream {sid}", self.me);
             self.streams.counters.cc.xon_sent += 1;
-            return self.send_on(conn, slot, relay_cmd::XON, sid, &XON_BODY);
+            return self.send_on(owner, relay_cmd::XON, sid, &XON_BODY);
         }
         if s.to_dest.len() >= OUTBUF_FULL {
             return;
         }
         for _ in 0..s.flow.sendmes_due() {
-            self.send_on(conn, slot, relay_cmd::SENDME, sid, &[]);
+            self.send_on(owner, relay_cmd::SENDME, sid, &[]);
         }
     }
 
@@ -261,13 +267,13 @@ impl Circuits {
     }
 
     /// Every stream with bytes waiting for its destination, for the memory
-    /// limit: (its connection, its half's slot, age of the oldest waiting
-    /// byte at `now_ns`, bytes). As C Tor's OOM handler counts an exit
-    /// connection's buffers with its circuit.
+    /// limit: (its owner, age of the oldest waiting byte at `now_ns`,
+    /// bytes). As C Tor's OOM handler counts an exit connection's buffers
+    /// with its circuit.
     pub(crate) fn stream_oom_candidates(
         &self,
         now_ns: u64,
-    ) -> impl Iterator<Item = (usize, u32, u64, u64)> + '_ {
+    ) -> impl Iterator<Item = (StreamOwner, u64, u64)> + '_ {
         self.streams
             .streams
             .iter()
@@ -277,8 +283,7 @@ impl Circuits {
             })
             .map(move |(_, s)| {
                 (
-                    s.conn,
-                    s.slot,
+                    s.owner,
                     now_ns.saturating_sub(s.waiting_since_ns),
                     s.to_dest.len() as u64 + s.dir.as_ref().map_or(0, |d| d.held_bytes()),
                 )

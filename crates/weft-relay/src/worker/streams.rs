@@ -91,12 +91,38 @@ pub(super) enum State {
     DirRequest,
 }
 
+/// Who a stream belongs to: the circuit that ends here, or the conflux
+/// set homed here whose legs carry it. Ordered by owner first, so one
+/// owner's streams are one range of [`Streams::by_id`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub(crate) enum StreamOwner {
+    /// The keyed half at `slot`, on connection `conn`.
+    Circuit {
+        /// The half's slot.
+        slot: u32,
+        /// Its connection (the driver's index).
+        conn: usize,
+    },
+    /// The set at this index of the conflux room.
+    Set(usize),
+}
+
+impl StreamOwner {
+    /// The circuit whose keyed half is at `slot` on connection `conn`.
+    pub(crate) fn circuit(conn: usize, slot: u32) -> StreamOwner {
+        StreamOwner::Circuit { slot, conn }
+    }
+
+    /// This owner's streams in [`Streams::by_id`].
+    pub(super) fn ids(self) -> std::ops::RangeInclusive<(StreamOwner, u16)> {
+        (self, 0)..=(self, u16::MAX)
+    }
+}
+
 /// One exit stream.
 pub(super) struct ExitStream {
-    /// Slot of its circuit's keyed half.
-    pub(super) slot: u32,
-    /// Its connection (the driver's index).
-    pub(super) conn: usize,
+    /// Its circuit or conflux set.
+    pub(super) owner: StreamOwner,
     pub(super) stream_id: u16,
     /// Unique per worker: a late DNS answer for a stream that is gone
     /// (its key reused) is recognised.
@@ -120,10 +146,10 @@ pub(super) struct ExitStream {
 #[derive(Default)]
 pub(crate) struct Streams {
     pub(super) streams: Slab<ExitStream>,
-    /// (half slot, stream ID) → key.
+    /// (owner, stream ID) → key.
     /// Ordered, so a circuit's streams are one range (a circuit SENDME
     /// wakes only its own streams).
-    pub(super) by_id: BTreeMap<(u32, u16), usize>,
+    pub(super) by_id: BTreeMap<(StreamOwner, u16), usize>,
     /// Socket work for the driver, in order (it leaves as
     /// [`Effect::Stream`]).
     pub(super) io: VecDeque<StreamIo>,
@@ -148,8 +174,8 @@ pub(crate) struct Streams {
     /// What the MetricsPort shows (bytes are the driver's).
     pub(crate) counters: ExitCounters,
     /// Each exit circuit's stream-creation bucket (`DoSStreamCreation*`):
-    /// half slot → (tokens, second of the last refill).
-    limiter: HashMap<u32, (u32, u64)>,
+    /// owner → (tokens, second of the last refill).
+    limiter: HashMap<StreamOwner, (u32, u64)>,
     /// The directory cache's documents (shared, immutable; None before
     /// the first snapshot: requests get 404).
     pub(super) dir_docs: Option<std::sync::Arc<weft_dir::cache::DirDocuments>>,
@@ -159,6 +185,11 @@ impl Streams {
     /// Number of open streams.
     pub(crate) fn len(&self) -> usize {
         self.streams.len()
+    }
+
+    /// True if `owner` has a stream (one the client has not ended).
+    pub(crate) fn owns_any(&self, owner: StreamOwner) -> bool {
+        self.by_id.range(owner.ids()).next().is_some()
     }
 
     /// True if directory streams wait to be served.
@@ -195,19 +226,20 @@ impl Streams {
     /// True if a circuit on connection `conn` has streams (it cannot move
     /// between workers yet).
     pub(crate) fn on_conn(&self, conn: usize) -> bool {
-        self.streams.iter().any(|(_, s)| s.conn == conn)
+        self.streams
+            .iter()
+            .any(|(_, s)| matches!(s.owner, StreamOwner::Circuit { conn: c, .. } if c == conn))
     }
 }
 
 impl Circuits {
-    /// A stream command the keyed half at `slot` (connection `conn`)
-    /// passed on; its decrypted message is in `body`. Never inlined (see
-    /// `circuit_sendme`).
+    /// A stream command for `owner`'s streams (its keyed half passed it
+    /// on, or its set delivered it in order); its decrypted message is in
+    /// `body`. Never inlined (see `circuit_sendme`).
     #[inline(never)]
     pub(crate) fn stream_cell(
         &mut self,
-        conn: usize,
-        slot: u32,
+        owner: StreamOwner,
         command: u8,
         stream_id: u16,
         circuit_sendme: bool,
@@ -216,7 +248,7 @@ impl Circuits {
         let Ok(h) = relay::parse_header(body) else {
             return;
         };
-        if circuit_sendme {
+        if let (true, StreamOwner::Circuit { slot, conn }) = (circuit_sendme, owner) {
             // The tag is the digest of the DATA cell just decrypted: build
             // the SENDME before anything else passes this half.
             let mut reply = [0u8; BODY_LEN];
@@ -225,23 +257,21 @@ impl Circuits {
                 self.reply(conn, slot, self.now_ns, &reply);
             }
         }
-        let key = self.streams.by_id.get(&(slot, stream_id)).copied();
+        let key = self.streams.by_id.get(&(owner, stream_id)).copied();
         match (command, key) {
-            (relay_cmd::BEGIN, None) => self.begin(conn, slot, stream_id, relay::data(body, &h)),
+            (relay_cmd::BEGIN, None) => self.begin(owner, stream_id, relay::data(body, &h)),
             (relay_cmd::BEGIN | relay_cmd::BEGIN_DIR, Some(_)) => {
                 debug!("worker {}: BEGIN for a known stream dropped", self.me);
             }
-            (relay_cmd::RESOLVE, _) => self.resolve(conn, slot, stream_id, relay::data(body, &h)),
-            (relay_cmd::BEGIN_DIR, None) => self.begin_dir(conn, slot, stream_id),
+            (relay_cmd::RESOLVE, _) => self.resolve(owner, stream_id, relay::data(body, &h)),
+            (relay_cmd::BEGIN_DIR, None) => self.begin_dir(owner, stream_id),
             (relay_cmd::DATA, Some(key)) if self.streams.streams[key].dir.is_some() => {
-                self.dir_data(conn, slot, key, relay::data(body, &h))
+                self.dir_data(owner, key, relay::data(body, &h))
             }
-            (relay_cmd::DATA, Some(key)) => {
-                self.stream_data(conn, slot, key, relay::data(body, &h))
-            }
+            (relay_cmd::DATA, Some(key)) => self.stream_data(owner, key, relay::data(body, &h)),
             (relay_cmd::END, Some(key)) => {
                 let s = &mut self.streams.streams[key];
-                self.streams.by_id.remove(&(slot, stream_id));
+                self.streams.by_id.remove(&(owner, stream_id));
                 if s.state == State::Open && !s.to_dest.is_empty() {
                     s.state = State::Flushing;
                     self.streams.want_write.push(key);
@@ -249,7 +279,7 @@ impl Circuits {
                     self.free_stream(key);
                 }
             }
-            (relay_cmd::SENDME, Some(key)) => self.stream_sendme(conn, slot, key),
+            (relay_cmd::SENDME, Some(key)) => self.stream_sendme(owner, key),
             (relay_cmd::XOFF, Some(key)) => self.stream_xoff(key),
             (relay_cmd::XON, Some(key)) => self.stream_xon(key, relay::data(body, &h)),
             // DATA, END, SENDME, XON or XOFF for a stream we do not have
@@ -270,36 +300,42 @@ impl Circuits {
         }
     }
 
-    /// Send a relay message we originate on the keyed half at `slot`.
-    pub(super) fn send_on(
-        &mut self,
-        conn: usize,
-        slot: u32,
-        command: u8,
-        stream_id: u16,
-        data: &[u8],
-    ) {
-        if super::conflux::is_set_slot(slot) {
-            return self.set_send(slot, command, stream_id, data);
-        }
+    /// Send a relay message we originate for `owner`'s stream: on its
+    /// keyed half, or on the leg its set picks.
+    pub(super) fn send_on(&mut self, owner: StreamOwner, command: u8, stream_id: u16, data: &[u8]) {
+        let (conn, slot) = match owner {
+            StreamOwner::Set(idx) => return self.set_send(idx, command, stream_id, data),
+            StreamOwner::Circuit { slot, conn } => (conn, slot),
+        };
         let mut body = [0u8; BODY_LEN];
         let Some(k) = self.keyed(slot) else { return };
         k.originate(&mut body, command, stream_id, data);
         self.reply(conn, slot, self.now_ns, &body);
     }
 
-    /// What C Tor's admission needs to know, for a circuit from
-    /// connection `conn`; `f` gets it.
+    /// Close `owner` (the circuit, or the whole set) for a fault of its
+    /// streams.
+    pub(super) fn close_owner(&mut self, owner: StreamOwner, reason: u8, why: &str) {
+        match owner {
+            StreamOwner::Circuit { slot, conn } => self.close_circuit(conn, slot, reason, why),
+            StreamOwner::Set(idx) => self.conflux_close_set(idx, reason, why),
+        }
+    }
+
+    /// What C Tor's admission needs to know, for `owner`'s streams; `f`
+    /// gets it.
     fn with_exit_ctx<T>(
         &self,
-        conn: usize,
+        owner: StreamOwner,
         settings: &ExitSettings,
         f: impl FnOnce(&ExitContext<'_>) -> T,
     ) -> T {
-        let c = self.conn(conn);
         // A conflux set's streams: every leg's LINK was checked to come
         // from a relay (not a one-hop client) on this exit.
-        let set = conn == super::conflux::SET_CONN;
+        let (c, set) = match owner {
+            StreamOwner::Circuit { conn, .. } => (self.conn(conn), false),
+            StreamOwner::Set(_) => (None, true),
+        };
         let prev_is_client = !set && c.is_none_or(|c| c.client);
         // As C's connection_or_digest_is_known_relay: listed in our
         // consensus (before the first consensus, any relay).
@@ -321,25 +357,20 @@ impl Circuits {
     }
 
     /// A new stream in the table.
-    pub(super) fn new_stream(
-        &mut self,
-        conn: usize,
-        slot: u32,
-        stream_id: u16,
-        state: State,
-    ) -> usize {
-        // XON/XOFF on a circuit with congestion control, else windows.
-        let set = super::conflux::is_set_slot(slot);
-        let flow = match self.keyed(slot) {
-            _ if set => StreamFlow::with_xon_xoff(),
-            Some(k) if k.congestion().is_some() => StreamFlow::with_xon_xoff(),
-            _ => StreamFlow::default(),
+    pub(super) fn new_stream(&mut self, owner: StreamOwner, stream_id: u16, state: State) -> usize {
+        // XON/XOFF on a circuit with congestion control (a set always has
+        // it), else windows.
+        let flow = match owner {
+            StreamOwner::Set(_) => StreamFlow::with_xon_xoff(),
+            StreamOwner::Circuit { slot, .. } => match self.keyed(slot) {
+                Some(k) if k.congestion().is_some() => StreamFlow::with_xon_xoff(),
+                _ => StreamFlow::default(),
+            },
         };
         self.streams.next_tag += 1;
         let tag = self.streams.next_tag;
         self.streams.streams.insert(ExitStream {
-            slot,
-            conn,
+            owner,
             stream_id,
             tag,
             state,
@@ -381,7 +412,7 @@ impl Circuits {
     /// a token bucket per circuit, refilled per second. Returns what to do
     /// with a stream over the limit: None (go on), Some(2) refuse it,
     /// Some(3) close the circuit.
-    fn stream_dos(&mut self, slot: u32) -> Option<u32> {
+    fn stream_dos(&mut self, owner: StreamOwner) -> Option<u32> {
         let d = self.ctx.dos;
         if !d.stream_enabled {
             return None;
@@ -390,7 +421,7 @@ impl Circuits {
         let (tokens, last) = self
             .streams
             .limiter
-            .entry(slot)
+            .entry(owner)
             .or_insert((d.stream_burst, now));
         let refill = now
             .saturating_sub(*last)
@@ -406,10 +437,9 @@ impl Circuits {
     }
 
     /// Defense 3 of the stream-creation limit: the circuit closes.
-    fn close_for_stream_dos(&mut self, conn: usize, slot: u32) {
-        self.close_circuit(
-            conn,
-            slot,
+    fn close_for_stream_dos(&mut self, owner: StreamOwner) {
+        self.close_owner(
+            owner,
             destroy_reason::RESOURCELIMIT,
             "streams over DoSStreamCreationRate",
         );
@@ -417,11 +447,11 @@ impl Circuits {
 
     /// BEGIN: admit it as C Tor does, then connect (a literal address the
     /// policy allows), look the name up, or answer END.
-    fn begin(&mut self, conn: usize, slot: u32, stream_id: u16, data: &[u8]) {
+    fn begin(&mut self, owner: StreamOwner, stream_id: u16, data: &[u8]) {
         let Some(settings) = self.ctx.exit.clone() else {
             return;
         };
-        let admission = self.with_exit_ctx(conn, &settings, |e| exit::admit_begin(data, e));
+        let admission = self.with_exit_ctx(owner, &settings, |e| exit::admit_begin(data, e));
         // C Tor applies the limit after its own refusals (parse, one-hop,
         // unknown relay, address family) and before the lookup and the
         // policy check.
@@ -433,19 +463,13 @@ impl Circuits {
             ),
         };
         if limited {
-            match self.stream_dos(slot) {
-                Some(3) => return self.close_for_stream_dos(conn, slot),
+            match self.stream_dos(owner) {
+                Some(3) => return self.close_for_stream_dos(owner),
                 // Not RESOURCELIMIT: a client would give up on us (C Tor).
                 Some(_) => {
                     self.streams.refused += 1;
                     self.count_end(&[end_reason::MISC]);
-                    return self.send_on(
-                        conn,
-                        slot,
-                        relay_cmd::END,
-                        stream_id,
-                        &[end_reason::MISC],
-                    );
+                    return self.send_on(owner, relay_cmd::END, stream_id, &[end_reason::MISC]);
                 }
                 None => {}
             }
@@ -454,16 +478,16 @@ impl Circuits {
             Admission::End(end) => {
                 self.streams.refused += 1;
                 self.count_end(&end);
-                self.send_on(conn, slot, relay_cmd::END, stream_id, &end);
+                self.send_on(owner, relay_cmd::END, stream_id, &end);
             }
             Admission::Resolve { host, port, flags } => {
-                let key = self.new_stream(conn, slot, stream_id, State::Resolving { port, flags });
-                self.streams.by_id.insert((slot, stream_id), key);
+                let key = self.new_stream(owner, stream_id, State::Resolving { port, flags });
+                self.streams.by_id.insert((owner, stream_id), key);
                 self.look_up(key, host, settings.ipv6_exit);
             }
             Admission::Connect { addr, ttl } => {
-                let key = self.new_stream(conn, slot, stream_id, State::Connecting);
-                self.streams.by_id.insert((slot, stream_id), key);
+                let key = self.new_stream(owner, stream_id, State::Connecting);
+                self.streams.by_id.insert((owner, stream_id), key);
                 self.connect(key, addr, ttl);
             }
         }
@@ -495,8 +519,8 @@ impl Circuits {
 
     /// RESOLVE: an IP literal is answered with itself, a name after its
     /// lookup. [C dns.c dns_resolve(), send_resolved_cell()]
-    fn resolve(&mut self, conn: usize, slot: u32, stream_id: u16, data: &[u8]) {
-        if self.streams.by_id.contains_key(&(slot, stream_id)) {
+    fn resolve(&mut self, owner: StreamOwner, stream_id: u16, data: &[u8]) {
+        if self.streams.by_id.contains_key(&(owner, stream_id)) {
             // C's connection_edge_process_relay_cell(): "resolve request
             // for known stream; dropping."
             debug!(
@@ -506,24 +530,17 @@ impl Circuits {
             return;
         }
         self.streams.counters.resolve += 1;
-        match self.stream_dos(slot) {
-            Some(3) => return self.close_for_stream_dos(conn, slot),
+        match self.stream_dos(owner) {
+            Some(3) => return self.close_for_stream_dos(owner),
             Some(_) => {
-                return self.send_on(
-                    conn,
-                    slot,
-                    relay_cmd::RESOLVED,
-                    stream_id,
-                    &resolved_error(true),
-                )
+                return self.send_on(owner, relay_cmd::RESOLVED, stream_id, &resolved_error(true))
             }
             None => {}
         }
         let name = data.split(|&b| b == 0).next().unwrap_or(&[]);
         let Ok(name) = std::str::from_utf8(name) else {
             return self.send_on(
-                conn,
-                slot,
+                owner,
                 relay_cmd::RESOLVED,
                 stream_id,
                 &resolved_error(false),
@@ -547,12 +564,12 @@ impl Circuits {
             None => {
                 // Known by its ID while it waits, as C's resolving_streams
                 // are: a second RESOLVE, BEGIN or END finds it.
-                let key = self.new_stream(conn, slot, stream_id, State::ResolveOnly);
-                self.streams.by_id.insert((slot, stream_id), key);
+                let key = self.new_stream(owner, stream_id, State::ResolveOnly);
+                self.streams.by_id.insert((owner, stream_id), key);
                 return self.look_up(key, name, v6_ok);
             }
         };
-        self.send_on(conn, slot, relay_cmd::RESOLVED, stream_id, &body);
+        self.send_on(owner, relay_cmd::RESOLVED, stream_id, &body);
     }
 
     /// The resolver answered for stream `key`: connect to the address the
@@ -576,18 +593,18 @@ impl Circuits {
         if s.tag != a.tag {
             return;
         }
-        let (conn, slot, sid, state) = (s.conn, s.slot, s.stream_id, s.state);
+        let (owner, sid, state) = (s.owner, s.stream_id, s.state);
         let Some(settings) = self.ctx.exit.clone() else {
             return self.end_stream(a.key, &[end_reason::RESOLVEFAILED]);
         };
         match state {
             State::ResolveOnly => {
                 let body = resolved_body(a.v4, a.v6, settings.ipv6_exit);
-                self.send_on(conn, slot, relay_cmd::RESOLVED, sid, &body);
+                self.send_on(owner, relay_cmd::RESOLVED, sid, &body);
                 self.free_stream(a.key);
             }
             State::Resolving { port, flags } => {
-                let chosen = self.with_exit_ctx(conn, &settings, |e| {
+                let chosen = self.with_exit_ctx(owner, &settings, |e| {
                     // The resolver's TTL is already C's fuzzy one: sent as is.
                     exit::choose_address(a.v4, a.v6, port, flags, e).map(|(ip, ttl)| {
                         exit::check_destination(ip, port, ttl, e).map(|addr| (addr, ttl))
@@ -619,14 +636,14 @@ impl Circuits {
         }
         s.state = State::Open;
         self.streams.opened += 1;
-        let (conn, slot, sid) = (s.conn, s.slot, s.stream_id);
+        let (owner, sid) = (s.owner, s.stream_id);
         let body = exit::connected_body(s.addr, s.ttl);
         if !s.to_dest.is_empty() {
             // Optimistic data that came before the connection.
             self.streams.want_write.push(key);
         }
         self.streams.may_read.push(key);
-        self.send_on(conn, slot, relay_cmd::CONNECTED, sid, &body);
+        self.send_on(owner, relay_cmd::CONNECTED, sid, &body);
     }
 
     /// Stream `key`'s socket failed (to connect, or later) with `err`:
@@ -657,11 +674,11 @@ impl Circuits {
         let Some(s) = self.streams.streams.get(key) else {
             return;
         };
-        let (conn, slot, sid, state) = (s.conn, s.slot, s.stream_id, s.state);
+        let (owner, sid, state) = (s.owner, s.stream_id, s.state);
         if state != State::Flushing {
-            self.streams.by_id.remove(&(slot, sid));
+            self.streams.by_id.remove(&(owner, sid));
             self.count_end(body);
-            self.send_on(conn, slot, relay_cmd::END, sid, body);
+            self.send_on(owner, relay_cmd::END, sid, body);
         }
         self.free_stream(key);
     }
@@ -679,17 +696,17 @@ impl Circuits {
     /// Forget stream `key` and have its socket closed.
     pub(super) fn free_stream(&mut self, key: usize) {
         if let Some(s) = self.streams.streams.try_remove(key) {
-            if self.streams.by_id.get(&(s.slot, s.stream_id)) == Some(&key) {
-                self.streams.by_id.remove(&(s.slot, s.stream_id));
+            if self.streams.by_id.get(&(s.owner, s.stream_id)) == Some(&key) {
+                self.streams.by_id.remove(&(s.owner, s.stream_id));
             }
             self.streams.io.push_back(StreamIo::Close { key });
         }
     }
 
-    /// The circuit of the half at `slot` is gone: so are its streams.
-    pub(crate) fn forget_streams(&mut self, slot: u32) {
+    /// `owner` (a circuit, or a conflux set) is gone: so are its streams.
+    pub(crate) fn forget_streams(&mut self, owner: StreamOwner) {
         if !self.streams.limiter.is_empty() {
-            self.streams.limiter.remove(&slot);
+            self.streams.limiter.remove(&owner);
         }
         if self.streams.streams.is_empty() {
             return;
@@ -698,7 +715,7 @@ impl Circuits {
             .streams
             .streams
             .iter()
-            .filter(|(_, s)| s.slot == slot)
+            .filter(|(_, s)| s.owner == owner)
             .map(|(k, _)| k)
             .collect();
         for k in keys {
