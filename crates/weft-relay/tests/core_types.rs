@@ -321,3 +321,56 @@ fn the_entry_point_finder_sees_split_calls_and_field_reads() {
         BTreeSet::from(["fill".to_string(), "report".to_string()])
     );
 }
+
+/// The core's state and its rooms keep their fields to themselves: the
+/// struct `Circuits` and each room's struct have no field visible outside
+/// the core (`pub`, `pub(crate)`), and the rooms' fields none outside
+/// their room (private, or `pub(in ..)` no wider than the core).
+#[test]
+fn the_core_and_its_rooms_expose_no_field() {
+    const ROOMS: &[&str] = &["Circuits", "Streams", "ConfluxRoom", "Guards", "HalfTable"];
+    let mut files = Vec::new();
+    rs_files(
+        &Path::new(env!("CARGO_MANIFEST_DIR")).join("src/worker/core"),
+        &mut files,
+    );
+    let mut seen = BTreeSet::new();
+    let mut bad = Vec::new();
+    for f in files {
+        let file = syn::parse_file(&std::fs::read_to_string(&f).unwrap()).unwrap();
+        for item in file.items {
+            let syn::Item::Struct(st) = item else {
+                continue;
+            };
+            let name = st.ident.to_string();
+            if !ROOMS.contains(&name.as_str()) {
+                continue;
+            }
+            seen.insert(name.clone());
+            for field in st.fields.iter() {
+                let wide = match &field.vis {
+                    syn::Visibility::Inherited => false,
+                    syn::Visibility::Public(_) => true,
+                    syn::Visibility::Restricted(r) => {
+                        let path: Vec<String> = r
+                            .path
+                            .segments
+                            .iter()
+                            .map(|s| s.ident.to_string())
+                            .collect();
+                        // pub(crate), or pub(super) on a struct of the
+                        // core's top module (that is the worker, driver
+                        // included).
+                        path == ["crate"] || (path == ["super"] && f.ends_with("core/mod.rs"))
+                    }
+                };
+                if wide {
+                    let fname = field.ident.as_ref().map_or("?".into(), |i| i.to_string());
+                    bad.push(format!("{name}.{fname} is visible outside the core"));
+                }
+            }
+        }
+    }
+    assert_eq!(seen.len(), ROOMS.len(), "found every room: {seen:?}");
+    assert!(bad.is_empty(), "{}", bad.join("\n"));
+}

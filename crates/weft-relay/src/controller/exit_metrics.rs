@@ -63,7 +63,10 @@ fn render_dir(o: &mut String, d: &crate::messages::DirCounters) {
         "counter",
         "Directory requests over BEGIN_DIR, by resource and result.",
     );
-    for (i, r) in crate::worker::dir_streams::RESOURCES.iter().enumerate() {
+    for (i, r) in crate::worker::core::streams::dir::RESOURCES
+        .iter()
+        .enumerate()
+    {
         for (result, v) in [("served", d.served[i]), ("refused", d.refused[i])] {
             let _ = writeln!(
                 o,

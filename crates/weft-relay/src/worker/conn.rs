@@ -13,7 +13,7 @@ use tracing::{debug, info};
 use weft_proto::cell::destroy_reason;
 use weft_proto::link::PeerKind;
 
-use super::core_event::CoreEvent;
+use super::core::core_event::CoreEvent;
 use super::Worker;
 use crate::link_io::LinkConn;
 use crate::messages::{ConnId, ControllerMsg};

@@ -12,9 +12,9 @@ use std::time::Duration;
 use tracing::debug;
 
 use super::conn::Conn;
-use super::core_event::CoreEvent;
-use super::core_msg::CoreMsg;
-use super::migrate::{log_departure, MovedCircuits};
+use super::core::core_event::CoreEvent;
+use super::core::core_msg::CoreMsg;
+use super::core::migrate::{log_departure, MovedCircuits};
 use super::Worker;
 use crate::context::SharedContext;
 use crate::messages::{ConnId, ControllerMsg};
@@ -109,8 +109,7 @@ pub(crate) struct MovedConn {
 impl std::fmt::Debug for MovedConn {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("MovedConn")
-            .field("conn", &self.circuits.id)
-            .field("halves", &self.circuits.halves.len())
+            .field("circuits", &self.circuits)
             .field("from", &self.from)
             .finish()
     }
@@ -167,7 +166,7 @@ impl Worker {
     }
 
     /// Move connection `conn_id` to worker `to` (step 1 of the migration,
-    /// [`super::migrate`]): if it is open, not closing and free to move,
+    /// [`super::core::migrate`]): if it is open, not closing and free to move,
     /// its socket and circuits leave together. A connection that is busy
     /// for the moment (its read cell waits for ring room, a CREATE2 waits
     /// for its handshake, a circuit is inside an earlier move) is tried
@@ -233,7 +232,7 @@ impl Worker {
         c.readable = true;
         c.writable = true;
         c.writing = false;
-        log_departure(conn_id, self.id, to, circuits.halves.len());
+        log_departure(conn_id, self.id, to, circuits.circuit_count());
         self.peers[to].send(WorkerMsg::Adopt(Box::new(MovedConn {
             conn: c,
             circuits,

@@ -7,7 +7,7 @@
 use std::os::fd::AsRawFd;
 use std::time::Instant;
 
-use super::sched::CellSink;
+use super::core::sched::CellSink;
 use super::Worker;
 use crate::kist;
 use crate::link_io::{IoState, LinkConn};
@@ -93,7 +93,7 @@ impl Worker {
         conn.link.process_cells(|cell| {
             let v = core.on_cell(idx, cell, stamp);
             let flow = v.flow();
-            if let super::dispatch::CellVerdict::Close(why) = v {
+            if let super::core::dispatch::CellVerdict::Close(why) = v {
                 fatal = Some(why);
             }
             flow

@@ -4,17 +4,21 @@
 //!
 //! * the **driver** — this module, [`conn`] (sockets, TLS, the link
 //!   handshake), [`io`] (reading and writing bytes), [`inbox`] (messages
-//!   from the controller and other workers) and [`report`] (counters,
-//!   housekeeping): a mio loop that owns everything that does I/O or reads
-//!   a clock;
-//! * the **circuit core** — [`core`] and the modules it is split into:
-//!   [`dispatch`] (what a cell does), [`handoff`] (between the halves of a
-//!   circuit, locally or over a ring), [`extend`], [`onion`] (introduction
-//!   and rendezvous points), [`streams`] (exit streams; their sockets are
-//!   the driver's [`stream_io`]), [`migrate`], [`sched`]
-//!   (EWMA mux, what goes out next), [`origin`] (our own self-test
-//!   circuits) and [`half`] (the half table): sans-IO state machines,
-//!   unit-tested in [`tests`] without threads or sockets.
+//!   from the controller and other workers), [`stream_io`] (exit streams'
+//!   sockets) and [`report`] (counters): a mio loop that owns everything
+//!   that does I/O or reads a clock;
+//! * the **circuit core** — the folder [`core`], and nothing else: its
+//!   state is private to it (the compiler keeps the driver out), the
+//!   driver calls its fourteen entry points. Its modules are
+//!   `core::dispatch` (what a cell does), `core::handoff` (between the
+//!   halves of a circuit, locally or over a ring), `core::extend`,
+//!   `core::onion` (introduction and rendezvous points), `core::streams`
+//!   (exit streams, with their flow control, directory answers and
+//!   pumping), `core::conflux`, `core::migrate`, `core::sched` (EWMA mux,
+//!   what goes out next), `core::limits`, `core::timers`, `core::origin`
+//!   (our own self-test circuits) and `core::half` (the half table):
+//!   sans-IO state machines, unit-tested in `core::tests` without threads
+//!   or sockets.
 //!
 //! The hot path of a relayed cell never leaves the workers: read on
 //! connection X (TLS plaintext into X's buffer), handed in place to the core,
@@ -37,31 +41,12 @@
 //! sleeps until that run in a poll that only wake-ups end (the run reads
 //! what the sockets brought in the meantime).
 
-pub(crate) mod conflux;
 pub(crate) mod conn;
 pub(crate) mod core;
-pub(crate) mod core_event;
-pub(crate) mod core_msg;
-pub(crate) mod dir_streams;
-pub(crate) mod dispatch;
-pub(crate) mod extend;
-pub(crate) mod half;
-pub(crate) mod handoff;
 pub(crate) mod inbox;
 pub(crate) mod io;
-pub(crate) mod limits;
-pub(crate) mod migrate;
-pub(crate) mod onion;
-pub(crate) mod origin;
 pub(crate) mod report;
-pub(crate) mod sched;
-pub(crate) mod stream_flow;
 pub(crate) mod stream_io;
-pub(crate) mod stream_pump;
-pub(crate) mod streams;
-#[cfg(test)]
-mod tests;
-pub(crate) mod timers;
 
 use std::collections::HashMap;
 use std::sync::mpsc::{Receiver, Sender};
@@ -74,8 +59,8 @@ use tokio::sync::mpsc::UnboundedSender;
 use tracing::{debug, info};
 
 use self::conn::Conn;
+use self::core::core_event::CoreEvent;
 use self::core::{Circuits, CoreLimits, Effect};
-use self::core_event::CoreEvent;
 use self::report::Counters;
 use crate::bucket::TokenBucket;
 use crate::context::SharedContext;
@@ -83,7 +68,7 @@ use crate::kist;
 use crate::messages::{ConnId, ControllerMsg, RingMsg};
 use crate::ring::{Consumer, Notifier, Producer};
 
-pub(crate) use self::core_msg::CoreMsg;
+pub(crate) use self::core::core_msg::CoreMsg;
 pub(crate) use self::inbox::WorkerMsg;
 
 /// Token of the cross-thread waker.

@@ -25,7 +25,7 @@ pub(crate) struct Counters {
     /// The core's counters as of this snapshot.
     pub(crate) core: CoreCounters,
     /// The core's resource-limit counters as of this snapshot.
-    pub(crate) limits: super::limits::LimitCounters,
+    pub(crate) limits: super::core::limits::LimitCounters,
     /// The stream room's counters as of this snapshot.
     pub(crate) exit: crate::messages::ExitCounters,
     /// The counters behind C Tor's families, as of this snapshot.
@@ -119,7 +119,7 @@ impl Worker {
     }
 
     /// Once a second: the report. (The protocol's timers are the core's,
-    /// [`super::timers`].)
+    /// [`super::core::timers`].)
     pub(crate) fn housekeeping(&mut self) {
         self.next_housekeeping = Instant::now() + Duration::from_secs(1);
         self.report();

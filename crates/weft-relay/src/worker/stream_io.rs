@@ -1,7 +1,7 @@
 //! The driver's side of exit streams: their TCP sockets, registered in the
 //! worker's own poll (tokens from [`STREAM_TOKEN_BASE`]), opened and
 //! closed as the core asks ([`Effect::Stream`](super::core::Effect)),
-//! and handed to the core to pump ([`super::stream_pump`]) when it asks or
+//! and handed to the core to pump ([`super::core::streams::pump`]) when it asks or
 //! their readiness says. Nothing here decides about streams.
 
 use std::io::{ErrorKind, Read, Write};
@@ -9,9 +9,9 @@ use std::io::{ErrorKind, Read, Write};
 use mio::{Interest, Token};
 use tracing::debug;
 
-use super::core_event::CoreEvent;
-use super::stream_pump::StreamSocket;
-use super::streams::StreamIo;
+use super::core::core_event::CoreEvent;
+use super::core::streams::pump::StreamSocket;
+use super::core::streams::StreamIo;
 use super::Worker;
 
 /// Poll tokens of stream sockets start here (connections use their slab

@@ -18,9 +18,9 @@ use tracing::debug;
 use weft_proto::cell::{cmd, destroy_reason, BODY_LEN};
 use weft_proto::circuit::NextHop;
 
-use super::core::{Circuits, Waiting};
-use super::half::HalfRole;
 use crate::messages::{HalfRef, RingMsg};
+use crate::worker::core::half::HalfRole;
+use crate::worker::core::{Circuits, Waiting};
 
 /// What became of a cell handed to a half.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -113,7 +113,8 @@ impl Circuits {
                                     c.stall = Some((dw, m));
                                     break;
                                 }
-                                self.effects.push_back(super::core::Effect::Resume(idx));
+                                self.effects
+                                    .push_back(crate::worker::core::Effect::Resume(idx));
                             }
                             other => c.stall = other,
                         }
@@ -293,7 +294,7 @@ impl Circuits {
             Some(h) if h.link_from.is_some_and(|w| w == peer.worker) => {
                 // `peer` moved and its `PeerMoved` came first: we already
                 // address its new reference; the old one hears that we
-                // switched ([`super::migrate`]).
+                // switched ([`crate::worker::core::migrate`]).
                 h.link_from = None;
                 self.owe_switched(to, peer);
             }

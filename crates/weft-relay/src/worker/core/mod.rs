@@ -1,5 +1,5 @@
 //! The circuit core of a worker: every decision about circuits, with no
-//! I/O. It owns the circuit halves ([`super::half`]), the cell pool, each
+//! I/O. It owns the circuit halves ([`crate::worker::core::half`]), the cell pool, each
 //! connection's circuit table and output queues, and the producer ends of
 //! the rings to the other workers (in-memory queues: pushing is not I/O;
 //! publishing and waking the other worker is the driver's). It never
@@ -11,21 +11,21 @@
 //! else; `tests/core_types.rs` checks it):
 //!
 //! * inputs — [`Circuits::on_cell`] (one cell read from a connection,
-//!   [`super::dispatch`]), [`Circuits::on_ring_msg`] (a message from
-//!   another worker's ring, [`super::handoff`]), [`Circuits::handle_msg`]
-//!   (a [`super::core_msg::CoreMsg`] from the controller or another core),
-//!   [`Circuits::handle_event`] (a [`super::core_event::CoreEvent`] of the
+//!   [`crate::worker::core::dispatch`]), [`Circuits::on_ring_msg`] (a message from
+//!   another worker's ring, [`crate::worker::core::handoff`]), [`Circuits::handle_msg`]
+//!   (a [`crate::worker::core::core_msg::CoreMsg`] from the controller or another core),
+//!   [`Circuits::handle_event`] (a [`crate::worker::core::core_event::CoreEvent`] of the
 //!   driver's sockets: a connection started, opened, closed or adopted,
 //!   the rings drained, a stream socket connected or failed) and
 //!   [`Circuits::begin_round`] (the clock; the core's own timers,
-//!   [`super::timers`]);
+//!   [`crate::worker::core::timers`]);
 //! * outputs — [`Circuits::poll_effect`] (messages for the controller and
 //!   other cores, lookups, stream sockets to open, close or pump,
 //!   connections to resume or close), [`Circuits::poll_timeout`] (when to
 //!   wake it), [`Circuits::take_pending`] and [`Circuits::fill`] (cells
-//!   for one connection's write buffer, [`super::sched`]),
+//!   for one connection's write buffer, [`crate::worker::core::sched`]),
 //!   [`Circuits::pump_stream`] (an exit stream's bytes through its socket,
-//!   [`super::stream_pump`]), [`Circuits::end_round`] (the rings
+//!   [`crate::worker::core::streams::pump`]), [`Circuits::end_round`] (the rings
 //!   published) and [`Circuits::report`];
 //! * one getter, [`Circuits::is_stalled`], and the first step of a move,
 //!   [`Circuits::detach`].
@@ -34,6 +34,23 @@
 //! Every module in this folder but `mod.rs`, `conn.rs`, `inbox.rs`,
 //! `io.rs`, `report.rs` and `stream_io.rs` is part of this core and may
 //! not use sockets, mio, clocks or threads.
+
+pub(crate) mod conflux;
+pub(crate) mod core_event;
+pub(crate) mod core_msg;
+pub(crate) mod dispatch;
+pub(crate) mod extend;
+pub(crate) mod half;
+pub(crate) mod handoff;
+pub(crate) mod limits;
+pub(crate) mod migrate;
+pub(crate) mod onion;
+pub(crate) mod origin;
+pub(crate) mod sched;
+pub(crate) mod streams;
+#[cfg(test)]
+mod tests;
+pub(crate) mod timers;
 
 use std::collections::{HashMap, VecDeque};
 use std::net::SocketAddr;
@@ -44,41 +61,41 @@ use tracing::info;
 use weft_proto::cell::{cmd, destroy_reason};
 use weft_proto::circuit::ForwardCtx;
 
-use super::core_msg::CoreMsg;
-use super::half::{Half, HalfTable};
-use super::sched::ConnSched;
 use crate::context::CircuitContext;
 use crate::histogram::DelayHistogram;
 use crate::messages::{ConnId, ControllerMsg, HalfRef, RingMsg};
 use crate::pool::CellPool;
 use crate::ring::Producer;
+use crate::worker::core::core_msg::CoreMsg;
+use crate::worker::core::half::{Half, HalfTable};
+use crate::worker::core::sched::ConnSched;
 
 /// What the core knows of one open connection.
 pub(crate) struct ConnCircuits {
     /// Controller-assigned identifier.
-    pub(crate) id: ConnId,
+    id: ConnId,
     /// TCP peer (for logs).
-    pub(crate) peer_addr: SocketAddr,
+    peer_addr: SocketAddr,
     /// We opened the TCP connection: we set the top bit of circuit IDs we
     /// allocate. [tor-spec §5.1.1]
-    pub(crate) we_initiated: bool,
+    we_initiated: bool,
     /// The peer did not authenticate as a relay (a client, or a bridge
     /// user): it may not open streams or introduce through us.
-    pub(crate) client: bool,
+    client: bool,
     /// The RSA identity the peer authenticated with, if a relay (an
     /// exit's `refuseunknownexits` asks whether the consensus lists it).
-    pub(crate) peer_rsa: Option<[u8; 20]>,
+    peer_rsa: Option<[u8; 20]>,
     /// Circuit ID → slot of the half. A std HashMap (SipHash with a random
     /// key): the peer chooses these IDs.
-    pub(crate) circuits: HashMap<u32, u32>,
+    circuits: HashMap<u32, u32>,
     /// Output scheduling: active circuits and urgent cells.
-    pub(crate) sched: ConnSched,
+    sched: ConnSched,
     /// Reading is paused: a cell waits for space in the ring to a worker.
-    pub(crate) stall: Option<(usize, RingMsg)>,
+    stall: Option<(usize, RingMsg)>,
     /// The last circuit a cell was read for: (circuit ID, slot).
-    pub(crate) last: (u32, u32),
-    /// Its idle and keepalive clocks ([`super::timers`]).
-    pub(crate) times: super::timers::ConnTimes,
+    last: (u32, u32),
+    /// Its idle and keepalive clocks ([`crate::worker::core::timers`]).
+    times: crate::worker::core::timers::ConnTimes,
 }
 
 impl ConnCircuits {
@@ -127,13 +144,13 @@ pub(crate) enum Effect {
     /// Ask the resolver thread for a lookup.
     Resolve(crate::resolver::DnsQuery),
     /// Open or close an exit stream's socket.
-    Stream(super::streams::StreamIo),
+    Stream(crate::worker::core::streams::StreamIo),
     /// Exit stream `key` may have bytes to write to its socket or room to
     /// read from it: pump it ([`Circuits::pump_stream`]).
     PumpStream(usize),
     /// Connection `idx` may read again (the cell it stalled on went out).
     Resume(usize),
-    /// Close connection `idx` (a protocol timer, [`super::timers`]).
+    /// Close connection `idx` (a protocol timer, [`crate::worker::core::timers`]).
     CloseConn {
         /// The driver's slot.
         idx: usize,
@@ -172,7 +189,7 @@ pub(crate) struct CoreCounters {
 #[derive(Clone, Copy)]
 pub(crate) struct CoreReport {
     pub(crate) counters: CoreCounters,
-    pub(crate) limits: super::limits::LimitCounters,
+    pub(crate) limits: crate::worker::core::limits::LimitCounters,
     /// The stream room's counters; `open` and `cfx` filled in.
     pub(crate) exit: crate::messages::ExitCounters,
     /// Circuits open (the halves that end a circuit).
@@ -216,18 +233,18 @@ pub(crate) fn os_seeded_rng() -> CoreRng {
 /// The circuit core of one worker (see the module docs).
 pub(crate) struct Circuits {
     /// This worker's index.
-    pub(crate) me: usize,
-    pub(crate) limits: CoreLimits,
+    me: usize,
+    limits: CoreLimits,
     /// Keys and parameters (immutable snapshot; replaced on rotation).
-    pub(crate) ctx: Arc<CircuitContext>,
-    pub(crate) halves: HalfTable,
-    pub(crate) pool: CellPool,
+    ctx: Arc<CircuitContext>,
+    halves: HalfTable,
+    pool: CellPool,
     /// Open connections by the driver's slot index.
-    pub(crate) conns: Vec<Option<ConnCircuits>>,
+    conns: Vec<Option<ConnCircuits>>,
     /// The slot index of each open connection by its identifier.
-    pub(crate) conn_ids: HashMap<ConnId, usize>,
+    conn_ids: HashMap<ConnId, usize>,
     /// Connections with output to write.
-    pub(crate) pending: Vec<usize>,
+    pending: Vec<usize>,
     /// What waits for room on the ring to each worker, in the order it was
     /// refused: connections paused with a cell in their stall slot, and
     /// ordered messages that came from no connection (links, migration
@@ -236,47 +253,47 @@ pub(crate) struct Circuits {
     /// Its messages are bounded by what may be queued per half (a few
     /// markers and answers), never by cells: a cell waits in its
     /// connection's stall slot, and the connection stops reading.
-    pub(crate) waiting: Vec<VecDeque<Waiting>>,
+    waiting: Vec<VecDeque<Waiting>>,
     /// Producer ends of the rings, by destination worker.
-    pub(crate) outs: Vec<Option<Producer<RingMsg>>>,
+    outs: Vec<Option<Producer<RingMsg>>>,
     /// Halves to tear down after the current step (peer, reason).
-    pub(crate) destroy_later: Vec<(HalfRef, u8)>,
+    destroy_later: Vec<(HalfRef, u8)>,
     /// Old half slots forwarding for halves that moved away.
-    pub(crate) forwarders: Vec<u32>,
+    forwarders: Vec<u32>,
     /// Connections adopted from another worker whose halves (new
     /// references) are not yet done with the move
     /// ([`Circuits::tend_adopted`]).
-    pub(crate) adopted: Vec<(ConnId, Vec<HalfRef>)>,
+    adopted: Vec<(ConnId, Vec<HalfRef>)>,
     /// Our bandwidth self-test circuits.
-    pub(crate) selftests: Vec<HalfRef>,
-    pub(crate) effects: VecDeque<Effect>,
-    pub(crate) counters: CoreCounters,
+    selftests: Vec<HalfRef>,
+    effects: VecDeque<Effect>,
+    counters: CoreCounters,
     /// The driver's clock at the start of this round (ns on the workers'
     /// shared epoch): read once per round, passed in ([`Circuits::set_now`]).
-    pub(crate) now_ns: u64,
+    now_ns: u64,
     /// When the core's once-a-second timers run next ([`Circuits::begin_round`]).
-    pub(super) next_tick_ns: u64,
-    /// Connections in their link handshake ([`super::timers`]).
-    pub(super) handshakes: super::timers::Handshakes,
+    next_tick_ns: u64,
+    /// Connections in their link handshake ([`crate::worker::core::timers`]).
+    handshakes: crate::worker::core::timers::Handshakes,
     /// The queued bytes the controller last heard of.
     reported_queue_bytes: u64,
     /// Wall-clock time at `now_ns == 0` (the driver sets it; the
     /// directory cache's HTTP dates and consensus liveness use it).
-    pub(crate) wall_epoch: std::time::SystemTime,
-    /// DoS marks, the handshake queue (see [`super::limits`]).
-    pub(crate) guards: super::limits::Guards,
+    wall_epoch: std::time::SystemTime,
+    /// DoS marks, the handshake queue (see [`crate::worker::core::limits`]).
+    guards: crate::worker::core::limits::Guards,
     /// Counters of the resource limits.
-    pub(crate) limit_counters: super::limits::LimitCounters,
+    limit_counters: crate::worker::core::limits::LimitCounters,
     /// What every keyed half needs to know of its surroundings (consensus
     /// parameters, the second), kept current by `set_now` and
     /// `set_context` so the per-cell path builds nothing.
-    pub(crate) fctx: ForwardCtx,
+    fctx: ForwardCtx,
     /// Randomness ([`CoreRng`]), injected.
-    pub(crate) rng: CoreRng,
-    /// The exit's streams ([`super::streams`]).
-    pub(crate) streams: super::streams::Streams,
-    /// Conflux legs and home sets ([`super::conflux`]).
-    pub(crate) conflux: super::conflux::ConfluxRoom,
+    rng: CoreRng,
+    /// The exit's streams ([`crate::worker::core::streams`]).
+    streams: crate::worker::core::streams::Streams,
+    /// Conflux legs and home sets ([`crate::worker::core::conflux`]).
+    conflux: crate::worker::core::conflux::ConfluxRoom,
 }
 
 impl Circuits {
@@ -362,7 +379,7 @@ impl Circuits {
             sched: ConnSched::new(self.ctx.halflife_s),
             stall: None,
             last: (0, 0),
-            times: super::timers::ConnTimes::new(self.now_ns),
+            times: crate::worker::core::timers::ConnTimes::new(self.now_ns),
         });
     }
 
@@ -449,7 +466,7 @@ impl Circuits {
             if let Some(e) = self.streams.next_effect() {
                 return Some(e);
             }
-            if self.streams.dir_ready.is_empty() {
+            if !self.streams.has_dir_ready() {
                 return None;
             }
             // Serving makes cells and may end streams: poll again.
@@ -508,7 +525,9 @@ impl Circuits {
         let mut h = self.halves.remove(slot)?;
         self.forget_onion_role(r, &h);
         self.conflux_half_dropped(slot, r);
-        self.forget_streams(super::streams::StreamOwner::circuit(h.conn, slot));
+        self.forget_streams(crate::worker::core::streams::StreamOwner::circuit(
+            h.conn, slot,
+        ));
         if let Some(Some(c)) = self.conns.get_mut(h.conn) {
             c.sched.queued = c.sched.queued.saturating_sub(h.queue.len());
             c.sched.mux.remove(slot, &mut h.ewma);
@@ -587,8 +606,7 @@ impl Circuits {
     /// The core's side of the report (see [`CoreReport`]); the queued
     /// bytes in it are what the controller last heard.
     pub(crate) fn report(&mut self) -> CoreReport {
-        let mut exit = self.streams.counters;
-        exit.open = self.streams.len() as u64;
+        let (mut exit, opened, refused) = self.streams.report();
         exit.cfx = self.conflux.report();
         CoreReport {
             counters: self.counters,
@@ -602,8 +620,8 @@ impl Circuits {
                 self.reported_queue_bytes
             },
             pool_slots: self.pool.capacity() as u64,
-            streams_opened: self.streams.opened,
-            streams_refused: self.streams.refused,
+            streams_opened: opened,
+            streams_refused: refused,
         }
     }
 

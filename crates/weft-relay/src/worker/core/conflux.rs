@@ -34,11 +34,11 @@ use weft_proto::circuit::conflux::{
 };
 use weft_proto::relay::{self, relay_cmd};
 
-use super::core::{Circuits, Effect};
-use super::half::HalfRole;
-use super::handoff::Handed;
-use super::streams::StreamOwner;
 use crate::messages::{ConfluxCounters, ControllerMsg, HalfRef, RingMsg, SetRef, OOO_DEPTH_BOUNDS};
+use crate::worker::core::half::HalfRole;
+use crate::worker::core::handoff::Handed;
+use crate::worker::core::streams::StreamOwner;
+use crate::worker::core::{Circuits, Effect};
 
 /// A leg on this worker.
 struct LegRecord {
@@ -67,7 +67,7 @@ pub(crate) struct ConfluxRoom {
     sets: Slab<HomeSet>,
     by_nonce: HashMap<[u8; 32], usize>,
     next_gen: u32,
-    pub(crate) counters: ConfluxCounters,
+    counters: ConfluxCounters,
 }
 
 impl ConfluxRoom {
@@ -334,7 +334,7 @@ impl Circuits {
                 Handed::Stalled
             }
             (Err(m), None) => {
-                self.waiting[w].push_back(super::core::Waiting::Msg(m));
+                self.waiting[w].push_back(crate::worker::core::Waiting::Msg(m));
                 Handed::Done
             }
         }
@@ -431,7 +431,7 @@ impl Circuits {
         let Some(h) = self.halves.by_slot(slot) else {
             return;
         };
-        let blocked = h.queue.len() >= super::stream_flow::BLOCKED_QUEUE;
+        let blocked = h.queue.len() >= crate::worker::core::streams::flow::BLOCKED_QUEUE;
         let HalfRole::Keyed(k) = &h.role else {
             return;
         };

@@ -9,8 +9,8 @@ use std::io::{Error, ErrorKind};
 
 use super::streams::{circuit, exit_net, open_stream, read, send};
 use super::*;
-use crate::worker::stream_pump::{StreamSocket, STREAM_READ_BUDGET};
-use crate::worker::streams::StreamIo;
+use crate::worker::core::streams::pump::{StreamSocket, STREAM_READ_BUDGET};
+use crate::worker::core::streams::StreamIo;
 use weft_proto::relay::end_reason;
 
 /// A destination in memory.

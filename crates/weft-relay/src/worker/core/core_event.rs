@@ -8,9 +8,9 @@
 
 use std::net::SocketAddr;
 
-use super::core::Circuits;
-use super::migrate::MovedCircuits;
 use crate::messages::ConnId;
+use crate::worker::core::migrate::MovedCircuits;
+use crate::worker::core::Circuits;
 
 /// Something that happened to one of the driver's sockets.
 #[derive(Debug)]
@@ -40,7 +40,7 @@ pub(crate) enum CoreEvent<'a> {
         idx: usize,
     },
     /// A connection worker `from` moved here is on slot `idx`: install its
-    /// circuits (step 2 of a move, [`super::migrate`]).
+    /// circuits (step 2 of a move, [`crate::worker::core::migrate`]).
     ConnAdopted {
         /// The driver's slot.
         idx: usize,

@@ -11,7 +11,7 @@ use weft_proto::circuit::flow::sendme_v1_body;
 
 use super::*;
 use crate::context::{CircuitContext, ExitSettings};
-use crate::worker::streams::StreamIo;
+use crate::worker::core::streams::StreamIo;
 
 /// One worker whose relay is an exit with `accept *:*` and the defaults
 /// (ExitPolicyRejectPrivate 1: private addresses refused), in a network
@@ -677,7 +677,7 @@ fn streams_over_the_creation_limit_are_refused_or_close_their_circuit() {
 
 #[test]
 fn lookups_waiting_at_once_are_bounded() {
-    use crate::worker::streams::MAX_PENDING_LOOKUPS;
+    use crate::worker::core::streams::MAX_PENDING_LOOKUPS;
     let mut net = exit_net();
     let mut c = circuit(&mut net, 1, 5);
     for sid in 1..=MAX_PENDING_LOOKUPS as u16 + 1 {

@@ -4,29 +4,29 @@
 //!
 //! | command | handled by |
 //! |---|---|
-//! | RELAY, RELAY_EARLY | the half's role: a *keyed* half (toward the client) removes our layer in weft-proto's `KeyedHalf::on_forward`, which answers the relay commands addressed to us (see its table) and passes the rest to [`Circuits::forward`]; a *relabel* half (toward the next relay) forwards as is; an *origin* half is one of our self-test circuits ([`super::origin`]) |
+//! | RELAY, RELAY_EARLY | the half's role: a *keyed* half (toward the client) removes our layer in weft-proto's `KeyedHalf::on_forward`, which answers the relay commands addressed to us (see its table) and passes the rest to [`Circuits::forward`]; a *relabel* half (toward the next relay) forwards as is; an *origin* half is one of our self-test circuits ([`crate::worker::core::origin`]) |
 //! | CREATE2, CREATE_FAST | [`Circuits::create`]: handshake, new keyed half, CREATED* |
-//! | CREATED2 | [`super::extend`] (answer to our CREATE2) or [`super::origin`] |
+//! | CREATED2 | [`crate::worker::core::extend`] (answer to our CREATE2) or [`crate::worker::core::origin`] |
 //! | DESTROY | drop the half, DESTROY(DESTROYED) to its peer |
 //! | PADDING, PADDING_NEGOTIATE, VPADDING, NETINFO, unknown | dropped |
 //! | VERSIONS (fixed-size) | the connection closes |
 //!
 //! A relay command that a keyed half recognizes comes back here as a
 //! [`ForwardAction`]; the arms of [`Circuits::keyed_action`] are where a new
-//! relay command's room is wired in (EXTEND2 → [`super::extend`], the
-//! onion-service roles → [`super::onion`], exit streams →
-//! [`super::streams`]; conflux goes beside them).
+//! relay command's room is wired in (EXTEND2 → [`crate::worker::core::extend`], the
+//! onion-service roles → [`crate::worker::core::onion`], exit streams →
+//! [`crate::worker::core::streams`]; conflux goes beside them).
 
 use tracing::{debug, info};
 use weft_proto::cell::{self, cmd, destroy_reason, BODY_LEN};
 use weft_proto::circuit::{self, ForwardAction};
 
-use super::core::{Circuits, Effect};
-use super::half::{Half, HalfRole};
-use super::handoff::Handed;
-use super::streams::StreamOwner;
 use crate::link_io::{CellFlow, CellIn};
 use crate::messages::ControllerMsg;
+use crate::worker::core::half::{Half, HalfRole};
+use crate::worker::core::handoff::Handed;
+use crate::worker::core::streams::StreamOwner;
+use crate::worker::core::{Circuits, Effect};
 
 /// What the connection does after a cell.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -330,7 +330,7 @@ impl Circuits {
     /// the checks in C Tor's order (DoS accounting first, then ID 0 and IDs
     /// in use dropped, a marked address refused, the wrong half of the ID
     /// space refused), then the handshake — now, or when the round's
-    /// handshake budget allows ([`super::limits`]).
+    /// handshake budget allows ([`crate::worker::core::limits`]).
     /// [tor-spec §5.1; C command.c command_process_create_cell()]
     fn create(&mut self, conn: usize, circ_id: u32, command: u8, body: &[u8; BODY_LEN]) {
         if self.ctx.hibernating && circ_id != 0 {
@@ -396,7 +396,8 @@ impl Circuits {
         let (conn_id, peer, client) = (c.id, c.peer_addr, c.client);
         let result = match command {
             cmd::CREATE2 => {
-                self.limit_counters.onionskins_processed[super::limits::handshake_type(body)] += 1;
+                self.limit_counters.onionskins_processed
+                    [crate::worker::core::limits::handshake_type(body)] += 1;
                 circuit::answer_create2_with(
                     &self.ctx.handshake,
                     body,
@@ -413,7 +414,7 @@ impl Circuits {
             Ok((reply_cmd, reply, mut half)) => {
                 half.prev_is_client = client;
                 if half.congestion().is_some() {
-                    self.streams.counters.cc.circs_created += 1;
+                    self.streams.note_cc_circuit();
                 }
                 self.queue_urgent(conn, circ_id, reply_cmd, &reply);
                 let r = self
@@ -436,7 +437,7 @@ impl Circuits {
     }
 
     /// A CREATED* cell on connection `conn`: the answer to a CREATE2 we sent
-    /// for an extend ([`super::extend`]) or for a self-test circuit.
+    /// for an extend ([`crate::worker::core::extend`]) or for a self-test circuit.
     fn created(
         &mut self,
         conn: usize,

@@ -4,7 +4,9 @@
 //! without a write, and when the core asks to be woken.
 
 use super::*;
-use crate::worker::timers::{HANDSHAKE_TIMEOUT_NS, IDLE_CLIENT_NS, IDLE_RELAY_NS, KEEPALIVE_NS};
+use crate::worker::core::timers::{
+    HANDSHAKE_TIMEOUT_NS, IDLE_CLIENT_NS, IDLE_RELAY_NS, KEEPALIVE_NS,
+};
 
 const S: u64 = 1_000_000_000;
 

@@ -10,9 +10,9 @@
 
 use weft_proto::cell::BODY_LEN;
 
-use super::core::Circuits;
 use crate::ewma::{CircuitEwma, EwmaMux};
 use crate::pool::CellQueue;
+use crate::worker::core::Circuits;
 
 /// What [`Circuits::fill`] did.
 #[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
@@ -26,14 +26,14 @@ pub(crate) struct Filled {
 /// A connection's output queues (see the module docs).
 pub(crate) struct ConnSched {
     /// Half slots with queued cells, in EWMA order (or round robin).
-    pub(crate) mux: EwmaMux,
+    pub(super) mux: EwmaMux,
     /// Connection-level cells (circ_id in the slot) written before any
     /// circuit's cells.
-    pub(crate) urgent: CellQueue,
+    pub(super) urgent: CellQueue,
     /// On the core's pending list.
-    pub(crate) pending: bool,
+    pub(super) pending: bool,
     /// Cells queued on this connection's circuits.
-    pub(crate) queued: usize,
+    pub(super) queued: usize,
 }
 
 impl ConnSched {

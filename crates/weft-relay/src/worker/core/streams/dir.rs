@@ -21,8 +21,8 @@ use weft_dir::cache::serve::{self, Body, Parsed, Peer, Resource};
 use weft_dir::cache::DirDocuments;
 use weft_proto::relay::{end_reason, relay_cmd};
 
-use super::core::Circuits;
-use super::streams::{State, StreamOwner};
+use crate::worker::core::streams::{State, StreamOwner};
+use crate::worker::core::Circuits;
 
 /// The metric order of [`Resource`].
 pub(crate) const RESOURCES: [Resource; 6] = [
@@ -85,7 +85,7 @@ impl Circuits {
     /// BEGIN_DIR: a stream served here, answered CONNECTED with no
     /// address (only reached with `DirCache` on; the keyed half answers
     /// END NOTDIRECTORY otherwise).
-    pub(super) fn begin_dir(&mut self, owner: StreamOwner, stream_id: u16) {
+    pub(in crate::worker::core) fn begin_dir(&mut self, owner: StreamOwner, stream_id: u16) {
         if self.ctx.hibernating {
             // As C: no new stream of any kind while hibernating.
             let reason = [weft_proto::circuit::exit::END_HIBERNATING];
@@ -108,7 +108,12 @@ impl Circuits {
     /// DATA on a directory stream: request bytes, answered once the head
     /// is complete. Bytes after the head (a request body) are ignored, as
     /// C Tor ignores a GET's body.
-    pub(super) fn dir_data(&mut self, owner: StreamOwner, key: usize, data: &[u8]) {
+    pub(in crate::worker::core) fn dir_data(
+        &mut self,
+        owner: StreamOwner,
+        key: usize,
+        data: &[u8],
+    ) {
         let s = &mut self.streams.streams[key];
         if let Err(e) = s.flow.data_received() {
             self.close_owner(
@@ -181,7 +186,7 @@ impl Circuits {
     /// Send what directory stream `key` may send now (at most `round`
     /// bytes); END DONE when all is sent. Returns true if the round's
     /// share ran out with bytes left (serve again next round).
-    pub(super) fn serve_dir(&mut self, key: usize, mut round: usize) -> bool {
+    pub(in crate::worker::core) fn serve_dir(&mut self, key: usize, mut round: usize) -> bool {
         loop {
             let Some(s) = self.streams.streams.get(key) else {
                 return false;

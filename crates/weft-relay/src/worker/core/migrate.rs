@@ -1,6 +1,6 @@
 //! Moving a connection from one worker to another under traffic, without
 //! losing, duplicating or reordering a cell: the circuit core's side of it
-//! (the driver moves the socket and its buffers, [`super::inbox`]).
+//! (the driver moves the socket and its buffers, [`crate::worker::inbox`]).
 //!
 //! The connection X leaves worker A for worker B with everything it owns:
 //! its link (socket, TLS, buffers), its circuit halves with their queued
@@ -57,11 +57,11 @@ use std::collections::VecDeque;
 use tracing::info;
 use weft_proto::cell::{cmd, BODY_LEN};
 
-use super::core::{Circuits, ConnCircuits, Effect};
-use super::half::{Half, HalfRole};
 use crate::ewma::CircuitEwma;
 use crate::messages::{ConnId, ControllerMsg, HalfRef, RingMsg};
 use crate::pool::{CellPool, CellQueue};
+use crate::worker::core::half::{Half, HalfRole};
+use crate::worker::core::{Circuits, ConnCircuits, Effect};
 
 /// How long an old half slot keeps forwarding after its migration
 /// finished, in nanoseconds.
@@ -70,19 +70,19 @@ pub(crate) const FORWARDER_LIFETIME_NS: u64 = 300_000_000_000;
 /// What an old half slot does after its half moved.
 pub(crate) struct Forwarder {
     /// The half's new reference, once B installed it.
-    pub(crate) new: Option<HalfRef>,
+    pub(super) new: Option<HalfRef>,
     /// Messages for the old reference not yet passed on (before
     /// `Installed`, or from a half of this worker since the last flush), in
     /// arrival order.
-    pub(crate) buf: VecDeque<RingMsg>,
+    pub(super) buf: VecDeque<RingMsg>,
     /// The peer's worker said it switched to the new reference.
-    pub(crate) switched: bool,
+    pub(super) switched: bool,
     /// `SourceDone` went to B.
-    pub(crate) done_sent: bool,
+    pub(super) done_sent: bool,
     /// A DESTROY (reason) for the old reference, to pass on once installed.
-    pub(crate) destroy: Option<u8>,
+    pub(super) destroy: Option<u8>,
     /// When the migration started (core clock, ns).
-    pub(crate) since_ns: u64,
+    pub(super) since_ns: u64,
 }
 
 impl Forwarder {
@@ -104,47 +104,54 @@ impl Forwarder {
 pub(crate) struct MovedCell {
     /// RELAY or RELAY_EARLY (or a connection-level command for urgent
     /// cells).
-    pub(crate) command: u8,
+    pub(super) command: u8,
     /// Circuit ID (urgent cells).
-    pub(crate) circ_id: u32,
+    pub(super) circ_id: u32,
     /// Read stamp.
-    pub(crate) stamp_ns: u64,
+    pub(super) stamp_ns: u64,
     /// Body.
-    pub(crate) body: [u8; BODY_LEN],
+    pub(super) body: [u8; BODY_LEN],
 }
 
 /// One circuit half on its way to another worker.
 pub(crate) struct MovedHalf {
     /// Its reference on the old worker.
-    pub(crate) old: HalfRef,
+    pub(super) old: HalfRef,
     /// Circuit ID on the connection.
-    pub(crate) circ_id: u32,
+    pub(super) circ_id: u32,
     /// Keys and state.
-    pub(crate) role: HalfRole,
+    pub(super) role: HalfRole,
     /// Its peer.
-    pub(crate) peer: Option<HalfRef>,
+    pub(super) peer: Option<HalfRef>,
     /// EWMA state.
-    pub(crate) ewma: CircuitEwma,
+    pub(super) ewma: CircuitEwma,
     /// Queued cells, oldest first.
-    pub(crate) cells: Vec<MovedCell>,
+    pub(super) cells: Vec<MovedCell>,
     /// Held cells.
-    pub(crate) held: Vec<MovedCell>,
+    pub(super) held: Vec<MovedCell>,
 }
 
 /// The circuit core's part of a connection on its way to another worker.
 pub(crate) struct MovedCircuits {
     /// Its identifier.
-    pub(crate) id: ConnId,
+    pub(super) id: ConnId,
     /// TCP peer.
-    pub(crate) peer_addr: std::net::SocketAddr,
+    pub(super) peer_addr: std::net::SocketAddr,
     /// We opened it.
-    pub(crate) we_initiated: bool,
+    pub(super) we_initiated: bool,
     /// The peer's RSA identity, if a relay.
-    pub(crate) peer_rsa: Option<[u8; 20]>,
+    pub(super) peer_rsa: Option<[u8; 20]>,
     /// Its halves.
-    pub(crate) halves: Vec<MovedHalf>,
+    pub(super) halves: Vec<MovedHalf>,
     /// Its connection-level cells.
-    pub(crate) urgent: Vec<MovedCell>,
+    pub(super) urgent: Vec<MovedCell>,
+}
+
+impl MovedCircuits {
+    /// How many circuit halves move.
+    pub(crate) fn circuit_count(&self) -> usize {
+        self.halves.len()
+    }
 }
 
 impl std::fmt::Debug for MovedCircuits {
@@ -177,8 +184,8 @@ fn take(q: &mut CellQueue, pool: &mut CellPool) -> Vec<MovedCell> {
 impl Circuits {
     /// True if connection `idx` may move now: open here, not waiting for
     /// ring space, no CREATE2 in this worker's handshake queue
-    /// ([`super::limits`]), no circuit in the middle of a rendezvous
-    /// ([`super::onion`]), and no half still inside an earlier move (its
+    /// ([`crate::worker::core::limits`]), no circuit in the middle of a rendezvous
+    /// ([`crate::worker::core::onion`]), and no half still inside an earlier move (its
     /// own or its peer's): a half keeps one marker to wait for, and a
     /// second move before the first one's marker passed would release its
     /// held cells on the wrong marker.
@@ -628,7 +635,8 @@ impl Circuits {
             // Unstalled: read again; the cell goes in ahead of anything
             // the connection reads next.
             self.unwait(conn);
-            self.effects.push_back(super::core::Effect::Resume(conn));
+            self.effects
+                .push_back(crate::worker::core::Effect::Resume(conn));
             self.on_ring_msg(&msg, me as u16);
         } else if w == dw {
             c.stall = Some((w, msg));

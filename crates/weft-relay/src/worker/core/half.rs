@@ -1,7 +1,7 @@
 //! Circuit halves and a worker's table of them (part of the sans-IO
-//! circuit core, [`super::core`]). Owns the half records only; what a half
-//! does with a cell is decided in [`super::dispatch`] and
-//! [`super::handoff`].
+//! circuit core, [`crate::worker::core`]). Owns the half records only; what a half
+//! does with a cell is decided in [`crate::worker::core::dispatch`] and
+//! [`crate::worker::core::handoff`].
 //!
 //! A circuit through the relay is two halves, one per OR connection. The
 //! *keyed* half (on the connection toward the client, which answered
@@ -35,8 +35,8 @@ pub(crate) enum HalfRole {
     Origin(Box<crate::selftest::SelfTestCircuit>),
     /// The half moved to another worker with its connection; this slot
     /// forwards what still arrives for the old reference (see
-    /// [`super::migrate`]).
-    Moved(Box<super::migrate::Forwarder>),
+    /// [`crate::worker::core::migrate`]).
+    Moved(Box<crate::worker::core::migrate::Forwarder>),
 }
 
 impl HalfRole {
@@ -76,7 +76,7 @@ pub(crate) struct Half {
     /// cells for the old worker's marker: `Switched` for this old
     /// reference goes out when the hold ends, so that the new half's
     /// release (which waits for it) means this half is done with the move
-    /// too ([`super::migrate`]).
+    /// too ([`crate::worker::core::migrate`]).
     pub switch_owed: Option<HalfRef>,
 }
 

@@ -13,9 +13,9 @@ use weft_proto::cell::{cmd, destroy_reason, BODY_LEN};
 use weft_proto::circuit::flow::{DATA_MAX, XOFF_BODY, XON_BODY};
 use weft_proto::relay::relay_cmd;
 
-use super::core::Circuits;
-use super::half::HalfRole;
-use super::streams::{State, StreamOwner, OUTBUF_FULL, QUEUE_HIGHWATER};
+use crate::worker::core::half::HalfRole;
+use crate::worker::core::streams::{State, StreamOwner, OUTBUF_FULL, QUEUE_HIGHWATER};
+use crate::worker::core::Circuits;
 
 /// A circuit counts as blocked on its connection (a congestion signal
 /// for Vegas) while this many of its cells wait there: C's default
@@ -39,7 +39,12 @@ impl Circuits {
 
     /// DATA for stream `key` of the half at `slot`: its bytes wait for the
     /// destination; XOFF when they pile up (congestion control).
-    pub(super) fn stream_data(&mut self, owner: StreamOwner, key: usize, data: &[u8]) {
+    pub(in crate::worker::core) fn stream_data(
+        &mut self,
+        owner: StreamOwner,
+        key: usize,
+        data: &[u8],
+    ) {
         let (now_ns, now_us) = (self.now_ns, self.now_us());
         let limit = self.ctx.cc.xoff_exit_bytes;
         let cap = max_to_dest(limit, self.ctx.cc.ss_cwnd_max);
@@ -75,7 +80,7 @@ impl Circuits {
 
     /// A stream-level SENDME: the stream's window opens (an error without
     /// stream windows, or past the window, closes the circuit).
-    pub(super) fn stream_sendme(&mut self, owner: StreamOwner, key: usize) {
+    pub(in crate::worker::core) fn stream_sendme(&mut self, owner: StreamOwner, key: usize) {
         if let Err(e) = self.streams.streams[key].flow.sendme_received() {
             self.close_owner(owner, destroy_reason::PROTOCOL, &e.to_string());
             return;
@@ -85,7 +90,7 @@ impl Circuits {
 
     /// The client sent XOFF for stream `key`: stop reading its socket
     /// (ignored, as C ignores it, without congestion control or twice).
-    pub(super) fn stream_xoff(&mut self, key: usize) {
+    pub(in crate::worker::core) fn stream_xoff(&mut self, key: usize) {
         if self.streams.streams[key].flow.xoff_received() {
             self.streams.counters.cc.xoff_received += 1;
         }
@@ -94,7 +99,7 @@ impl Circuits {
     /// The client sent XON for stream `key`: read again. Its advisory
     /// rate is not applied (the circuit's congestion window still bounds
     /// the stream).
-    pub(super) fn stream_xon(&mut self, key: usize, data: &[u8]) {
+    pub(in crate::worker::core) fn stream_xon(&mut self, key: usize, data: &[u8]) {
         let s = &mut self.streams.streams[key];
         if s.flow.uses_xon_xoff() && weft_proto::circuit::flow::parse_xon(data).is_some() {
             self.streams.counters.cc.xon_received += 1;
@@ -156,7 +161,7 @@ impl Circuits {
     /// How many bytes stream `key` may read from its socket now: what its
     /// window (or XON/XOFF), its circuit's window (or congestion window)
     /// and its circuit's queue allow.
-    pub(super) fn stream_read_budget(&mut self, key: usize) -> usize {
+    pub(in crate::worker::core) fn stream_read_budget(&mut self, key: usize) -> usize {
         let Some(s) = self.streams.streams.get(key) else {
             return 0;
         };
@@ -188,7 +193,7 @@ impl Circuits {
 
     /// Bytes stream `key` read from its socket (within its read budget):
     /// DATA cells toward the client.
-    pub(super) fn stream_data_read(&mut self, key: usize, mut data: &[u8]) {
+    pub(in crate::worker::core) fn stream_data_read(&mut self, key: usize, mut data: &[u8]) {
         let now_us = self.now_us();
         while !data.is_empty() {
             let Some(s) = self.streams.streams.get_mut(key) else {
@@ -217,7 +222,7 @@ impl Circuits {
     /// The bytes waiting for stream `key`'s destination (the driver writes
     /// from the front and drains what the socket took).
     #[cfg(test)]
-    pub(super) fn stream_output(
+    pub(in crate::worker::core) fn stream_output(
         &mut self,
         key: usize,
     ) -> Option<&mut std::collections::VecDeque<u8>> {
@@ -228,7 +233,7 @@ impl Circuits {
     /// ended closes once everything went out; an open one sends the
     /// stream SENDMEs the destination's pace allows, or XON once the
     /// bytes after an XOFF are gone.
-    pub(super) fn stream_wrote(&mut self, key: usize) {
+    pub(in crate::worker::core) fn stream_wrote(&mut self, key: usize) {
         let Some(s) = self.streams.streams.get_mut(key) else {
             return;
         };

@@ -4,7 +4,7 @@
 //! their oldest queued cell.
 
 use super::*;
-use crate::worker::limits::{HANDSHAKES_PER_ROUND, MAX_ONION_QUEUE_DELAY_NS};
+use crate::worker::core::limits::{HANDSHAKES_PER_ROUND, MAX_ONION_QUEUE_DELAY_NS};
 
 /// A client connection `idx` on worker `w` from `ip`.
 fn client_conn(net: &mut Net, w: usize, idx: usize, ip: [u8; 4]) {

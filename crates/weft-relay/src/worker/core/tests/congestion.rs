@@ -9,7 +9,7 @@ use weft_proto::circuit::flow::{sendme_v1_body, XON_BODY};
 
 use super::streams::{exit_net, id, open_stream, read, send};
 use super::*;
-use crate::worker::streams::StreamIo;
+use crate::worker::core::streams::StreamIo;
 
 /// A one-hop circuit from a relay (conn `conn`) whose client asked for
 /// congestion control; returns it with the server's extension list.
@@ -36,7 +36,7 @@ fn a_client_that_asks_gets_congestion_control_and_cwnd_bounds_the_streams() {
     let mut net = exit_net();
     let (mut c, msg) = cc_circuit(&mut net, 1, 5);
     assert_eq!(msg, [1, 2, 1, 31], "CC_FIELD_RESPONSE with sendme_inc 31");
-    assert_eq!(net.cores[0].streams.counters.cc.circs_created, 1);
+    assert_eq!(net.cores[0].report().exit.cc.circs_created, 1);
     let key = open_stream(&mut net, 1, 5, &mut c, 9);
     // No stream window: cwnd (124 cells) is the limit.
     assert_eq!(net.cores[0].stream_read_budget(key), 124 * 498);
@@ -120,7 +120,7 @@ fn xoff_and_xon_both_ways() {
     assert_eq!(net.cores[0].stream_read_budget(key), 0);
     send(&mut net, 1, 5, &mut c, relay_cmd::XON, 9, &XON_BODY);
     assert!(net.cores[0].stream_read_budget(key) > 0);
-    let cc = net.cores[0].streams.counters.cc;
+    let cc = net.cores[0].report().exit.cc;
     assert_eq!((cc.xoff_received, cc.xon_received), (1, 1));
     // The destination does not read: past cc_xoff_exit bytes waiting,
     // and after the grace period, XOFF goes to the client.

@@ -3,16 +3,16 @@
 //! conflux homes, DoS marks, memory pressure, new keys or documents, the
 //! resolver's answers) and from other workers' cores (a peer half gone).
 //! They are plain data — no socket, no connection object — so the core can
-//! emit them too ([`super::core::Effect::Worker`]). The driver hands each
+//! emit them too ([`crate::worker::core::Effect::Worker`]). The driver hands each
 //! to [`Circuits::handle_msg`] untouched; the messages only a driver can
 //! act on (a socket to take over, a connection to move) stay in
-//! [`super::inbox::WorkerMsg`].
+//! [`crate::worker::inbox::WorkerMsg`].
 
 use std::sync::Arc;
 
-use super::core::{Circuits, Effect};
 use crate::context::CircuitContext;
 use crate::messages::{ConnId, ControllerMsg, HalfRef};
+use crate::worker::core::{Circuits, Effect};
 
 /// A message for a worker's circuit core.
 #[derive(Debug)]

@@ -16,16 +16,16 @@ use weft_proto::cell::{cmd, destroy_reason, BODY_LEN};
 use weft_proto::origin::{HopTarget, OriginCircuit};
 use weft_proto::relay::{self, relay_cmd};
 
-use super::core::{Circuits, CoreLimits, Effect};
-use super::core_event::CoreEvent;
-use super::core_msg::CoreMsg;
-use super::dispatch::CellVerdict;
-use super::sched::CellSink;
-use super::*;
 use crate::context::{SchedParams, SharedContext};
 use crate::link_io::CellIn;
 use crate::messages::{ControllerMsg, HalfRef, RingMsg};
 use crate::ring::{ring, Consumer};
+use crate::worker::core::core_event::CoreEvent;
+use crate::worker::core::core_msg::CoreMsg;
+use crate::worker::core::dispatch::CellVerdict;
+use crate::worker::core::sched::CellSink;
+use crate::worker::core::{Circuits, CoreLimits, Effect};
+use crate::worker::*;
 
 mod conflux;
 mod congestion;
@@ -120,7 +120,7 @@ struct Net {
     /// Lookups the cores asked the resolver for.
     lookups: Vec<crate::resolver::DnsQuery>,
     /// Stream sockets each core asked to open or close.
-    stream_io: Vec<VecDeque<crate::worker::streams::StreamIo>>,
+    stream_io: Vec<VecDeque<crate::worker::core::streams::StreamIo>>,
     /// Streams each core asked to have pumped.
     pumps: Vec<Vec<usize>>,
     /// Connections each core closed (a protocol timer): (slot, why).
@@ -254,7 +254,7 @@ impl Net {
     }
 
     /// The next stream socket worker `w`'s core asked to open or close.
-    fn poll_stream_io(&mut self, w: usize) -> Option<crate::worker::streams::StreamIo> {
+    fn poll_stream_io(&mut self, w: usize) -> Option<crate::worker::core::streams::StreamIo> {
         self.collect(w);
         self.stream_io[w].pop_front()
     }

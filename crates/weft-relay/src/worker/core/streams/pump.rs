@@ -2,8 +2,8 @@
 //! core writes the bytes waiting for the destination into the stream's
 //! socket and reads from it what the windows allow, through
 //! [`StreamSocket`] — the driver's TCP socket on a relay
-//! ([`super::stream_io`]), a pipe in the tests. The driver only says
-//! which streams to pump ([`super::core::Effect::PumpStream`], readiness)
+//! ([`crate::worker::stream_io`]), a pipe in the tests. The driver only says
+//! which streams to pump ([`crate::worker::core::Effect::PumpStream`], readiness)
 //! and keeps its readiness flags from what [`Pumped`] says. Directory
 //! streams have no socket: the core serves them itself, a share per round
 //! ([`Circuits::serve_dir_ready`]).
@@ -12,8 +12,8 @@ use std::io::ErrorKind;
 
 use weft_proto::circuit::flow::DATA_MAX;
 
-use super::core::Circuits;
-use super::streams::State;
+use crate::worker::core::streams::State;
+use crate::worker::core::Circuits;
 
 /// Most bytes read from one stream's socket (or served to one directory
 /// stream) per round: others get a turn.

@@ -41,8 +41,8 @@ fn documents(len: usize) -> DirDocuments {
     text.truncate(len);
     let mut docs = CacheInputs {
         own: Some((
-            include_str!("../../../../weft-dir/tests/data/ctor-descriptor-test002a.txt").into(),
-            include_str!("../../../../weft-dir/tests/data/ctor-extrainfo-test002a.txt").into(),
+            include_str!("../../../../../weft-dir/tests/data/ctor-descriptor-test002a.txt").into(),
+            include_str!("../../../../../weft-dir/tests/data/ctor-extrainfo-test002a.txt").into(),
         )),
         ..CacheInputs::default()
     }

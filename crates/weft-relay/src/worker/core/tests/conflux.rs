@@ -9,7 +9,7 @@ use weft_proto::circuit::conflux::{self, ux, Link, OOO_CELL_COST};
 
 use super::streams::{begin, exit_net_cfx, exit_net_with, id};
 use super::*;
-use crate::worker::streams::StreamIo;
+use crate::worker::core::streams::StreamIo;
 
 /// The out-of-order cap of `exit_net_with`'s context.
 const CAP: usize = 100 * OOO_CELL_COST;
@@ -189,7 +189,7 @@ fn a_set_across_two_workers_keeps_the_streams_order_both_ways() {
         .collect();
     assert_eq!(got, b"A1A2B1B2");
     assert_eq!(net.cores[0].conflux.ooo_bytes(), 0);
-    assert_eq!(net.cores[0].conflux.counters.reordered, 2);
+    assert_eq!(net.cores[0].report().exit.cfx.reordered, 2);
 
     // Downstream: 200 cells; leg a (10 ms) takes its window (124 cells),
     // then b on worker 1, after a SWITCH; the client puts them in order.
@@ -201,7 +201,7 @@ fn a_set_across_two_workers_keeps_the_streams_order_both_ways() {
     assert_eq!(msgs.len(), 200);
     let joined: Vec<u8> = msgs.iter().flat_map(|m| m.1.clone()).collect();
     assert_eq!(joined, data, "every byte, in order");
-    assert!(net.cores[0].conflux.counters.switches_sent >= 1);
+    assert!(net.cores[0].report().exit.cfx.switches_sent >= 1);
 }
 
 /// An ordinary exit circuit with an open stream, on worker 0 (conn 3):
@@ -254,7 +254,7 @@ fn a_gap_never_filled_closes_only_its_set_and_the_queue_stays_under_its_cap() {
         Some(destroy_reason::RESOURCELIMIT)
     );
     assert_eq!(net.cores[0].conflux.ooo_bytes(), 0, "its memory is freed");
-    assert_eq!(net.cores[0].conflux.counters.sets_closed_ooo, 1);
+    assert_eq!(net.cores[0].report().exit.cfx.sets_closed_ooo, 1);
     assert_eq!(net.cores[0].conflux.report().sets_open, 0);
     bystander_unharmed(&mut net, &mut by, by_key);
 }
@@ -273,7 +273,7 @@ fn an_absurd_switch_closes_only_its_set() {
     net.settle();
     assert_eq!(b.read(&mut net).destroyed, Some(destroy_reason::PROTOCOL));
     assert_eq!(a.read(&mut net).destroyed, Some(destroy_reason::PROTOCOL));
-    assert_eq!(net.cores[0].conflux.counters.sets_closed_protocol, 1);
+    assert_eq!(net.cores[0].report().exit.cfx.sets_closed_protocol, 1);
     bystander_unharmed(&mut net, &mut by, by_key);
 }
 
@@ -320,7 +320,7 @@ fn two_clients_claiming_one_nonce_lose_that_set_only() {
     assert_eq!(y.read(&mut net).destroyed, Some(destroy_reason::PROTOCOL));
     assert_eq!(x.read(&mut net).destroyed, Some(destroy_reason::PROTOCOL));
     assert_eq!(
-        net.cores[0].streams.len(),
+        net.cores[0].report().exit.open,
         1,
         "the set's stream is gone, the bystander's stays"
     );

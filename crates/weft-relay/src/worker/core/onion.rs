@@ -27,10 +27,10 @@ use weft_proto::circuit::{ForwardAction, Purpose};
 use weft_proto::onion::{ack_status, hs_cmd, introduce_ack_body, COOKIE_LEN};
 use weft_proto::relay;
 
-use super::core::{Circuits, Effect};
-use super::core_msg::CoreMsg;
-use super::half::{Half, HalfRole};
 use crate::messages::{ControllerMsg, HalfRef, RingMsg};
+use crate::worker::core::core_msg::CoreMsg;
+use crate::worker::core::half::{Half, HalfRole};
+use crate::worker::core::{Circuits, Effect};
 
 impl Circuits {
     /// The keyed half at `slot` (connection `conn`) recognized an

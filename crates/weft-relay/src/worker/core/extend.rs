@@ -14,10 +14,10 @@
 
 use weft_proto::cell::{cmd, destroy_reason, BODY_LEN};
 
-use super::core::Circuits;
-use super::half::{Half, HalfRole};
-use super::handoff::Handed;
 use crate::messages::{HalfRef, RingMsg};
+use crate::worker::core::half::{Half, HalfRole};
+use crate::worker::core::handoff::Handed;
+use crate::worker::core::Circuits;
 
 impl Circuits {
     /// Make a relabel half on connection `conn` toward the next relay, send

@@ -3,14 +3,14 @@
 //! idle time, a keepalive PADDING cell on a connection nothing was written
 //! to. They run once a second from [`Circuits::begin_round`]; the driver
 //! learns when to wake from [`Circuits::poll_timeout`] and what to close
-//! from [`super::core::Effect::CloseConn`].
+//! from [`crate::worker::core::Effect::CloseConn`].
 //! [C connection_or.c, main.c run_connection_housekeeping()]
 
 use std::collections::HashMap;
 
 use weft_proto::cell::cmd;
 
-use super::core::{Circuits, Effect};
+use crate::worker::core::{Circuits, Effect};
 
 const SECOND_NS: u64 = 1_000_000_000;
 /// A connection's TCP connect, TLS and link handshake must end within
@@ -46,8 +46,8 @@ impl Handshakes {
 /// (ns on the workers' clock).
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct ConnTimes {
-    pub(crate) last_had_circuits_ns: u64,
-    pub(crate) last_write_ns: u64,
+    pub(super) last_had_circuits_ns: u64,
+    pub(super) last_write_ns: u64,
 }
 
 impl ConnTimes {

@@ -8,9 +8,9 @@ use tracing::{debug, info};
 use weft_proto::cell::{cmd, destroy_reason, BODY_LEN};
 use weft_proto::origin::HopTarget;
 
-use super::core::Circuits;
-use super::half::{Half, HalfRole};
 use crate::selftest::{SelfTestCircuit, TestStep};
+use crate::worker::core::half::{Half, HalfRole};
+use crate::worker::core::Circuits;
 
 impl Circuits {
     /// Launch a self-test circuit on connection `conn` (to `first`),

@@ -14,10 +14,10 @@ use std::net::IpAddr;
 use tracing::info;
 use weft_proto::cell::{cmd, destroy_reason, BODY_LEN};
 
-use super::core::{Circuits, Effect};
-use super::streams::StreamOwner;
 use crate::messages::ControllerMsg;
 use crate::oom::CELL_COST;
+use crate::worker::core::streams::StreamOwner;
+use crate::worker::core::{Circuits, Effect};
 
 /// CREATE2 handshakes a worker answers per round before the rest waits.
 pub(crate) const HANDSHAKES_PER_ROUND: u32 = 32;
@@ -29,27 +29,27 @@ pub(crate) const MAX_ONION_QUEUE: usize = 4096;
 
 /// A CREATE2 waiting for its handshake.
 pub(crate) struct PendingCreate {
-    pub(crate) conn: usize,
-    pub(crate) circ_id: u32,
-    pub(crate) body: [u8; BODY_LEN],
-    pub(crate) since_ns: u64,
+    pub(super) conn: usize,
+    pub(super) circ_id: u32,
+    pub(super) body: [u8; BODY_LEN],
+    pub(super) since_ns: u64,
 }
 
 /// The core's resource-limit state (its guards against floods).
 #[derive(Default)]
 pub(crate) struct Guards {
     /// Addresses whose CREATE cells are refused, until then (core clock).
-    pub(crate) dos_marked: HashMap<IpAddr, u64>,
+    dos_marked: HashMap<IpAddr, u64>,
     /// CREATE2 cells waiting for a handshake, oldest first.
-    pub(crate) pending: VecDeque<PendingCreate>,
+    pending: VecDeque<PendingCreate>,
     /// (connection, circuit ID) of those, for "ID in use" checks.
-    pub(crate) pending_ids: HashSet<(usize, u32)>,
+    pending_ids: HashSet<(usize, u32)>,
     /// Handshakes answered this round.
-    pub(crate) handshakes_this_round: u32,
+    handshakes_this_round: u32,
     /// The clock when the controller last asked for OOM candidates: the
     /// ages it chooses a cutoff from are as of then, and so is the kill
     /// (cells queued since are younger, whatever the delay).
-    pub(crate) oom_query_ns: u64,
+    oom_query_ns: u64,
 }
 
 /// The core's resource-limit counters (cumulative).

@@ -1,7 +1,7 @@
 //! The exit's stream room (part of the sans-IO circuit core): the streams
 //! of circuits that end here, what their relay cells do, and their flow
 //! control. A stream lives on the worker that owns its circuit's keyed
-//! half; its TCP socket is the driver's ([`super::stream_io`]), registered
+//! half; its TCP socket is the driver's ([`crate::worker::stream_io`]), registered
 //! in the same worker's poll, so no stream byte crosses workers or touches
 //! the main thread.
 //!
@@ -10,7 +10,7 @@
 //! ([`StreamIo`]) and is told what the sockets did (connected, failed,
 //! bytes read, EOF, bytes written). Admission is weft-proto's
 //! `circuit::exit` (C Tor 0.4.9's rules); flow control (windows, SENDMEs,
-//! XON/XOFF under congestion control) is [`super::stream_flow`].
+//! XON/XOFF under congestion control) is [`crate::worker::core::streams::flow`].
 //! [C connection_edge.c connection_exit_begin_conn(),
 //! connection_exit_connect(), connection_edge_end(); dns.c]
 //!
@@ -19,6 +19,10 @@
 //! socket. Not built yet (issue 12): stream buffers counted in
 //! MaxMemInQueues, and moving a connection whose circuits have streams
 //! (it stays on its worker).
+
+pub(crate) mod dir;
+pub(crate) mod flow;
+pub(crate) mod pump;
 
 use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
@@ -31,11 +35,11 @@ use weft_proto::circuit::exit::{self, Admission, ExitContext};
 use weft_proto::circuit::flow::{StreamFlow, DATA_MAX};
 use weft_proto::relay::{self, end_reason, relay_cmd};
 
-use super::core::{Circuits, Effect};
-use super::half::HalfRole;
 use crate::context::ExitSettings;
 use crate::messages::ExitCounters;
 use crate::resolver::{DnsAnswer, DnsQuery, FamilyAnswer};
+use crate::worker::core::half::HalfRole;
+use crate::worker::core::{Circuits, Effect};
 
 /// C Tor stops reading a stream's socket while its circuit has this many
 /// cells queued toward the client (`CELL_QUEUE_HIGHWATER_SIZE`).
@@ -87,7 +91,7 @@ pub(super) enum State {
     /// destination, then the socket closes.
     Flushing,
     /// A BEGIN_DIR stream waiting for its request's head (then `Open`
-    /// while the answer goes out; [`super::dir_streams`]).
+    /// while the answer goes out; [`crate::worker::core::streams::dir`]).
     DirRequest,
 }
 
@@ -139,52 +143,66 @@ pub(super) struct ExitStream {
     /// its oldest byte, for the memory limit.
     pub(super) waiting_since_ns: u64,
     /// A BEGIN_DIR stream: its request and answer (no socket).
-    pub(super) dir: Option<Box<super::dir_streams::DirStream>>,
+    pub(super) dir: Option<Box<crate::worker::core::streams::dir::DirStream>>,
 }
 
 /// Every exit stream of a worker.
 #[derive(Default)]
 pub(crate) struct Streams {
-    pub(super) streams: Slab<ExitStream>,
+    streams: Slab<ExitStream>,
     /// (owner, stream ID) → key.
     /// Ordered, so a circuit's streams are one range (a circuit SENDME
     /// wakes only its own streams).
-    pub(super) by_id: BTreeMap<(StreamOwner, u16), usize>,
+    by_id: BTreeMap<(StreamOwner, u16), usize>,
     /// Socket work for the driver, in order (it leaves as
     /// [`Effect::Stream`]).
-    pub(super) io: VecDeque<StreamIo>,
+    io: VecDeque<StreamIo>,
     /// Streams with bytes (or a close) for their destination (they leave
     /// as [`Effect::PumpStream`]).
-    pub(super) want_write: Vec<usize>,
+    want_write: Vec<usize>,
     /// Streams whose reading may go on (a window opened, connected).
-    pub(super) may_read: Vec<usize>,
+    may_read: Vec<usize>,
     /// Directory streams to serve now, and those to serve next round
     /// ([`Circuits::serve_dir_ready`]).
-    pub(super) dir_ready: Vec<usize>,
-    pub(super) dir_again: Vec<usize>,
+    dir_ready: Vec<usize>,
+    dir_again: Vec<usize>,
     /// The socket reads' buffer ([`Circuits::pump_stream`]).
-    pub(super) read_buf: Vec<u8>,
+    read_buf: Vec<u8>,
     /// The next stream's tag.
     next_tag: u64,
     /// Lookups asked and not answered yet.
     pending_lookups: usize,
     /// Streams opened, and refused or failed, since the start.
-    pub(crate) opened: u64,
-    pub(crate) refused: u64,
+    opened: u64,
+    refused: u64,
     /// What the MetricsPort shows (bytes are the driver's).
-    pub(crate) counters: ExitCounters,
+    counters: ExitCounters,
     /// Each exit circuit's stream-creation bucket (`DoSStreamCreation*`):
     /// owner → (tokens, second of the last refill).
     limiter: HashMap<StreamOwner, (u32, u64)>,
     /// The directory cache's documents (shared, immutable; None before
     /// the first snapshot: requests get 404).
-    pub(super) dir_docs: Option<std::sync::Arc<weft_dir::cache::DirDocuments>>,
+    dir_docs: Option<std::sync::Arc<weft_dir::cache::DirDocuments>>,
 }
 
 impl Streams {
-    /// Number of open streams.
-    pub(crate) fn len(&self) -> usize {
-        self.streams.len()
+    /// The room's counters, `open` filled in; streams opened, and
+    /// refused or failed, since the start.
+    pub(crate) fn report(&self) -> (ExitCounters, u64, u64) {
+        let mut c = self.counters;
+        c.open = self.streams.len() as u64;
+        (c, self.opened, self.refused)
+    }
+
+    /// A circuit with congestion control was created (the MetricsPort's
+    /// count is the stream room's).
+    pub(crate) fn note_cc_circuit(&mut self) {
+        self.counters.cc.circs_created += 1;
+    }
+
+    /// True if directory streams wait to be served this round.
+    pub(crate) fn has_dir_ready(&self) -> bool {
+        !self.dir_ready.is_empty()
     }
 
     /// True if `owner` has a stream (one the client has not ended).
