@@ -10,14 +10,14 @@
 //!
 //! | relay command | here | becomes |
 //! |---|---|---|
-//! | EXTEND2 (RELAY_EARLY) | checked, parsed | [`ForwardAction::Extend`] → weft-relay `worker/extend.rs` |
+//! | EXTEND2 (RELAY_EARLY) | checked, parsed | [`ForwardAction::Extend`] → weft-relay `worker/core/extend.rs` |
 //! | EXTEND (v1) | refused | close (PROTOCOL) |
 //! | TRUNCATE | TRUNCATED built | [`ForwardAction::Truncate`] |
 //! | BEGIN, BEGIN_DIR, RESOLVE | answered as a non-exit ([`edge`]) | [`ForwardAction::Reply`] |
 //! | BEGIN_DIR at a directory cache | the stream room serves it | [`ForwardAction::Stream`] |
-//! | BEGIN, RESOLVE, DATA, END, stream SENDME, XOFF, XON at an exit | DATA counted in the circuit's deliver window ([`flow`]) | [`ForwardAction::Stream`] → weft-relay `worker/streams.rs`, `worker/stream_flow.rs` |
-//! | circuit SENDME at an exit | — | [`ForwardAction::CircuitSendme`] → `worker/stream_flow.rs`, which checks it with [`KeyedHalf::circuit_sendme_received`] (digest, then the fixed window or Vegas, [`congestion`]) |
-//! | ESTABLISH_INTRO, INTRODUCE1, ESTABLISH_RENDEZVOUS, RENDEZVOUS1 | checked ([`crate::onion`]), [`Purpose`] changed | `IntroEstablished`, `Introduce`, `EstablishRendezvous`, `Rendezvous1` → weft-relay `worker/onion.rs` |
+//! | BEGIN, RESOLVE, DATA, END, stream SENDME, XOFF, XON at an exit | DATA counted in the circuit's deliver window ([`flow`]) | [`ForwardAction::Stream`] → weft-relay `worker/core/streams/mod.rs`, `worker/core/streams/flow.rs` |
+//! | circuit SENDME at an exit | — | [`ForwardAction::CircuitSendme`] → `worker/core/streams/flow.rs`, which checks it with [`KeyedHalf::circuit_sendme_received`] (digest, then the fixed window or Vegas, [`congestion`]) |
+//! | ESTABLISH_INTRO, INTRODUCE1, ESTABLISH_RENDEZVOUS, RENDEZVOUS1 | checked ([`crate::onion`]), [`Purpose`] changed | `IntroEstablished`, `Introduce`, `EstablishRendezvous`, `Rendezvous1` → weft-relay `worker/core/onion.rs` |
 //! | DROP, anything else | — | [`ForwardAction::Drop`] (C Tor drops unknown commands) |
 //!
 //! A new relay command gets a row here and, if it needs more than this
