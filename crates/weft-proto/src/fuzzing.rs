@@ -231,10 +231,10 @@ pub fn recognized_cells(data: &[u8]) {
         };
         match half.on_forward(cell, &mut body, &ctx) {
             ForwardAction::Close { .. } => break,
-            ForwardAction::CircuitSendme => {
+            ForwardAction::CircuitSendme { header } => {
                 let now_us = u64::from(*flags) * 1000;
                 if half
-                    .circuit_sendme_received(&body, flags & 1, now_us, flags & 2 != 0)
+                    .circuit_sendme_received(&header, &body, flags & 1, now_us, flags & 2 != 0)
                     .is_err()
                 {
                     break;
@@ -264,7 +264,13 @@ pub fn conflux_set(data: &[u8]) {
     };
     let mut set: ConfluxSet<u8> = ConfluxSet::new(limits);
     let _ = Link::parse(data);
-    let body = [0u8; BODY_LEN];
+    let body = {
+        let mut b = [0u8; BODY_LEN];
+        b[0] = crate::relay::relay_cmd::DATA;
+        b[4] = 1;
+        let h = crate::relay::parse_header(&b).expect("a valid header");
+        crate::relay::RelayMsg::parsed(&h, &b)
+    };
     let mut delivered = 0u64;
     let mut ops = data.chunks(6);
     for _ in 0..10_000 {

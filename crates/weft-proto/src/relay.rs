@@ -62,8 +62,70 @@ pub struct RelayHeader {
     pub command: u8,
     /// Stream ID (0 for circuit-level messages).
     pub stream_id: u16,
-    /// Declared data length.
-    pub length: usize,
+    /// Declared data length (at most [`RELAY_DATA_MAX`]; two bytes, as on
+    /// the wire, so a message that carries its header is no bigger).
+    pub length: u16,
+}
+
+impl RelayHeader {
+    /// The message's data in `body` (the cell this header was parsed from).
+    pub fn data<'a>(&self, body: &'a [u8; BODY_LEN]) -> &'a [u8] {
+        data(body, self)
+    }
+}
+
+/// A decrypted relay message whose header was parsed and checked — once,
+/// by the keyed half that decrypted it ([`crate::circuit::ForwardAction`])
+/// — carried as its cell body from there (to a conflux set's home, into
+/// its out-of-order queue): the type says the header is valid, so its
+/// fields are read where they sit, with no second parse and no error
+/// path. No bigger than the body (a ring slot that carries one does not
+/// grow).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RelayMsg {
+    body: [u8; BODY_LEN],
+}
+
+impl RelayMsg {
+    /// The message in `body`, whose header `parse_header` returned as
+    /// `header`.
+    pub fn parsed(header: &RelayHeader, body: &[u8; BODY_LEN]) -> RelayMsg {
+        debug_assert_eq!(
+            (header.command, header.stream_id, header.length),
+            (
+                body[0],
+                u16::from_be_bytes([body[3], body[4]]),
+                u16::from_be_bytes([body[9], body[10]])
+            )
+        );
+        let _ = header;
+        RelayMsg { body: *body }
+    }
+
+    /// Its header (checked when it was parsed).
+    pub fn header(&self) -> RelayHeader {
+        let b = &self.body;
+        RelayHeader {
+            command: b[0],
+            stream_id: u16::from_be_bytes([b[3], b[4]]),
+            length: u16::from_be_bytes([b[9], b[10]]),
+        }
+    }
+
+    /// Its data.
+    pub fn data(&self) -> &[u8] {
+        data(&self.body, &self.header())
+    }
+
+    /// The whole cell body (header bytes included).
+    pub fn body(&self) -> &[u8; BODY_LEN] {
+        &self.body
+    }
+
+    /// The whole cell body, to be read in place.
+    pub fn body_mut(&mut self) -> &mut [u8; BODY_LEN] {
+        &mut self.body
+    }
 }
 
 /// Errors in relay messages; each closes the circuit with PROTOCOL.
@@ -79,6 +141,8 @@ pub enum RelayMsgError {
 
 /// Read the header of a recognized relay body.
 pub fn parse_header(body: &[u8; BODY_LEN]) -> Result<RelayHeader, RelayMsgError> {
+    #[cfg(feature = "parse-count")]
+    HEADERS_PARSED.with(|n| n.set(n.get() + 1));
     let length = usize::from(u16::from_be_bytes([body[9], body[10]]));
     if length > RELAY_DATA_MAX {
         return Err(RelayMsgError::BadLength(length));
@@ -86,13 +150,25 @@ pub fn parse_header(body: &[u8; BODY_LEN]) -> Result<RelayHeader, RelayMsgError>
     Ok(RelayHeader {
         command: body[0],
         stream_id: u16::from_be_bytes([body[3], body[4]]),
-        length,
+        length: length as u16,
     })
+}
+
+#[cfg(feature = "parse-count")]
+thread_local! {
+    static HEADERS_PARSED: std::cell::Cell<u64> = const { std::cell::Cell::new(0) };
+}
+
+/// Relay headers parsed on this thread so far (feature `parse-count`,
+/// for tests that show a message's header is parsed once).
+#[cfg(feature = "parse-count")]
+pub fn headers_parsed() -> u64 {
+    HEADERS_PARSED.with(|n| n.get())
 }
 
 /// The data of a recognized relay cell whose header parsed.
 pub fn data<'a>(body: &'a [u8; BODY_LEN], h: &RelayHeader) -> &'a [u8] {
-    &body[RELAY_HEADER_LEN..RELAY_HEADER_LEN + h.length.min(RELAY_DATA_MAX)]
+    &body[RELAY_HEADER_LEN..RELAY_HEADER_LEN + usize::from(h.length).min(RELAY_DATA_MAX)]
 }
 
 /// Fill `body` with a relay message (digest field zero; the crypto layer sets

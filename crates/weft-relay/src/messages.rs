@@ -140,8 +140,9 @@ pub enum RingMsg {
         set: SetRef,
         /// The leg it came on.
         leg: HalfRef,
-        /// The decrypted relay body.
-        body: [u8; BODY_LEN],
+        /// The decrypted message, its header parsed by the leg's keyed
+        /// half.
+        msg: weft_proto::relay::RelayMsg,
     },
     /// Conflux, leg → home: leg `leg`'s congestion state (after LINKED,
     /// LINKED_ACK and every circuit SENDME).
@@ -411,4 +412,14 @@ impl RingMsg {
         }
         self
     }
+}
+/// A ring slot is a cell and its address: a conflux message that carries
+/// its parsed header ([`weft_proto::relay::RelayMsg`]) makes it no bigger.
+#[test]
+fn a_ring_message_is_a_cell_and_its_address() {
+    assert!(
+        std::mem::size_of::<RingMsg>() <= 536,
+        "{}",
+        std::mem::size_of::<RingMsg>()
+    );
 }

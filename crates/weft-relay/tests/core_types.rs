@@ -374,3 +374,38 @@ fn the_core_and_its_rooms_expose_no_field() {
     assert_eq!(seen.len(), ROOMS.len(), "found every room: {seen:?}");
     assert!(bad.is_empty(), "{}", bad.join("\n"));
 }
+
+/// A relay message's header is parsed once, by the keyed half that
+/// decrypted it (weft-proto's `ForwardAction` carries it, a `RelayMsg`
+/// takes it to a conflux set's home): no file of the core parses one.
+/// (The in-memory conflux test counts the parses of a message that
+/// crosses workers and waits in the reorder queue: one each.)
+#[test]
+fn the_core_parses_no_relay_header() {
+    struct Calls(Vec<String>);
+    impl<'a> Visit<'a> for Calls {
+        fn visit_path(&mut self, p: &'a syn::Path) {
+            if let Some(last) = p.segments.last() {
+                if last.ident == "parse_header" {
+                    self.0.push(last.ident.to_string());
+                }
+            }
+            syn::visit::visit_path(self, p);
+        }
+    }
+    let mut files = Vec::new();
+    rs_files(
+        &Path::new(env!("CARGO_MANIFEST_DIR")).join("src/worker"),
+        &mut files,
+    );
+    let mut bad = Vec::new();
+    for f in files {
+        let file = syn::parse_file(&std::fs::read_to_string(&f).unwrap()).unwrap();
+        let mut calls = Calls(Vec::new());
+        calls.visit_file(&file);
+        if !calls.0.is_empty() {
+            bad.push(f.display().to_string());
+        }
+    }
+    assert!(bad.is_empty(), "parse a relay header again: {bad:?}");
+}

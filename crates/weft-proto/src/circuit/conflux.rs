@@ -21,7 +21,7 @@ use std::cmp::Reverse;
 use std::collections::BinaryHeap;
 
 use crate::cell::BODY_LEN;
-use crate::relay::relay_cmd;
+use crate::relay::{relay_cmd, RelayMsg};
 
 /// Relay command: join this circuit to a set (client → exit).
 pub const LINK: u8 = 19;
@@ -289,8 +289,8 @@ pub struct Queued<L> {
     pub leg: L,
     /// When it was read (ns).
     pub stamp_ns: u64,
-    /// The decrypted relay body.
-    pub body: [u8; BODY_LEN],
+    /// The message.
+    pub msg: RelayMsg,
 }
 
 impl<L> PartialEq for Queued<L> {
@@ -468,12 +468,7 @@ impl<L: Copy + Eq + std::fmt::Debug> ConfluxSet<L> {
 
     /// A multiplexed message arrived on leg `id`
     /// (`conflux_process_relay_msg`): deliver it now, or queue a copy.
-    pub fn received(
-        &mut self,
-        id: L,
-        stamp_ns: u64,
-        body: &[u8; BODY_LEN],
-    ) -> Result<Arrival, SetError> {
+    pub fn received(&mut self, id: L, stamp_ns: u64, msg: &RelayMsg) -> Result<Arrival, SetError> {
         let delivered = self.last_seq_delivered;
         let leg = self.leg_mut(id)?;
         // The starting number is the client's (its LINK): no overflow.
@@ -493,7 +488,7 @@ impl<L: Copy + Eq + std::fmt::Debug> ConfluxSet<L> {
             seq,
             leg: id,
             stamp_ns,
-            body: *body,
+            msg: *msg,
         }));
         self.ooo_bytes += OOO_CELL_COST;
         self.ooo_peak_bytes = self.ooo_peak_bytes.max(self.ooo_bytes);

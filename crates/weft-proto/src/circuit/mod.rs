@@ -41,7 +41,7 @@ pub use self::handshake::{
 };
 use crate::cell::{cmd, destroy_reason, BODY_LEN};
 use crate::onion::{self, hs_cmd, Intro2Bucket, COOKIE_LEN};
-use crate::relay::{self, end_reason, relay_cmd, Extend2};
+use crate::relay::{self, end_reason, relay_cmd, Extend2, RelayHeader};
 
 /// Most RELAY_EARLY cells a circuit may carry forward. [tor-spec §5.6]
 pub const MAX_RELAY_EARLY: u8 = 8;
@@ -151,6 +151,8 @@ pub enum ForwardAction {
     Introduce {
         /// The auth key it names.
         auth_key: [u8; 32],
+        /// The message's header (parsed once, here).
+        header: RelayHeader,
     },
     /// ESTABLISH_RENDEZVOUS: register `cookie`, then answer
     /// RENDEZVOUS_ESTABLISHED (or close if the cookie is in use).
@@ -163,15 +165,16 @@ pub enum ForwardAction {
     Rendezvous1 {
         /// The cookie.
         cookie: [u8; COOKIE_LEN],
+        /// The message's header (parsed once, here).
+        header: RelayHeader,
     },
     /// A stream command for the exit's stream room (BEGIN, RESOLVE, DATA,
     /// END, stream-level SENDME); the decrypted message is still in the
     /// body.
     Stream {
-        /// The relay command.
-        command: u8,
-        /// Its stream.
-        stream_id: u16,
+        /// The message's header (command, stream, length), parsed once
+        /// here and carried on: nobody reads it from the body again.
+        header: RelayHeader,
         /// A DATA cell completed an increment of the circuit's deliver
         /// window: send a circuit-level SENDME now
         /// ([`KeyedHalf::originate_circuit_sendme`]).
@@ -180,13 +183,16 @@ pub enum ForwardAction {
     /// A circuit-level SENDME at an exit: the caller checks it with
     /// [`KeyedHalf::circuit_sendme_received`] (its clock and queue), then
     /// streams that waited for the window may read again.
-    CircuitSendme,
+    CircuitSendme {
+        /// The message's header (parsed once, here).
+        header: RelayHeader,
+    },
     /// A conflux command at an exit (LINK, LINKED, LINKED_ACK, SWITCH; the
     /// decrypted message is still in the body): the worker's conflux room
     /// checks it against the circuit's leg state.
     Conflux {
-        /// The relay command.
-        command: u8,
+        /// The message's header (parsed once, here).
+        header: RelayHeader,
     },
     /// An ESTABLISH_RENDEZVOUS from a one-hop client, dropped without an
     /// answer (DoSRefuseSingleHopClientRendezvous; counted).
@@ -297,20 +303,20 @@ impl KeyedHalf {
                 ForwardAction::Truncate { reason }
             }
             relay_cmd::DROP => ForwardAction::Drop,
-            c @ (relay_cmd::BEGIN | relay_cmd::RESOLVE) if ctx.exit && self.is_plain_edge() => {
-                self.exit_stream_cell(c, h.stream_id)
+            relay_cmd::BEGIN | relay_cmd::RESOLVE if ctx.exit && self.is_plain_edge() => {
+                self.exit_stream_cell(h)
             }
-            c @ (relay_cmd::DATA
+            relay_cmd::DATA
             | relay_cmd::END
             | relay_cmd::SENDME
             | relay_cmd::XOFF
-            | relay_cmd::XON)
+            | relay_cmd::XON
                 if (ctx.exit || ctx.dir_cache) && self.is_plain_edge() =>
             {
-                self.exit_stream_cell(c, h.stream_id)
+                self.exit_stream_cell(h)
             }
             relay_cmd::BEGIN_DIR if ctx.dir_cache && self.is_plain_edge() && h.stream_id != 0 => {
-                self.exit_stream_cell(relay_cmd::BEGIN_DIR, h.stream_id)
+                self.exit_stream_cell(h)
             }
             relay_cmd::BEGIN => {
                 let end = edge::end_for_begin(relay::data(body, &h), self.prev_is_client);
@@ -344,10 +350,10 @@ impl KeyedHalf {
             }
             hs_cmd::ESTABLISH_RENDEZVOUS => self.establish_rendezvous(body, &h),
             hs_cmd::RENDEZVOUS1 => self.rendezvous1(body, &h),
-            c @ (conflux::LINK | conflux::LINKED | conflux::LINKED_ACK | conflux::SWITCH)
+            conflux::LINK | conflux::LINKED | conflux::LINKED_ACK | conflux::SWITCH
                 if ctx.exit && self.is_plain_edge() =>
             {
-                ForwardAction::Conflux { command: c }
+                ForwardAction::Conflux { header: h }
             }
             // Anything else addressed to us is dropped, as C Tor does
             // (forward compatibility; the onion-service cells meant for an
@@ -360,24 +366,23 @@ impl KeyedHalf {
     /// rest in the stream room (a circuit-level SENDME is checked by
     /// [`Self::circuit_sendme_received`], which needs the caller's clock
     /// and queue).
-    fn exit_stream_cell(&mut self, command: u8, stream_id: u16) -> ForwardAction {
-        if stream_id == 0 {
-            if command != relay_cmd::SENDME {
+    fn exit_stream_cell(&mut self, header: RelayHeader) -> ForwardAction {
+        if header.stream_id == 0 {
+            if header.command != relay_cmd::SENDME {
                 // C: "Relay command with zero stream_id. Dropping."
                 return ForwardAction::Drop;
             }
-            return ForwardAction::CircuitSendme;
+            return ForwardAction::CircuitSendme { header };
         }
         let mut circuit_sendme = false;
-        if command == relay_cmd::DATA {
+        if header.command == relay_cmd::DATA {
             match self.flow().data_received() {
                 Ok(due) => circuit_sendme = due,
                 Err(e) => return ForwardAction::close(e.to_string()),
             }
         }
         ForwardAction::Stream {
-            command,
-            stream_id,
+            header,
             circuit_sendme,
         }
     }
@@ -398,21 +403,19 @@ impl KeyedHalf {
         self.flow.as_ref().and_then(|f| f.congestion())
     }
 
-    /// The circuit-level SENDME in `body` ([`ForwardAction::CircuitSendme`])
-    /// arrived at `now_us`: check its digest and open the window (Vegas:
-    /// move cwnd; `blocked`: the circuit's cells wait for its
-    /// connection). An error closes the circuit (TORPROTOCOL).
+    /// The circuit-level SENDME in `body` ([`ForwardAction::CircuitSendme`],
+    /// with its `header`) arrived at `now_us`: check its digest and open
+    /// the window (Vegas: move cwnd; `blocked`: the circuit's cells wait
+    /// for its connection). An error closes the circuit (TORPROTOCOL).
     pub fn circuit_sendme_received(
         &mut self,
+        header: &RelayHeader,
         body: &[u8; BODY_LEN],
         accept_min: u8,
         now_us: u64,
         blocked: bool,
     ) -> Result<Option<congestion::SendmeOutcome>, flow::FlowError> {
-        let data = match relay::parse_header(body) {
-            Ok(h) => relay::data(body, &h),
-            Err(_) => &[],
-        };
+        let data = relay::data(body, header);
         self.flow()
             .sendme_received(data, accept_min, now_us, blocked)
     }
@@ -535,7 +538,10 @@ impl KeyedHalf {
         }
         self.introduced = true;
         match onion::parse_introduce1(relay::data(body, h)) {
-            Ok(auth_key) => ForwardAction::Introduce { auth_key },
+            Ok(auth_key) => ForwardAction::Introduce {
+                auth_key,
+                header: *h,
+            },
             Err(_) => {
                 let ack = onion::introduce_ack_body(onion::ack_status::BAD_FORMAT);
                 self.originate(body, hs_cmd::INTRODUCE_ACK, 0, &ack);
@@ -575,7 +581,7 @@ impl KeyedHalf {
             return ForwardAction::close("RENDEZVOUS1 with a bad length");
         };
         self.purpose = Purpose::Joining;
-        ForwardAction::Rendezvous1 { cookie }
+        ForwardAction::Rendezvous1 { cookie, header: *h }
     }
 
     /// A cell from the next hop (or the other circuit of a rendezvous)

@@ -190,11 +190,9 @@ fn one_introduce1_per_circuit_and_never_from_a_one_hop_client() {
     let (mut client, mut half) = circuit();
     let ctx = ForwardCtx::default();
     let (a, _) = send(&mut client, &mut half, hs_cmd::INTRODUCE1, 0, &intro1, &ctx);
-    assert_eq!(
-        a,
-        ForwardAction::Introduce {
-            auth_key: [9u8; 32]
-        }
+    assert!(
+        matches!(a, ForwardAction::Introduce { auth_key, .. } if auth_key == [9u8; 32]),
+        "{a:?}"
     );
     let (a, _) = send(&mut client, &mut half, hs_cmd::INTRODUCE1, 0, &intro1, &ctx);
     assert!(
@@ -306,7 +304,10 @@ fn rendezvous_cells_change_the_purpose() {
         &[6u8; 84],
         &ctx,
     );
-    assert_eq!(a, ForwardAction::Rendezvous1 { cookie: [6u8; 20] });
+    assert!(
+        matches!(a, ForwardAction::Rendezvous1 { cookie, .. } if cookie == [6u8; 20]),
+        "{a:?}"
+    );
     assert_eq!(half.purpose, Purpose::Joining);
 }
 

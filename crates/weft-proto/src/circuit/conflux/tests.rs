@@ -18,10 +18,15 @@ fn link(ux: u8) -> Link {
     }
 }
 
-fn body(n: u64) -> [u8; BODY_LEN] {
+/// A message whose first eight bytes are `n`.
+fn body(n: u64) -> crate::relay::RelayMsg {
     let mut b = [0u8; BODY_LEN];
-    b[..8].copy_from_slice(&n.to_be_bytes());
-    b
+    b[11..19].copy_from_slice(&n.to_be_bytes());
+    b[0] = crate::relay::relay_cmd::DATA;
+    b[4] = 1;
+    b[10] = 8;
+    let h = crate::relay::parse_header(&b).unwrap();
+    crate::relay::RelayMsg::parsed(&h, &b)
 }
 
 fn ready(rtt_us: u64) -> LegState {
@@ -170,7 +175,7 @@ fn cells_over_two_legs_are_delivered_in_order_whatever_the_interleaving() {
                 delivered.push(n);
             }
             while let Some(q) = s.pop_ready() {
-                delivered.push(u64::from_be_bytes(q.body[..8].try_into().unwrap()));
+                delivered.push(u64::from_be_bytes(q.msg.data()[..8].try_into().unwrap()));
             }
         }
         assert_eq!(delivered, (1..=500).collect::<Vec<_>>(), "round {round}");

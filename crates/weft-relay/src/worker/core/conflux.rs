@@ -32,7 +32,7 @@ use weft_proto::cell::{cmd, destroy_reason, BODY_LEN};
 use weft_proto::circuit::conflux::{
     self, Arrival, ConfluxSet, LegState, Link, SetError, SetLimits, OOO_CELL_COST,
 };
-use weft_proto::relay::{self, relay_cmd};
+use weft_proto::relay::{self, relay_cmd, RelayHeader, RelayMsg};
 
 use crate::messages::{ConfluxCounters, ControllerMsg, HalfRef, RingMsg, SetRef, OOO_DEPTH_BOUNDS};
 use crate::worker::core::half::HalfRole;
@@ -126,12 +126,10 @@ impl Circuits {
         &mut self,
         conn: usize,
         slot: u32,
-        command: u8,
+        h: RelayHeader,
         body: &[u8; BODY_LEN],
     ) -> Handed {
-        let Ok(h) = relay::parse_header(body) else {
-            return Handed::Done;
-        };
+        let command = h.command;
         if !self.ctx.cfx.enabled {
             // The consensus turned conflux off (cfx_enabled=0): C closes
             // the circuit on any conflux cell.
@@ -140,7 +138,7 @@ impl Circuits {
         }
         let linked = self.conflux.legs.get(&slot).and_then(|l| l.set);
         match (command, linked) {
-            (conflux::LINK, _) => self.conflux_link(conn, slot, relay::data(body, &h)),
+            (conflux::LINK, _) => self.conflux_link(conn, slot, h.data(body)),
             (conflux::LINKED_ACK, Some(set)) => {
                 let now_us = self.now_ns / 1000;
                 let first = match self.conflux.legs.get_mut(&slot) {
@@ -156,7 +154,7 @@ impl Circuits {
                 }
                 self.leg_snapshot(slot, set);
             }
-            (conflux::SWITCH, Some(set)) => return self.leg_to_home(conn, slot, set, body),
+            (conflux::SWITCH, Some(set)) => return self.leg_to_home(conn, slot, set, h, body),
             (conflux::LINKED, _) => {
                 self.conflux_refuse(conn, slot, "CONFLUX_LINKED at an exit");
             }
@@ -285,7 +283,7 @@ impl Circuits {
                 stream_id,
                 &data[..usize::from(len).min(data.len())],
             ),
-            RingMsg::ConfluxCell { set, leg, ref body } => self.home_cell(set, leg, body),
+            RingMsg::ConfluxCell { set, leg, ref msg } => self.home_cell(set, leg, msg),
             RingMsg::ConfluxLegState { set, leg, state } => {
                 if let Some(idx) = self.home_set(set) {
                     self.conflux.sets[idx].set.update_leg(leg, state);
@@ -346,21 +344,19 @@ impl Circuits {
         conn: usize,
         slot: u32,
         set: SetRef,
+        header: RelayHeader,
         body: &[u8; BODY_LEN],
     ) -> Handed {
         let Some(leg) = self.halves.reference(slot) else {
             return Handed::Done;
         };
+        let msg = RelayMsg::parsed(&header, body);
         if usize::from(set.worker) == self.me {
-            // Home is here: no message, no copy.
-            self.home_cell(set, leg, body);
+            // Home is here: no ring message.
+            self.home_cell(set, leg, &msg);
             return Handed::Done;
         }
-        let msg = RingMsg::ConfluxCell {
-            set,
-            leg,
-            body: *body,
-        };
+        let msg = RingMsg::ConfluxCell { set, leg, msg };
         self.send_home(Some(conn), set, msg)
     }
 
@@ -371,10 +367,11 @@ impl Circuits {
         &mut self,
         conn: usize,
         slot: u32,
-        command: u8,
+        header: RelayHeader,
         circuit_sendme: bool,
         body: &[u8; BODY_LEN],
     ) -> Handed {
+        let command = header.command;
         if circuit_sendme {
             let mut reply = [0u8; BODY_LEN];
             if let Some(k) = self.streams_keyed(slot) {
@@ -385,7 +382,7 @@ impl Circuits {
         let set = self.conflux.legs.get(&slot).and_then(|l| l.set);
         match set {
             Some(set) if conflux::is_multiplexed(command) => {
-                self.leg_to_home(conn, slot, set, body)
+                self.leg_to_home(conn, slot, set, header, body)
             }
             Some(_) => {
                 self.conflux_refuse(conn, slot, "a stream-level SENDME on a conflux leg");
@@ -493,32 +490,29 @@ impl Circuits {
     }
 
     /// A multiplexed message or SWITCH for home set `set` from leg `leg`.
-    fn home_cell(&mut self, set: SetRef, leg: HalfRef, body: &[u8; BODY_LEN]) {
+    fn home_cell(&mut self, set: SetRef, leg: HalfRef, msg: &RelayMsg) {
         let stamp_ns = self.now_ns;
         let Some(idx) = self.home_set(set) else {
             return;
         };
-        let Ok(h) = relay::parse_header(body) else {
-            return;
-        };
         let s = &mut self.conflux.sets[idx].set;
-        if h.command == conflux::SWITCH {
+        if msg.header().command == conflux::SWITCH {
             self.conflux.counters.switches_received += 1;
-            if let Err(e) = s.switch_received(leg, conflux::parse_switch(relay::data(body, &h))) {
+            if let Err(e) = s.switch_received(leg, conflux::parse_switch(msg.data())) {
                 self.conflux_set_error(idx, &e);
             }
             return;
         }
-        match s.received(leg, stamp_ns, body) {
+        match s.received(leg, stamp_ns, msg) {
             Ok(Arrival::Deliver) => {
-                self.home_deliver(idx, *body);
+                self.home_deliver(idx, *msg);
                 while let Some(q) = self
                     .conflux
                     .sets
                     .get_mut(idx)
                     .and_then(|hs| hs.set.pop_ready())
                 {
-                    self.home_deliver(idx, q.body);
+                    self.home_deliver(idx, q.msg);
                 }
             }
             Ok(Arrival::Queued) => {
@@ -536,15 +530,13 @@ impl Circuits {
     }
 
     /// A message of set `idx` in order: to the home's stream room.
-    fn home_deliver(&mut self, idx: usize, mut body: [u8; BODY_LEN]) {
+    fn home_deliver(&mut self, idx: usize, mut msg: RelayMsg) {
         if !self.conflux.sets.contains(idx) {
             return; // closed by an earlier message of this batch
         }
-        let Ok(h) = relay::parse_header(&body) else {
-            return;
-        };
         let owner = StreamOwner::Set(idx);
-        self.stream_cell(owner, h.command, h.stream_id, false, &mut body);
+        let header = msg.header();
+        self.stream_cell(owner, header, false, msg.body_mut());
     }
 
     fn conflux_set_error(&mut self, idx: usize, e: &SetError) {

@@ -263,31 +263,29 @@ impl Circuits {
                 Handed::Done
             }
             ForwardAction::Stream {
-                command,
-                stream_id,
+                header,
                 circuit_sendme,
             } => {
                 if self.conflux.is_leg(slot) {
-                    return self.leg_stream_cell(conn, slot, command, circuit_sendme, body);
+                    return self.leg_stream_cell(conn, slot, header, circuit_sendme, body);
                 }
                 self.stream_cell(
                     StreamOwner::circuit(conn, slot),
-                    command,
-                    stream_id,
+                    header,
                     circuit_sendme,
                     body,
                 );
                 Handed::Done
             }
-            ForwardAction::CircuitSendme => {
-                self.circuit_sendme(conn, slot, body);
+            ForwardAction::CircuitSendme { header } => {
+                self.circuit_sendme(conn, slot, &header, body);
                 Handed::Done
             }
             ForwardAction::RefusedSingleHopRendezvous => {
                 self.limit_counters.single_hop_refused += 1;
                 Handed::Done
             }
-            ForwardAction::Conflux { command } => self.conflux_cell(conn, slot, command, body),
+            ForwardAction::Conflux { header } => self.conflux_cell(conn, slot, header, body),
             ForwardAction::Drop => {
                 // The cell was for this hop (decrypted here): DROP, or a
                 // command C Tor also drops unread.

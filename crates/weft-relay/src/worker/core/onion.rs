@@ -47,29 +47,25 @@ impl Circuits {
         let Some(half) = self.halves.reference(slot) else {
             return;
         };
-        let data = || {
-            relay::parse_header(body)
-                .map(|h| relay::data(body, &h).to_vec())
-                .unwrap_or_default()
-        };
+        let data = |h: &relay::RelayHeader| h.data(body).to_vec();
         let msg = match action {
             ForwardAction::IntroEstablished { auth_key } => {
                 self.reply(conn, slot, stamp_ns, body);
                 self.counters.onion.intro_established += 1;
                 ControllerMsg::IntroEstablished { half, auth_key }
             }
-            ForwardAction::Introduce { auth_key } => ControllerMsg::Introduce1 {
+            ForwardAction::Introduce { auth_key, header } => ControllerMsg::Introduce1 {
                 from: half,
                 auth_key,
-                payload: data(),
+                payload: data(&header),
             },
             ForwardAction::EstablishRendezvous { cookie } => {
                 ControllerMsg::EstablishRendezvous { half, cookie }
             }
-            ForwardAction::Rendezvous1 { cookie } => ControllerMsg::Rendezvous1 {
+            ForwardAction::Rendezvous1 { cookie, header } => ControllerMsg::Rendezvous1 {
                 half,
                 cookie,
-                payload: data().get(COOKIE_LEN..).unwrap_or_default().to_vec(),
+                payload: data(&header).get(COOKIE_LEN..).unwrap_or_default().to_vec(),
             },
             _ => return,
         };

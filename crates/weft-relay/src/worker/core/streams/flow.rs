@@ -115,7 +115,13 @@ impl Circuits {
     /// closes the circuit. Never inlined: a middle relay's per-cell
     /// dispatch stays as small as it was before exits.
     #[inline(never)]
-    pub(crate) fn circuit_sendme(&mut self, conn: usize, slot: u32, body: &[u8; BODY_LEN]) {
+    pub(crate) fn circuit_sendme(
+        &mut self,
+        conn: usize,
+        slot: u32,
+        header: &weft_proto::relay::RelayHeader,
+        body: &[u8; BODY_LEN],
+    ) {
         let now_us = self.now_us();
         let accept_min = self.ctx.sendme_accept_min;
         let Some(h) = self.halves.by_slot(slot) else {
@@ -125,7 +131,7 @@ impl Circuits {
         let HalfRole::Keyed(k) = &mut h.role else {
             return;
         };
-        match k.circuit_sendme_received(body, accept_min, now_us, blocked) {
+        match k.circuit_sendme_received(header, body, accept_min, now_us, blocked) {
             Ok(outcome) => {
                 if let Some(o) = outcome {
                     let c = &mut self.streams.counters.cc;

@@ -33,7 +33,7 @@ use weft_proto::cell::{destroy_reason, BODY_LEN};
 use weft_proto::circuit::edge::DEFAULT_DNS_TTL;
 use weft_proto::circuit::exit::{self, Admission, ExitContext};
 use weft_proto::circuit::flow::{StreamFlow, DATA_MAX};
-use weft_proto::relay::{self, end_reason, relay_cmd};
+use weft_proto::relay::{self, end_reason, relay_cmd, RelayHeader};
 
 use crate::context::ExitSettings;
 use crate::messages::ExitCounters;
@@ -258,14 +258,11 @@ impl Circuits {
     pub(crate) fn stream_cell(
         &mut self,
         owner: StreamOwner,
-        command: u8,
-        stream_id: u16,
+        h: RelayHeader,
         circuit_sendme: bool,
         body: &mut [u8; BODY_LEN],
     ) {
-        let Ok(h) = relay::parse_header(body) else {
-            return;
-        };
+        let (command, stream_id) = (h.command, h.stream_id);
         if let (true, StreamOwner::Circuit { slot, conn }) = (circuit_sendme, owner) {
             // The tag is the digest of the DATA cell just decrypted: build
             // the SENDME before anything else passes this half.

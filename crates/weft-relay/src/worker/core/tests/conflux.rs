@@ -172,6 +172,7 @@ fn a_set_across_two_workers_keeps_the_streams_order_both_ways() {
 
     // Upstream: A1 A2 on leg a (sequence 2, 3), SWITCH to b, B1 B2 (4, 5);
     // b's cells reach the home first (over the ring) and wait.
+    let parsed = weft_proto::relay::headers_parsed();
     b.send(&mut net, conflux::SWITCH, 0, &conflux::switch_body(3));
     b.send(&mut net, relay_cmd::DATA, 9, b"B1");
     b.send(&mut net, relay_cmd::DATA, 9, b"B2");
@@ -188,6 +189,9 @@ fn a_set_across_two_workers_keeps_the_streams_order_both_ways() {
         .copied()
         .collect();
     assert_eq!(got, b"A1A2B1B2");
+    // Five messages, each parsed once: by its leg's keyed half. The home,
+    // its out-of-order queue and the stream room take the typed message.
+    assert_eq!(weft_proto::relay::headers_parsed() - parsed, 5);
     assert_eq!(net.cores[0].conflux.ooo_bytes(), 0);
     assert_eq!(net.cores[0].report().exit.cfx.reordered, 2);
 
