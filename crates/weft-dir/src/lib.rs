@@ -13,7 +13,9 @@
 //! * [`cache`] is the directory cache: documents fetched from the
 //!   authorities, answered over BEGIN_DIR as C Tor's caches answer;
 //! * [`dirport`] fetches documents from an authority's DirPort;
-//! * [`http`] is the small, bounded HTTP/1.0 client both use.
+//! * [`http`] is the small, bounded HTTP/1.0 client both use;
+//! * [`consdiff`] makes and applies consensus diffs (proposal 140) exactly
+//!   as C Tor's `consdiff.c` does (sans-IO: documents in, text out).
 //!
 //! Everything read from the network is untrusted: sizes are capped before
 //! parsing, every network operation has a deadline, and no input can make
@@ -27,6 +29,7 @@
 )]
 
 pub mod cache;
+pub mod consdiff;
 pub mod consensus;
 pub mod descriptor;
 pub mod dirport;
