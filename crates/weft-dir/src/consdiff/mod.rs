@@ -30,6 +30,8 @@
 mod apply;
 mod gen;
 #[cfg(test)]
+mod roundtrip_tests;
+#[cfg(test)]
 mod tests;
 
 use sha3::{Digest as _, Sha3_256};
