@@ -103,9 +103,9 @@ pub(super) fn set_changed(
             changed1[s1.off] = true;
         }
     }
-    for i in s2.off..s2.end() {
+    for (i, c) in changed2.iter_mut().enumerate().take(s2.end()).skip(s2.off) {
         if Some(i) != keep {
-            changed2[i] = true;
+            *c = true;
         }
     }
 }

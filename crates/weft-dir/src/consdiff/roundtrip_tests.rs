@@ -53,7 +53,7 @@ fn entry(id: &[u8; 20], v: u64) -> String {
         id[1],
         id[2],
         id[3],
-        if v % 3 == 0 { " Stable" } else { "" },
+        if v.is_multiple_of(3) { " Stable" } else { "" },
         7 + v % 3,
         v % 10,
         20 + v % 997,
