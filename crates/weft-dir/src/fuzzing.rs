@@ -1,7 +1,7 @@
 //! Entry points for the cargo-fuzz targets in `fuzz/` that reach this
 //! crate's parsers of network input (HTTP responses from directory servers,
 //! consensus documents, authority certificates; the exit policy of the
-//! torrc). Compiled on stable so the
+//! torrc; consensus diffs). Compiled on stable so the
 //! committed corpora are replayed by unit tests. None may panic.
 
 use std::time::SystemTime;
@@ -89,5 +89,29 @@ pub fn exit_policy(data: &[u8]) {
         let _ = p.descriptor_lines();
         let _ = p.ipv6_policy_line();
         let _ = summary::summarize(p.rules(), false);
+    }
+}
+
+/// Consensus diffs: the first two bytes (little-endian) say where the base
+/// ends; what follows is both a diff to apply to it and a target to diff
+/// it against. A diff that is made must turn the base into the target.
+pub fn consdiff(data: &[u8]) {
+    use crate::consdiff::{apply, generate};
+    let Some((len, rest)) = data.split_first_chunk::<2>() else {
+        return;
+    };
+    let split = usize::from(u16::from_le_bytes(*len)).min(rest.len());
+    let (Ok(base), Ok(other)) = (
+        std::str::from_utf8(&rest[..split]),
+        std::str::from_utf8(&rest[split..]),
+    ) else {
+        return;
+    };
+    let _ = apply(base, other);
+    if let Ok(diff) = generate(base, other) {
+        // C Tor's diff is a C string: a NUL in the target cuts it short.
+        if !other.contains('\0') {
+            assert_eq!(apply(base, &diff).as_deref(), Ok(other));
+        }
     }
 }

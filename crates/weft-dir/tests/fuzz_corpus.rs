@@ -1,6 +1,6 @@
 //! Replays the committed cargo-fuzz corpora of this crate's network parsers
 //! (`fuzz/corpus/dir_http`, `fuzz/corpus/dir_request`, `fuzz/corpus/dir_documents`,
-//! `fuzz/corpus/exit_policy`) on stable.
+//! `fuzz/corpus/exit_policy`, `fuzz/corpus/consdiff`) on stable.
 
 use std::path::Path;
 
@@ -34,4 +34,9 @@ fn dir_documents_corpus() {
 #[test]
 fn exit_policy_corpus() {
     each_seed("exit_policy", weft_dir::fuzzing::exit_policy);
+}
+
+#[test]
+fn consdiff_corpus() {
+    each_seed("consdiff", weft_dir::fuzzing::consdiff);
 }
