@@ -1,6 +1,6 @@
 //! The test vectors of C Tor's `src/test/test_consdiff.c`, one test per C
 //! test, then round trips on consensus-shaped documents (see
-//! `tests_roundtrip.rs`).
+//! `roundtrip_tests.rs`).
 
 use super::apply::{apply_diff, apply_ed_diff};
 use super::gen::*;
@@ -356,4 +356,42 @@ fn apply_diff_vectors() {
     // Lower-case hex is fine too.
     let h = h.to_lowercase();
     assert_eq!(ap(&[V, &h, "3c", "sample", "."]).unwrap(), want);
+}
+
+/// Corners of `apply_ed_diff` beyond C's own tests, with the results C
+/// Tor's code gives (run on the same inputs).
+#[test]
+fn apply_ed_diff_corners_as_in_c() {
+    use ConsDiffError::*;
+    let cons1 = lines("A\nB\nC\n");
+    let ap = |diff: &str| {
+        apply_ed_diff(&cons1, &lines(diff), 0)
+            .map(|v| v.into_iter().map(String::from).collect::<Vec<_>>())
+    };
+    // Line 0: "d" deletes nothing, "c" inserts at the top, and either one
+    // ends the script (nothing may follow).
+    assert_eq!(ap("0d\n").unwrap(), ["A", "B", "C"]);
+    assert_eq!(ap("2d\n0d\n").unwrap(), ["A", "C"]);
+    assert_eq!(ap("0d\n1d\n"), Err(NotReverseOrder));
+    assert_eq!(ap("0c\nX\n.\n").unwrap(), ["X", "A", "B", "C"]);
+    assert_eq!(ap("0,2d\n").unwrap(), ["C"]);
+    assert_eq!(ap("0,2c\nX\n.\n").unwrap(), ["X", "C"]);
+    // "$" is the base's last line, and the range must still grow.
+    assert_eq!(ap("3,$d\n"), Err(InvalidRange));
+    assert_eq!(ap("2,$d\n").unwrap(), ["A"]);
+    assert_eq!(ap("0,$d\n").unwrap(), Vec::<String>::new());
+    // Appending after the last line, not past it.
+    assert_eq!(ap("3a\nZ\n.\n").unwrap(), ["A", "B", "C", "Z"]);
+    assert_eq!(ap("4a\nZ\n.\n"), Err(NotReverseOrder));
+    // Numbers: leading zeros are fine, above i32::MAX is no number.
+    assert_eq!(ap("00002d\n").unwrap(), ["A", "C"]);
+    assert_eq!(ap("2147483647d\n"), Err(NotReverseOrder));
+    assert_eq!(ap("2147483648d\n"), Err(MissingLineNumber));
+    // A "." ends the insert at once, so nothing can insert a ".".
+    assert_eq!(ap("1c\n.\n.\n"), Err(EmptyInsert));
+    // The command line limit.
+    let long = format!("{}1d\n", "0".repeat(125));
+    assert_eq!(ap(&long).unwrap(), ["B", "C"]);
+    let long = format!("{}1d\n", "0".repeat(126));
+    assert_eq!(ap(&long), Err(CommandTooLong));
 }
