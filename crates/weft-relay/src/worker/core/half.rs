@@ -18,6 +18,7 @@ use weft_proto::circuit::KeyedHalf;
 
 use crate::messages::HalfRef;
 use crate::pool::CellQueue;
+use crate::worker::core::move_state::MoveState;
 
 /// What a half does with cells.
 // Keyed halves (the larger variant) are half of all halves; boxing them
@@ -61,23 +62,12 @@ pub(crate) struct Half {
     /// EWMA priority state (see [`crate::ewma`]); `ewma.active` when it
     /// is in its connection's mux.
     pub ewma: crate::ewma::CircuitEwma,
-    /// While its peer moves between workers: cells from any worker but
-    /// this one wait in `held` until that worker's "source done" marker.
-    pub hold_from: Option<u16>,
-    /// Held cells (not yet onion-encrypted), in arrival order.
+    /// Its part in a move, its own or its peer's
+    /// ([`crate::worker::core::move_state`]).
+    pub move_state: MoveState,
+    /// Cells held during a move (not yet onion-encrypted), in arrival
+    /// order.
     pub held: CellQueue,
-    /// A "source done" marker from this worker arrived before we knew to
-    /// wait for it.
-    pub done_from: Option<u16>,
-    /// The peer moved away from this worker before its `Linked` (still on
-    /// its way from there, naming the old reference) reached us.
-    pub link_from: Option<u16>,
-    /// The peer moved and we address its new reference, but still hold
-    /// cells for the old worker's marker: `Switched` for this old
-    /// reference goes out when the hold ends, so that the new half's
-    /// release (which waits for it) means this half is done with the move
-    /// too ([`crate::worker::core::migrate`]).
-    pub switch_owed: Option<HalfRef>,
 }
 
 impl Half {
@@ -90,11 +80,8 @@ impl Half {
             peer,
             queue: CellQueue::default(),
             ewma: Default::default(),
-            hold_from: None,
+            move_state: MoveState::default(),
             held: CellQueue::default(),
-            done_from: None,
-            link_from: None,
-            switch_owed: None,
         }
     }
 
@@ -103,11 +90,7 @@ impl Half {
     /// it belongs to, or still owes its old peer `Switched`. Such a half
     /// may not move (it keeps one marker to wait for).
     pub fn in_move(&self) -> bool {
-        self.hold_from.is_some()
-            || !self.held.is_empty()
-            || self.done_from.is_some()
-            || self.link_from.is_some()
-            || self.switch_owed.is_some()
+        self.move_state.in_move(!self.held.is_empty())
     }
 }
 

@@ -183,7 +183,7 @@ impl Circuits {
         let now = self.now_ns;
         let max = self.limits.max_circuit_queue;
         let Some(h) = self.halves.get(to) else { return };
-        if h.hold_from.is_some_and(|f| f != source) {
+        if h.move_state.holds(source) {
             // Newer than what the old source still has in flight: wait
             // (held cells count against the circuit's queue limit).
             let conn = h.conn;
@@ -291,11 +291,11 @@ impl Circuits {
     /// The keyed half `to` (which asked for an extend) now has `peer`.
     pub(crate) fn linked(&mut self, to: HalfRef, peer: HalfRef) {
         match self.halves.get(to) {
-            Some(h) if h.link_from.is_some_and(|w| w == peer.worker) => {
+            Some(h) if h.move_state.expects_link_from(peer.worker) => {
                 // `peer` moved and its `PeerMoved` came first: we already
                 // address its new reference; the old one hears that we
                 // switched ([`crate::worker::core::migrate`]).
-                h.link_from = None;
+                h.move_state.link_came(peer.worker);
                 self.owe_switched(to, peer);
             }
             Some(h)

@@ -61,6 +61,7 @@ use crate::ewma::CircuitEwma;
 use crate::messages::{ConnId, ControllerMsg, HalfRef, RingMsg};
 use crate::pool::{CellPool, CellQueue};
 use crate::worker::core::half::{Half, HalfRole};
+use crate::worker::core::move_state::{ForwarderPhase, MoveState, OnSourceDone};
 use crate::worker::core::{Circuits, ConnCircuits, Effect};
 
 /// How long an old half slot keeps forwarding after its migration
@@ -69,16 +70,12 @@ pub(crate) const FORWARDER_LIFETIME_NS: u64 = 300_000_000_000;
 
 /// What an old half slot does after its half moved.
 pub(crate) struct Forwarder {
-    /// The half's new reference, once B installed it.
-    pub(super) new: Option<HalfRef>,
+    /// Where it stands: detached, installed, its marker due or sent.
+    pub(super) phase: ForwarderPhase,
     /// Messages for the old reference not yet passed on (before
     /// `Installed`, or from a half of this worker since the last flush), in
     /// arrival order.
     pub(super) buf: VecDeque<RingMsg>,
-    /// The peer's worker said it switched to the new reference.
-    pub(super) switched: bool,
-    /// `SourceDone` went to B.
-    pub(super) done_sent: bool,
     /// A DESTROY (reason) for the old reference, to pass on once installed.
     pub(super) destroy: Option<u8>,
     /// When the migration started (core clock, ns).
@@ -89,10 +86,8 @@ impl Forwarder {
     /// A forwarder for a half that is leaving at `now_ns`.
     pub(crate) fn new(now_ns: u64) -> Self {
         Forwarder {
-            new: None,
+            phase: ForwarderPhase::Detached { switched: false },
             buf: VecDeque::new(),
-            switched: false,
-            done_sent: false,
             destroy: None,
             since_ns: now_ns,
         }
@@ -243,8 +238,7 @@ impl Circuits {
             if let Some(p) = h.peer {
                 markers.push(p);
             }
-            h.hold_from = None;
-            h.done_from = None;
+            h.move_state = MoveState::default();
             moved.push(MovedHalf {
                 old,
                 circ_id,
@@ -286,8 +280,7 @@ impl Circuits {
             h.ewma = mh.ewma;
             // Cells that do not come through the old worker wait for its
             // marker (always sent, see the module docs).
-            h.hold_from = Some(from);
-            h.done_from = None;
+            h.move_state = MoveState::adopted_from(from);
             let r = self.halves.insert(h);
             refs.push(r);
             if let Some(c) = self.conn_mut(idx) {
@@ -377,7 +370,7 @@ impl Circuits {
             return;
         }
         if let Some(f) = self.forwarder(old.slot) {
-            f.new = Some(new);
+            f.phase.installed(new);
         }
         self.forwarder_flush(old.slot);
     }
@@ -387,7 +380,7 @@ impl Circuits {
             return;
         }
         if let Some(f) = self.forwarder(old.slot) {
-            f.switched = true;
+            f.phase.switched();
         }
         self.forwarder_flush(old.slot);
     }
@@ -408,7 +401,7 @@ impl Circuits {
     /// tell them apart: both come from this worker).
     pub(crate) fn forwarder_flush(&mut self, slot: u32) {
         let me = self.me;
-        let Some(new) = self.forwarder(slot).and_then(|f| f.new) else {
+        let Some(new) = self.forwarder(slot).and_then(|f| f.phase.new_ref()) else {
             return;
         };
         let w = usize::from(new.worker);
@@ -429,8 +422,7 @@ impl Circuits {
         let mut marker = false;
         if let Some(f) = self.forwarder(slot) {
             destroy = f.destroy.take();
-            marker = f.switched && !f.done_sent;
-            f.done_sent |= marker;
+            marker = f.phase.take_marker();
         }
         if marker {
             let m = RingMsg::SourceDone { to: new };
@@ -490,7 +482,7 @@ impl Circuits {
             let slot = self.forwarders[i];
             let Some((empty, done, since)) = self
                 .forwarder(slot)
-                .map(|f| (f.buf.is_empty(), f.done_sent, f.since_ns))
+                .map(|f| (f.buf.is_empty(), f.phase.done(), f.since_ns))
             else {
                 self.forwarders.swap_remove(i);
                 continue;
@@ -537,11 +529,9 @@ impl Circuits {
     /// A "source done" marker from worker `source` for half `to`.
     pub(crate) fn source_done(&mut self, to: HalfRef, source: u16) {
         let Some(h) = self.halves.get(to) else { return };
-        if h.hold_from != Some(source) {
-            h.done_from = Some(source);
+        if h.move_state.source_done(source) == OnSourceDone::Early {
             return;
         }
-        h.hold_from = None;
         // Release the held cells in arrival order (the keyed half adds its
         // layer now, in the order they will be written).
         let now = self.now_ns;
@@ -549,7 +539,7 @@ impl Circuits {
             let Some(h) = self.halves.get(to) else { return };
             let Some(s) = h.held.pop(&self.pool) else {
                 // Done with the move: the old reference may hear it.
-                if let Some(old) = h.switch_owed.take() {
+                if let Some(old) = h.move_state.hold_ended() {
                     self.send_ordered(old, RingMsg::Switched { old });
                 }
                 return;
@@ -576,16 +566,12 @@ impl Circuits {
                 .push((peer, weft_proto::cell::destroy_reason::DESTROYED));
             return self.flush_destroys();
         };
-        if h.done_from == Some(old) {
-            h.done_from = None;
-        } else {
-            h.hold_from = Some(old);
-        }
+        h.move_state.peer_moved(old);
         let Some(old_ref) = h.peer.replace(peer) else {
             // The relabel half moved before its `Linked` reached us: that
             // comes from `old` with the old reference, which is then told
             // `Switched` ([`Circuits::linked`]).
-            h.link_from = Some(old);
+            h.move_state.expect_link_from(old);
             return;
         };
         let conn = h.conn;
@@ -607,9 +593,7 @@ impl Circuits {
     /// ([`Circuits::tend_adopted`]); the next move may only start then.
     pub(crate) fn owe_switched(&mut self, to: HalfRef, old: HalfRef) {
         let Some(h) = self.halves.get(to) else { return };
-        if h.hold_from.is_some() {
-            h.switch_owed = Some(old);
-        } else {
+        if let Some(old) = h.move_state.switched_from(old) {
             self.send_ordered(old, RingMsg::Switched { old });
         }
     }

@@ -44,6 +44,7 @@ pub(crate) mod half;
 pub(crate) mod handoff;
 pub(crate) mod limits;
 pub(crate) mod migrate;
+pub(crate) mod move_state;
 pub(crate) mod onion;
 pub(crate) mod origin;
 pub(crate) mod sched;

@@ -12,6 +12,13 @@
 //! of them without a DESTROY; a prefix with one, and then nothing of the
 //! circuit is left and no cell slot leaks). Each test prints how many
 //! orders it ran.
+//!
+//! Two more shapes: three workers (a move goes to the next worker, so a
+//! peer's worker is neither the old nor the new one), and a circuit whose
+//! extend is still pending — the controller's answer (the relabel half
+//! made on the next relay's connection), the next relay's CREATED2 and
+//! the moves of both connections race, and the client must get its
+//! EXTENDED2 and then every cell both ways.
 
 use super::migrate::migration_done;
 use super::*;
@@ -32,6 +39,14 @@ enum Ev {
     Round0,
     /// One round of worker 1.
     Round1,
+    /// One round of worker 2 (three workers).
+    Round2,
+    /// A pending extend: the controller found the next relay's connection
+    /// (on the worker that holds it now), which makes the relabel half
+    /// and its CREATE2.
+    Outbound,
+    /// A pending extend: the next relay answers the CREATE2 it read.
+    Created,
     /// The client sends DESTROY.
     DestroyUp,
     /// The next relay sends DESTROY.
@@ -65,11 +80,30 @@ struct Run {
     moving: Option<u64>,
     destroyed: bool,
     moves: u32,
+    /// The circuit's extend, when the run starts with it pending.
+    extend: Option<PendingExtend>,
+}
+
+/// An extend that is still pending when a run starts.
+struct PendingExtend {
+    /// The keyed half that asked.
+    from: HalfRef,
+    /// The CREATE2 body the controller passes on.
+    create2: Vec<u8>,
+    /// The controller answered (`Ev::Outbound`).
+    outbound: bool,
+    /// The CREATE2 the next relay read (its body), once written.
+    read: Option<[u8; BODY_LEN]>,
+    /// The next relay answered it.
+    answered: bool,
+    /// The client took its EXTENDED2.
+    extended: bool,
 }
 
 impl Run {
-    fn new(ring: usize, b: usize) -> Run {
-        let mut net = Net::new(2, ring);
+    /// A built circuit on `n` workers (conn 1 on worker 0, conn 2 on `b`).
+    fn new(n: usize, ring: usize, b: usize) -> Run {
+        let mut net = Net::new(n, ring);
         let (client, next, circ, relabel) = two_hop(&mut net, 0, b);
         let mut r = Run {
             net,
@@ -85,6 +119,7 @@ impl Run {
             moving: None,
             destroyed: false,
             moves: 0,
+            extend: None,
         };
         // In flight before the first event: queued, on the rings, not yet
         // published.
@@ -95,7 +130,91 @@ impl Run {
         r
     }
 
+    /// A circuit whose extend to the next relay is pending: the client's
+    /// EXTEND2 reached the keyed half on worker 0, the controller has not
+    /// answered yet (conn 2 on worker `b`).
+    fn extending(n: usize, ring: usize, b: usize) -> Run {
+        let mut net = Net::new(n, ring);
+        net.open(0, 1, false);
+        net.open(b, 2, true);
+        let mut client = OriginCircuit::new();
+        let create2 = client.create2(&target(net.relay, 9001)).unwrap();
+        let circ = 0x8000_0001;
+        net.cell(0, 1, circ, cmd::CREATE2, &mut pad(&create2));
+        let out = net.written(0, 1);
+        let hlen = usize::from(u16::from_be_bytes([out[0].body[0], out[0].body[1]]));
+        client.on_created2(&out[0].body[..2 + hlen]).unwrap();
+        let next = NextRelay::new(&net._dir.path().join("next"));
+        let mut ext = [0u8; BODY_LEN];
+        client.extend2(&target(next.keys, 9002), &mut ext).unwrap();
+        net.cell(0, 1, circ, cmd::RELAY_EARLY, &mut ext);
+        let Some(ControllerMsg::Extend { from, req, .. }) = net.controller.pop() else {
+            panic!("no extend request");
+        };
+        Run {
+            net,
+            at: [0, 0, b],
+            client,
+            next,
+            circ,
+            relabel: 0,
+            sent_fwd: 0,
+            sent_back: 0,
+            fwd: Vec::new(),
+            back: Vec::new(),
+            moving: None,
+            destroyed: false,
+            moves: 0,
+            extend: Some(PendingExtend {
+                from,
+                create2: req.create2,
+                outbound: false,
+                read: None,
+                answered: false,
+                extended: false,
+            }),
+        }
+    }
+
+    /// The client may send to the next relay (its extend is done).
+    fn client_ready(&self) -> bool {
+        self.extend.as_ref().is_none_or(|e| e.extended)
+    }
+
+    /// The next relay may send (it answered the CREATE2).
+    fn next_ready(&self) -> bool {
+        self.extend.as_ref().is_none_or(|e| e.answered)
+    }
+
+    /// The controller's answer to the extend, to the worker that holds
+    /// conn 2 now.
+    fn outbound(&mut self) {
+        let w = self.at[2];
+        let Some(e) = self.extend.as_mut().filter(|e| !e.outbound) else {
+            return;
+        };
+        e.outbound = true;
+        self.net.cores[w].create_outbound(Some(2), e.from, &e.create2);
+        self.net.collect(w);
+    }
+
+    /// The next relay answers the CREATE2 it read.
+    fn created(&mut self) {
+        let w = self.at[2];
+        let Some(e) = self.extend.as_mut().filter(|e| !e.answered) else {
+            return;
+        };
+        let Some(body) = e.read else { return };
+        e.answered = true;
+        let mut created = self.next.answer(&body);
+        self.net
+            .cell(w, 2, self.relabel, cmd::CREATED2, &mut created);
+    }
+
     fn up(&mut self) {
+        if !self.client_ready() {
+            return;
+        }
         let w = self.at[1];
         if self.destroyed || self.net.cores[w].is_stalled(1) {
             return;
@@ -106,6 +225,9 @@ impl Run {
     }
 
     fn down(&mut self) {
+        if !self.next_ready() {
+            return;
+        }
         let w = self.at[2];
         if self.destroyed || self.net.cores[w].is_stalled(2) {
             return;
@@ -128,7 +250,7 @@ impl Run {
         if !self.net.cores[from].can_detach(conn) {
             return;
         }
-        let to = 1 - from;
+        let to = (from + 1) % self.net.cores.len();
         let moved = self.net.cores[from].detach(conn).expect("detached");
         let id = moved.id;
         self.net.collect(from);
@@ -155,12 +277,49 @@ impl Run {
     }
 
     /// Write what the connections on worker `w` have (as its driver would).
+    /// (A pending extend's CREATE2 goes to the next relay, its EXTENDED2
+    /// to the client, as they are written.)
     fn write(&mut self, w: usize) {
         if self.at[2] == w {
-            self.fwd.extend(self.net.written(w, 2));
+            for o in self.net.written(w, 2) {
+                match self.extend.as_mut() {
+                    Some(e) if o.command == cmd::CREATE2 => {
+                        assert!(e.read.is_none(), "one CREATE2");
+                        e.read = Some(o.body);
+                        self.relabel = o.circ_id;
+                    }
+                    _ => self.fwd.push(o),
+                }
+            }
         }
         if self.at[1] == w {
-            self.back.extend(self.net.written(w, 1));
+            for o in self.net.written(w, 1) {
+                match self.extend.as_mut() {
+                    Some(e) if !e.extended && o.command == cmd::RELAY => {
+                        let mut b = o.body;
+                        let (hop, h) = self.client.on_backward(&mut b).expect("EXTENDED2");
+                        assert_eq!((hop, h.command), (0, relay_cmd::EXTENDED2));
+                        self.client
+                            .on_extended2(relay::data(&b, &h))
+                            .expect("the next relay's answer");
+                        e.extended = true;
+                    }
+                    _ => self.back.push(o),
+                }
+            }
+        }
+    }
+
+    /// Settle every worker, writing as the drivers would.
+    fn settle_and_write(&mut self) {
+        for _ in 0..MAX_STEPS {
+            let moved = self.net.step();
+            for w in 0..self.net.cores.len() {
+                self.write(w);
+            }
+            if !moved {
+                break;
+            }
         }
     }
 
@@ -170,11 +329,19 @@ impl Run {
             Ev::Down => self.down(),
             Ev::Move1 => self.move_conn(1),
             Ev::Move2 => self.move_conn(2),
-            Ev::Round0 | Ev::Round1 => {
-                let w = usize::from(e == Ev::Round1);
-                self.net.round(w);
-                self.write(w);
+            Ev::Round0 | Ev::Round1 | Ev::Round2 => {
+                let w = match e {
+                    Ev::Round0 => 0,
+                    Ev::Round1 => 1,
+                    _ => 2,
+                };
+                if w < self.net.cores.len() {
+                    self.net.round(w);
+                    self.write(w);
+                }
             }
+            Ev::Outbound => self.outbound(),
+            Ev::Created => self.created(),
             Ev::DestroyUp => self.destroy(true),
             Ev::DestroyDown => self.destroy(false),
         }
@@ -184,13 +351,15 @@ impl Run {
     /// DESTROY, a prefix, and the circuit gone from both workers.
     fn finish(mut self, order: &[Ev]) {
         let ctx = |what: &str| format!("{what}; order {order:?}");
-        for _ in 0..MAX_STEPS {
-            let moved = self.net.step();
-            self.write(0);
-            self.write(1);
-            if !moved {
-                break;
-            }
+        self.settle_and_write();
+        if !self.destroyed && self.extend.is_some() {
+            // The extend completes: the controller answers, the next relay
+            // answers its CREATE2, the client takes its EXTENDED2.
+            self.outbound();
+            self.settle_and_write();
+            self.created();
+            self.settle_and_write();
+            assert!(self.client_ready(), "{}", ctx("the client got EXTENDED2"));
         }
         if !self.destroyed {
             // More cells after the dust settled: the circuit still works.
@@ -198,9 +367,7 @@ impl Run {
                 self.up();
                 self.down();
             }
-            self.net.settle();
-            self.write(0);
-            self.write(1);
+            self.settle_and_write();
         }
         let fwd = std::mem::take(&mut self.fwd);
         let mut got = Vec::new();
@@ -264,7 +431,7 @@ impl Run {
                 ctx("backward: every cell")
             );
         } else {
-            for w in 0..2 {
+            for w in 0..self.net.cores.len() {
                 assert_eq!(
                     self.net.cores[w].circuit_count(1),
                     0,
@@ -283,16 +450,27 @@ impl Run {
     }
 }
 
-/// Run every distinct order of `events` for each ring size and placement
-/// of the next relay's connection; the number of runs.
+/// Run every distinct order of `events` for each placement of the next
+/// relay's connection, on two workers with a built circuit; the number of
+/// runs and the most moves one made.
 fn explore(events: &[Ev]) -> (u64, u32) {
+    explore_with(events, 2, false)
+}
+
+/// [`explore`] on `n` workers (every placement of conn 2), the circuit's
+/// extend pending at the start if `extending`.
+fn explore_with(events: &[Ev], n: usize, extending: bool) -> (u64, u32) {
     let mut runs = 0;
     let mut most_moves = 0;
-    for b in [0, 1] {
+    for b in 0..n {
         let mut order = events.to_vec();
         order.sort();
         loop {
-            let mut r = Run::new(1, b);
+            let mut r = if extending {
+                Run::extending(n, 1, b)
+            } else {
+                Run::new(n, 1, b)
+            };
             for &e in &order {
                 r.event(e);
             }
@@ -357,4 +535,46 @@ fn every_order_of_a_move_away_and_back_keeps_every_cell() {
     }
     println!("explored {runs} orders");
     assert_eq!(runs, 2 * 2 * 5040); // 8! / (2! 2! 2!) orders, two placements
+}
+
+/// Three workers: a move goes to the next worker, so the peer's worker is
+/// often neither the old nor the new one (its markers cross three rings).
+/// One move completes in these orders (a second one waits for the first
+/// to be reported over, which takes more rounds than the multiset has;
+/// the two-worker tests make two).
+#[test]
+fn every_order_of_a_move_across_three_workers_keeps_every_cell() {
+    use Ev::*;
+    let (runs, most) = explore_with(&[Up, Down, Move1, Move2, Round0, Round1, Round2], 3, false);
+    println!("explored {runs} orders (most moves in one: {most})");
+    assert_eq!(runs, 3 * 5040); // 7! orders, three placements
+    assert_eq!(most, 1);
+}
+
+/// A pending extend racing moves of both its connections: the
+/// controller's answer, the next relay's CREATED2, its first cell and the
+/// workers' rounds in every order.
+#[test]
+fn every_order_of_moves_racing_a_pending_extend_completes_it() {
+    use Ev::*;
+    let (runs, most) = explore_with(
+        &[Outbound, Created, Down, Move1, Move2, Round0, Round1],
+        2,
+        true,
+    );
+    println!("explored {runs} orders (most moves in one: {most})");
+    assert_eq!(runs, 2 * 5040); // 7! orders, two placements
+    assert_eq!(most, 2);
+}
+
+/// A pending extend, a move and a DESTROY from the client.
+#[test]
+fn every_order_of_a_move_and_a_destroy_during_an_extend_leaves_nothing_behind() {
+    use Ev::*;
+    let mut runs = 0;
+    for mv in [Move1, Move2] {
+        runs += explore_with(&[Outbound, Created, mv, DestroyUp, Round0, Round1], 2, true).0;
+    }
+    println!("explored {runs} orders");
+    assert_eq!(runs, 2 * 2 * 720); // 6! orders, two placements
 }

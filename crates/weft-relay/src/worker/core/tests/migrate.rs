@@ -298,7 +298,7 @@ fn a_connection_inside_a_move_may_not_move_again() {
     let held = |net: &mut Net| {
         let slot = net.cores[2].conn(2).unwrap().circuits[&relabel];
         let h = net.cores[2].halves.by_slot(slot).unwrap();
-        h.hold_from.is_some() || !h.held.is_empty()
+        h.move_state.holding() || !h.held.is_empty()
     };
     assert!(
         held(&mut net),
