@@ -361,12 +361,13 @@ fn main() -> Result<()> {
                 }),
             )?;
             println!(
-                "soak: {minutes} min, {} churn loads, {} migrations, {} cells, {} lost; RSS {} MiB at minute 5, {} MiB at the end; fds {} at minute 5, {} at the end, {} max",
+                "soak: {minutes} min, {} churn loads, {} migrations, {} cells, {} lost; RSS {} MiB at minute 5, {} MiB at most in the first half, {} MiB at the end; fds {} at minute 5, {} at the end, {} max",
                 r.churn_runs,
                 r.migrations,
                 r.cells,
                 r.lost,
                 r.rss_at_5min >> 20,
+                r.rss_first_half_max >> 20,
                 r.rss_end >> 20,
                 r.fds.0,
                 r.fds.1,

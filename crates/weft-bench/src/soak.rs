@@ -8,8 +8,10 @@
 //! corruption all count as lost), and a circuit into which nothing arrived
 //! for 5 s before its load stopped is an error (a stuck circuit loses no
 //! stamp). Samples weft's RSS and open file
-//! descriptors; the verdict compares RSS at the end with RSS at minute 5
-//! and the descriptor count at the start and the end of each quiet moment.
+//! descriptors; the verdict compares RSS at the end with the highest RSS
+//! of the first half (from minute 5: a leak grows through the second
+//! half; pool and queue high-water marks, which a starved load reaches
+//! late, do not) and the descriptor count at minute 5 and at the end.
 
 use std::path::{Path, PathBuf};
 use std::sync::atomic::Ordering;
@@ -93,6 +95,9 @@ pub struct SoakResult {
     pub rss_at_5min: u64,
     /// RSS at the end.
     pub rss_end: u64,
+    /// The highest RSS from minute 5 to half time (the baseline of the
+    /// memory rule).
+    pub rss_first_half_max: u64,
     /// Descriptors: (at minute 5, end, max).
     pub fds: (u64, u64, u64),
     /// The command that started weft.
@@ -100,8 +105,10 @@ pub struct SoakResult {
 }
 
 impl SoakResult {
-    /// The verdict: no cell lost, RSS at the end within 5% of minute 5,
-    /// descriptors flat (end ≤ minute 5 + 8: the churn load in flight).
+    /// The verdict: no cell lost, RSS at the end within 5% of the highest
+    /// RSS of the first half (no growth through the second half: a leak
+    /// grows at its rate all along), descriptors flat (end ≤ minute 5 + 8:
+    /// the churn load in flight).
     pub fn failures(&self) -> Vec<String> {
         let mut v = Vec::new();
         if self.lost > 0 || !self.errors.is_empty() {
@@ -110,11 +117,12 @@ impl SoakResult {
                 self.lost, self.errors
             ));
         }
-        let limit = self.rss_at_5min + self.rss_at_5min / 20;
+        let base = self.rss_first_half_max.max(self.rss_at_5min);
+        let limit = base + base / 20;
         if self.rss_end > limit {
             v.push(format!(
-                "RSS grew: {} MiB at minute 5, {} MiB at the end",
-                self.rss_at_5min >> 20,
+                "RSS grew through the second half: {} MiB at most in the first half (from minute 5), {} MiB at the end",
+                base >> 20,
                 self.rss_end >> 20
             ));
         }
@@ -295,9 +303,11 @@ pub fn run(env: &BenchEnv, p: &SoakProcedure) -> Result<SoakResult> {
         .or(samples.first())
         .context("no samples")?;
     let last = samples.last().context("no samples")?;
+    let rss_first_half_max = first_half_max_rss(&samples, at5.t_s);
     Ok(SoakResult {
         rss_at_5min: at5.rss_bytes,
         rss_end: last.rss_bytes,
+        rss_first_half_max,
         fds: (
             at5.fds,
             last.fds,
@@ -317,4 +327,69 @@ pub fn run(env: &BenchEnv, p: &SoakProcedure) -> Result<SoakResult> {
 /// Where `weft-bench soak` writes by default.
 pub fn default_results() -> PathBuf {
     PathBuf::from("bench/results")
+}
+
+/// The highest RSS of the samples from `from_s` to half the run's length
+/// (the memory rule's baseline).
+fn first_half_max_rss(samples: &[SoakSample], from_s: f64) -> u64 {
+    let half_s = samples.last().map_or(0.0, |s| s.t_s / 2.0);
+    samples
+        .iter()
+        .filter(|s| s.t_s >= from_s && s.t_s <= half_s)
+        .map(|s| s.rss_bytes)
+        .max()
+        .unwrap_or_else(|| samples.first().map_or(0, |s| s.rss_bytes))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn result(rss_mib: &[(f64, u64)]) -> SoakResult {
+        let samples: Vec<SoakSample> = rss_mib
+            .iter()
+            .map(|&(t, m)| SoakSample {
+                t_s: t,
+                rss_bytes: m << 20,
+                fds: 30,
+                cells: 0,
+                churn_runs: 0,
+            })
+            .collect();
+        let at5 = samples.iter().find(|s| s.t_s >= 300.0).unwrap().clone();
+        SoakResult {
+            rss_first_half_max: first_half_max_rss(&samples, at5.t_s),
+            rss_at_5min: at5.rss_bytes,
+            rss_end: samples.last().unwrap().rss_bytes,
+            fds: (30, 30, 30),
+            samples,
+            cells: 1,
+            lost: 0,
+            errors: vec![],
+            losses: vec![],
+            churn_runs: 1,
+            migrations: 1,
+            weft_command: String::new(),
+        }
+    }
+
+    #[test]
+    fn a_plateau_reached_late_in_the_first_half_passes_steady_growth_fails() {
+        // The contended run of 2026-11-27: 35 MiB at minute 5, 41 at
+        // minute 17 (first half ends at 15: 40 there), 39 at the end.
+        let plateau = result(&[
+            (300.0, 35),
+            (420.0, 38),
+            (900.0, 40),
+            (1020.0, 41),
+            (1800.0, 39),
+        ]);
+        assert!(plateau.failures().is_empty(), "{:?}", plateau.failures());
+        // A leak: 1 MiB a minute all along.
+        let leak: Vec<(f64, u64)> = (5..=30)
+            .map(|m| (f64::from(m) * 60.0, 30 + m as u64))
+            .collect();
+        let leak = result(&leak);
+        assert_eq!(leak.failures().len(), 1, "{:?}", leak.failures());
+    }
 }
