@@ -237,6 +237,10 @@ pub struct SchedParams {
     pub cc: weft_proto::circuit::congestion::CcParams,
     /// Conflux at the exit (the consensus's `cfx_*` parameters).
     pub cfx: weft_proto::circuit::conflux::CfxParams,
+    /// The consensus's `nf_conntimeout_relays` (seconds, default 3600): a
+    /// canonical relay connection without circuits closes after 75% to
+    /// 125% of it.
+    pub conn_timeout_relays_s: u32,
 }
 
 impl Default for SchedParams {
@@ -251,6 +255,7 @@ impl Default for SchedParams {
             sendme_accept_min: 0,
             cc: Default::default(),
             cfx: Default::default(),
+            conn_timeout_relays_s: 3600,
         }
     }
 }
@@ -330,6 +335,8 @@ pub struct CircuitContext {
     pub cc: weft_proto::circuit::congestion::CcParams,
     /// Conflux limits (the consensus's `cfx_*` parameters).
     pub cfx: weft_proto::circuit::conflux::CfxParams,
+    /// The consensus's `nf_conntimeout_relays`, seconds.
+    pub conn_timeout_relays_s: u32,
     /// We are a directory cache (BEGIN_DIR served).
     pub dir_cache: bool,
     /// Source addresses of outbound connections.
@@ -375,6 +382,7 @@ impl SharedContext {
                 sendme_accept_min: sched.sendme_accept_min,
                 cc: sched.cc,
                 cfx: sched.cfx,
+                conn_timeout_relays_s: sched.conn_timeout_relays_s,
                 dir_cache: false,
                 hibernating: false,
                 outbound: Default::default(),

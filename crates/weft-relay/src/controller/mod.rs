@@ -183,6 +183,9 @@ fn sched_params(cfg: &RelayConfig, p: &NetParams) -> SchedParams {
             |name, d, min, max| p.get_clamped(name, d, min, max),
             weft_proto::circuit::conflux::DEFAULT_MAX_OOO_BYTES,
         ),
+        // [C channelpadding.c channelpadding_new_consensus_params()]
+        conn_timeout_relays_s: p.get_clamped("nf_conntimeout_relays", 3600, 60, 7 * 24 * 3600)
+            as u32,
     }
 }
 

@@ -260,6 +260,7 @@ impl Worker {
                     peer_addr: addr,
                     we_initiated: out,
                     peer_rsa,
+                    canonical: opened.canonical,
                 });
                 let _ = self.controller.send(ControllerMsg::ConnOpened {
                     conn_id: id,

@@ -33,6 +33,9 @@ pub(crate) enum CoreEvent<'a> {
         we_initiated: bool,
         /// The RSA identity the peer authenticated with (None: a client).
         peer_rsa: Option<[u8; 20]>,
+        /// The peer is the relay at the address the consensus lists for it
+        /// (C's canonical connection): its idle timeout is a relay's.
+        canonical: bool,
     },
     /// Connection `idx` closed (or never opened): its circuits end.
     ConnClosed {
@@ -82,9 +85,11 @@ impl Circuits {
                 peer_addr,
                 we_initiated,
                 peer_rsa,
+                canonical,
             } => {
                 self.handshakes.end(idx);
-                self.add_conn(idx, id, peer_addr, we_initiated, peer_rsa);
+                let idle = self.idle_timeout_ns(peer_rsa.is_none(), canonical);
+                self.add_conn(idx, id, peer_addr, we_initiated, peer_rsa, idle);
             }
             CoreEvent::ConnClosed { idx } => {
                 self.handshakes.end(idx);

@@ -136,6 +136,8 @@ pub(crate) struct MovedCircuits {
     pub(super) we_initiated: bool,
     /// The peer's RSA identity, if a relay.
     pub(super) peer_rsa: Option<[u8; 20]>,
+    /// Its idle timeout, chosen when it opened ([`super::timers`]).
+    pub(super) idle_timeout_ns: u64,
     /// Its halves.
     pub(super) halves: Vec<MovedHalf>,
     /// Its connection-level cells.
@@ -264,6 +266,7 @@ impl Circuits {
             peer_addr: c.peer_addr,
             we_initiated: c.we_initiated,
             peer_rsa: c.peer_rsa,
+            idle_timeout_ns: c.times.idle_timeout_ns,
             halves: moved,
             urgent,
         })
@@ -273,7 +276,14 @@ impl Circuits {
     /// here, on the driver's slot `idx`.
     pub(crate) fn attach(&mut self, idx: usize, m: MovedCircuits, from: u16) {
         let now = self.now_ns;
-        self.add_conn(idx, m.id, m.peer_addr, m.we_initiated, m.peer_rsa);
+        self.add_conn(
+            idx,
+            m.id,
+            m.peer_addr,
+            m.we_initiated,
+            m.peer_rsa,
+            m.idle_timeout_ns,
+        );
         let mut refs = Vec::with_capacity(m.halves.len());
         for mh in m.halves {
             let mut h = Half::new(idx, mh.circ_id, mh.role, mh.peer);

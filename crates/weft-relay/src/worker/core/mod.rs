@@ -348,6 +348,14 @@ impl Circuits {
         }
     }
 
+    /// A new seeded generator (the tests).
+    #[cfg(test)]
+    pub(crate) fn reseed(&mut self, seed: u64) {
+        self.rng = Box::new(<rand::rngs::StdRng as rand::SeedableRng>::seed_from_u64(
+            seed,
+        ));
+    }
+
     /// The clock of this round (ns on the workers' shared epoch).
     pub(crate) fn set_now(&mut self, now_ns: u64) {
         self.now_ns = now_ns;
@@ -365,6 +373,7 @@ impl Circuits {
         peer_addr: SocketAddr,
         we_initiated: bool,
         peer_rsa: Option<[u8; 20]>,
+        idle_timeout_ns: u64,
     ) {
         if self.conns.len() <= idx {
             self.conns.resize_with(idx + 1, || None);
@@ -380,7 +389,7 @@ impl Circuits {
             sched: ConnSched::new(self.ctx.halflife_s),
             stall: None,
             last: (0, 0),
-            times: crate::worker::core::timers::ConnTimes::new(self.now_ns),
+            times: crate::worker::core::timers::ConnTimes::new(self.now_ns, idle_timeout_ns),
         });
     }
 

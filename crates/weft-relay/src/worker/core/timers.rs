@@ -17,10 +17,9 @@ const SECOND_NS: u64 = 1_000_000_000;
 /// this long.
 pub(crate) const HANDSHAKE_TIMEOUT_NS: u64 = 60 * SECOND_NS;
 /// Client and non-canonical channels without circuits are closed after
-/// this long (C Tor: 3–4.5 min). [protocol-notes §2.7]
-pub(crate) const IDLE_CLIENT_NS: u64 = 180 * SECOND_NS;
-/// Canonical relay channels without circuits (C Tor: 45–75 min).
-pub(crate) const IDLE_RELAY_NS: u64 = 45 * 60 * SECOND_NS;
+/// this long plus up to half as much again, drawn per connection (C Tor's
+/// `CONNTIMEOUT_CLIENTS_BASE`: 3 to 4.5 min). [protocol-notes §2.7]
+pub(crate) const IDLE_CLIENT_BASE_S: u32 = 180;
 /// Send a PADDING cell when nothing was written for this long
 /// (`KeepalivePeriod`).
 pub(crate) const KEEPALIVE_NS: u64 = 5 * 60 * SECOND_NS;
@@ -43,23 +42,42 @@ impl Handshakes {
 }
 
 /// When an open connection last had circuits and last had cells staged
-/// (ns on the workers' clock).
+/// (ns on the workers' clock), and how long it may stay without circuits.
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct ConnTimes {
     pub(super) last_had_circuits_ns: u64,
     pub(super) last_write_ns: u64,
+    pub(super) idle_timeout_ns: u64,
 }
 
 impl ConnTimes {
-    pub(crate) fn new(now_ns: u64) -> ConnTimes {
+    pub(crate) fn new(now_ns: u64, idle_timeout_ns: u64) -> ConnTimes {
         ConnTimes {
             last_had_circuits_ns: now_ns,
             last_write_ns: now_ns,
+            idle_timeout_ns,
         }
     }
 }
 
 impl Circuits {
+    /// How long a connection that just opened may stay without circuits,
+    /// drawn once for it as C Tor's `channelpadding_get_channel_idle_timeout`
+    /// does: a client's or a non-canonical one 180 s plus up to 90 s, a
+    /// canonical relay's 75% of the consensus's `nf_conntimeout_relays`
+    /// (3600 s) plus up to half of it (45 to 75 min). (C halves it with
+    /// `ReducedConnectionPadding`, a client's option.)
+    pub(crate) fn idle_timeout_ns(&mut self, client: bool, canonical: bool) -> u64 {
+        use rand::Rng;
+        let s = if !canonical || client {
+            IDLE_CLIENT_BASE_S + self.rng.random_range(0..IDLE_CLIENT_BASE_S / 2)
+        } else {
+            let t = self.ctx.conn_timeout_relays_s.max(2);
+            3 * t / 4 + self.rng.random_range(0..t / 2)
+        };
+        u64::from(s) * SECOND_NS
+    }
+
     /// When the driver must next call [`Circuits::begin_round`] for the
     /// core's own sake (ns on the workers' clock): now if it has work that
     /// waits for no input (directory answers left over from the last
@@ -102,11 +120,7 @@ impl Circuits {
                 }
                 continue;
             }
-            let limit = if c.client {
-                IDLE_CLIENT_NS
-            } else {
-                IDLE_RELAY_NS
-            };
+            let limit = c.times.idle_timeout_ns;
             let idle = now.saturating_sub(c.times.last_had_circuits_ns);
             if idle >= limit {
                 self.effects.push_back(Effect::CloseConn {

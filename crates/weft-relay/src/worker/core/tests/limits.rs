@@ -9,7 +9,14 @@ use crate::worker::core::limits::{HANDSHAKES_PER_ROUND, MAX_ONION_QUEUE_DELAY_NS
 /// A client connection `idx` on worker `w` from `ip`.
 fn client_conn(net: &mut Net, w: usize, idx: usize, ip: [u8; 4]) {
     let addr: SocketAddr = (ip, 40000 + idx as u16).into();
-    net.cores[w].add_conn(idx, 100 * w as u64 + idx as u64, addr, false, None);
+    net.cores[w].add_conn(
+        idx,
+        100 * w as u64 + idx as u64,
+        addr,
+        false,
+        None,
+        180 * 1_000_000_000,
+    );
 }
 
 /// A CREATE2 for circuit `circ` on connection `conn` of worker 0.

@@ -210,6 +210,7 @@ impl Net {
             peer_addr: addr,
             we_initiated: outbound,
             peer_rsa: relay,
+            canonical: true,
         });
     }
 

@@ -493,7 +493,14 @@ fn a_circuit_that_closes_closes_its_streams_and_a_one_hop_client_gets_none() {
     net.cell(0, 1, id(5), cmd::DESTROY, &mut pad(&[0]));
     assert_eq!(net.poll_stream_io(0), Some(StreamIo::Close { key }));
     // A client connection (not a relay): no exit streams for one-hop use.
-    net.cores[0].add_conn(2, 77, ([127, 0, 0, 1], 9100).into(), false, None);
+    net.cores[0].add_conn(
+        2,
+        77,
+        ([127, 0, 0, 1], 9100).into(),
+        false,
+        None,
+        180 * 1_000_000_000,
+    );
     let mut c = circuit(&mut net, 2, 5);
     send(
         &mut net,

@@ -4,9 +4,7 @@
 //! without a write, and when the core asks to be woken.
 
 use super::*;
-use crate::worker::core::timers::{
-    HANDSHAKE_TIMEOUT_NS, IDLE_CLIENT_NS, IDLE_RELAY_NS, KEEPALIVE_NS,
-};
+use crate::worker::core::timers::{HANDSHAKE_TIMEOUT_NS, KEEPALIVE_NS};
 
 const S: u64 = 1_000_000_000;
 
@@ -17,12 +15,17 @@ fn at(net: &mut Net, now_ns: u64) {
 }
 
 fn open_client(net: &mut Net, idx: usize) {
+    open_peer(net, idx, None, false);
+}
+
+fn open_peer(net: &mut Net, idx: usize, peer_rsa: Option<[u8; 20]>, canonical: bool) {
     net.cores[0].handle_event(CoreEvent::ConnOpened {
         idx,
         id: 500 + idx as u64,
         peer_addr: ([127, 0, 0, 1], 7000).into(),
         we_initiated: false,
-        peer_rsa: None,
+        peer_rsa,
+        canonical,
     });
 }
 
@@ -49,23 +52,46 @@ fn a_handshake_past_its_deadline_closes_only_its_connection() {
     assert!(net.closed[0].iter().all(|(i, _)| *i != 5));
 }
 
+/// As C's `channelpadding_get_channel_idle_timeout`: a client's and a
+/// non-canonical relay's connection without circuits closes after 180 s
+/// plus up to 90 s, a canonical relay's after 45 to 75 minutes (the
+/// consensus's default `nf_conntimeout_relays`, 3600 s, ±25%), each drawn
+/// once per connection; one with a circuit never.
 #[test]
-fn connections_without_circuits_close_after_their_idle_time() {
-    let mut net = Net::new(1, 64);
-    at(&mut net, S);
-    open_client(&mut net, 1);
-    net.open(0, 2, false); // a relay
-    let _c = streams::circuit(&mut net, 3, 1); // a relay with a circuit
-    at(&mut net, S + IDLE_CLIENT_NS - S);
-    assert!(net.closed[0].is_empty());
-    at(&mut net, S + IDLE_CLIENT_NS);
-    assert_eq!(net.closed[0].len(), 1);
-    assert_eq!(net.closed[0][0].0, 1, "the client's connection");
-    assert!(net.closed[0][0].1.starts_with("idle for 180s"));
-    net.cores[0].handle_event(CoreEvent::ConnClosed { idx: 1 });
-    at(&mut net, S + IDLE_RELAY_NS);
-    let closed: Vec<usize> = net.closed[0].iter().map(|c| c.0).collect();
-    assert_eq!(closed, vec![1, 2], "the relay's after 45 minutes; never 3");
+fn connections_without_circuits_close_after_their_drawn_idle_time() {
+    let mut client_times = std::collections::BTreeSet::new();
+    let mut relay_times = std::collections::BTreeSet::new();
+    for seed in 0..4u64 {
+        let mut net = Net::new(1, 64);
+        net.cores[0].reseed(seed);
+        at(&mut net, S);
+        open_client(&mut net, 1);
+        open_peer(&mut net, 2, Some([0xAB; 20]), true);
+        open_peer(&mut net, 4, Some([0xAB; 20]), false);
+        let _c = streams::circuit(&mut net, 3, 1); // a relay with a circuit
+        let mut closed_at = std::collections::BTreeMap::new();
+        for t in (1..=80 * 60).step_by(5) {
+            at(&mut net, S + t * S);
+            for (idx, _) in std::mem::take(&mut net.closed[0]) {
+                closed_at.entry(idx).or_insert(t);
+                net.cores[0].handle_event(CoreEvent::ConnClosed { idx });
+            }
+        }
+        for idx in [1, 4] {
+            let t = closed_at[&idx];
+            assert!((180..=275).contains(&t), "conn {idx} closed at {t} s");
+            client_times.insert(t);
+        }
+        let t = closed_at[&2];
+        assert!(
+            (45 * 60..=75 * 60 + 5).contains(&t),
+            "relay closed at {t} s"
+        );
+        relay_times.insert(t);
+        assert!(!closed_at.contains_key(&3), "a connection with a circuit");
+    }
+    assert!(client_times.len() > 1, "drawn, not fixed: {client_times:?}");
+    assert!(relay_times.len() > 1, "drawn, not fixed: {relay_times:?}");
 }
 
 #[test]
