@@ -109,6 +109,10 @@ pub struct RelayConfig {
     pub exit_policy: weft_dir::exit_policy::ExitPolicy,
     /// ServerDNSResolvConfFile (None: /etc/resolv.conf).
     pub dns_resolv_conf: Option<PathBuf>,
+    /// ServerDNSRandomizeCase (default 1): the 0x20 hack on the exit's
+    /// queries; an answer whose question's case differs is dropped as
+    /// forged, as C Tor's evdns drops it.
+    pub dns_randomize_case: bool,
     /// DirCache (default 1): serve directory documents over BEGIN_DIR
     /// when the bandwidth allows (see `controller::dir_cache`).
     pub dir_cache: bool,

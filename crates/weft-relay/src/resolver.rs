@@ -9,7 +9,9 @@
 //!
 //! Like C Tor's evdns setup: `/etc/resolv.conf` (or
 //! `ServerDNSResolvConfFile`), /etc/hosts consulted, IPv6 (AAAA) asked
-//! only with `IPv6Exit`. Every answer, found or failed, is kept by the
+//! only with `IPv6Exit`, the case of each query's name randomized (the
+//! 0x20 hack, `ServerDNSRandomizeCase`, on by default as in C) and an
+//! answer that does not repeat it exactly dropped as forged. Every answer, found or failed, is kept by the
 //! thread (`AnswerCache`, at most 16384 names) for a fuzzy TTL, as C Tor's
 //! exits keep theirs since TROVE-2021-009: the record's TTL clipped to 5
 //! or 60 minutes, then moved by a uniform ±4 minutes; a failure's from 5
@@ -166,9 +168,18 @@ pub fn channel() -> (Resolver, ResolverRequests) {
     (Resolver { tx }, ResolverRequests { rx })
 }
 
+/// How the resolver thread is set up (the torrc's DNS options).
+#[derive(Debug, Clone)]
+pub struct ResolverSetup {
+    /// `ServerDNSResolvConfFile` (None: `/etc/resolv.conf`).
+    pub resolv_conf: Option<PathBuf>,
+    /// `ServerDNSRandomizeCase`.
+    pub randomize_case: bool,
+}
+
 impl ResolverRequests {
-    /// Start the resolver thread with the name servers of `resolv_conf`
-    /// (default `/etc/resolv.conf`); each answer goes to
+    /// Start the resolver thread with the name servers of
+    /// `setup.resolv_conf` (default `/etc/resolv.conf`); each answer goes to
     /// `deliver(worker, answer)`. A configuration that cannot be read is
     /// logged, and every lookup then fails (RESOLVEFAILED), as C Tor's
     /// exits fail lookups without name servers; the second value says
@@ -176,10 +187,13 @@ impl ResolverRequests {
     /// not claim to be one).
     pub fn spawn(
         self,
-        resolv_conf: Option<PathBuf>,
+        setup: ResolverSetup,
         deliver: impl Fn(usize, DnsAnswer) + Send + Sync + 'static,
     ) -> std::io::Result<(std::thread::JoinHandle<()>, bool)> {
-        let path = resolv_conf.unwrap_or_else(|| PathBuf::from("/etc/resolv.conf"));
+        let path = setup
+            .resolv_conf
+            .unwrap_or_else(|| PathBuf::from("/etc/resolv.conf"));
+        let randomize_case = setup.randomize_case;
         let config = std::fs::read(&path)
             .map_err(|e| e.to_string())
             .and_then(|d| {
@@ -201,7 +215,10 @@ impl ResolverRequests {
                     }
                 };
                 let resolvers = match config {
-                    Ok((conf, opts)) => rt.block_on(async { build(conf, opts) }),
+                    Ok((conf, mut opts)) => {
+                        opts.case_randomization = randomize_case;
+                        rt.block_on(async { build(conf, opts) })
+                    }
                     Err(e) => Err(e),
                 };
                 let (v4, v46) = match resolvers {
@@ -330,6 +347,13 @@ mod tests {
     use std::sync::mpsc;
     use std::time::Duration;
 
+    fn setup(resolv_conf: Option<PathBuf>, randomize_case: bool) -> ResolverSetup {
+        ResolverSetup {
+            resolv_conf,
+            randomize_case,
+        }
+    }
+
     /// A resolver whose only source is a hosts-style answer: the resolv.conf
     /// names a server that does not exist, /etc/hosts knows `localhost`.
     #[test]
@@ -345,7 +369,7 @@ mod tests {
         let (tx, rx) = mpsc::channel();
         let tx = std::sync::Mutex::new(tx);
         let (_, usable) = requests
-            .spawn(Some(conf), move |w, a| {
+            .spawn(setup(Some(conf), true), move |w, a| {
                 tx.lock().unwrap().send((w, a)).unwrap();
             })
             .unwrap();
@@ -368,9 +392,12 @@ mod tests {
         let (tx, rx) = mpsc::channel();
         let tx = std::sync::Mutex::new(tx);
         let (_, usable) = requests
-            .spawn(Some("/nonexistent/resolv.conf".into()), move |w, a| {
-                tx.lock().unwrap().send((w, a)).unwrap();
-            })
+            .spawn(
+                setup(Some("/nonexistent/resolv.conf".into()), true),
+                move |w, a| {
+                    tx.lock().unwrap().send((w, a)).unwrap();
+                },
+            )
             .unwrap();
         assert!(!usable, "the exit must withdraw");
         resolver.query(DnsQuery {

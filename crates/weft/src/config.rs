@@ -637,6 +637,7 @@ pub fn parse_lines(
             conn_limit: limits.conn_limit,
             exit_policy,
             dns_resolv_conf: exit.resolv_conf.clone(),
+            dns_randomize_case: exit.randomize_case.unwrap_or(true),
             dir_cache,
             control,
             user,

@@ -2,7 +2,7 @@
 //! and meaning: `ExitRelay` (0, 1, auto), `ExitPolicy` (repeatable comma
 //! lists), `ExitPolicyRejectPrivate`, `ExitPolicyRejectLocalInterfaces`,
 //! `ReducedExitPolicy`, `IPv6Exit`; and the exit's
-//! `ServerDNSResolvConfFile`. The policy itself is built by
+//! `ServerDNSResolvConfFile` and `ServerDNSRandomizeCase`. The policy itself is built by
 //! [`weft_dir::exit_policy`]. weft's exit is not complete yet (no
 //! congestion control), so a configuration whose policy would accept
 //! anything is refused with a clear message outside a test network (a
@@ -23,6 +23,9 @@ pub struct ExitOptions {
     /// `ServerDNSResolvConfFile`: the exit's name servers (default
     /// /etc/resolv.conf).
     pub resolv_conf: Option<std::path::PathBuf>,
+    /// `ServerDNSRandomizeCase` (default 1): the 0x20 hack, as C Tor's
+    /// evdns `randomize-case`. None: not set (the default).
+    pub randomize_case: Option<bool>,
 }
 
 fn bool01(v: &str) -> Result<bool, String> {
@@ -61,6 +64,7 @@ impl ExitOptions {
                 "serverdnsresolvconffile" => {
                     self.resolv_conf = Some(std::path::PathBuf::from(val));
                 }
+                "serverdnsrandomizecase" => self.randomize_case = Some(bool01(val)?),
                 _ => return Err(String::new()),
             }
             Ok(())

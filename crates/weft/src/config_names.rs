@@ -89,6 +89,7 @@ pub static OPTIONS: &[OptionInfo] = &[
     o("RelayBandwidthRate", "DataSize", "0"),
     o("RunAsDaemon", "Boolean", "0"),
     o("Schedulers", "CommaList", "KIST,KISTLite,Vanilla"),
+    o("ServerDNSRandomizeCase", "Boolean", "1"),
     o("ServerDNSResolvConfFile", "Filename", ""),
     o("ShutdownWaitLength", "Interval", "30 seconds"),
     o("TestingCrossWorkerExtends", "Boolean", "0"),

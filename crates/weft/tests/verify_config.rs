@@ -143,6 +143,8 @@ const CASES: &[(&str, &str)] = &[
     ("DoSRefuseSingleHopClientRendezvous", "1"),
     ("DoSStreamCreationEnabled", "1"),
     ("ServerDNSResolvConfFile", "/etc/resolv.conf"),
+    ("ServerDNSRandomizeCase", "0"),
+    ("ServerDNSRandomizeCase", "yes"),
     ("ExtendAllowPrivateAddresses", "1"),
     ("MyFamily", "$5CACE6654275A6F8798B8C31BA2DE9A0669D9CEE"),
     (

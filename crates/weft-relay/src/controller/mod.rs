@@ -317,7 +317,11 @@ async fn run_controller(cfg: RelayConfig, mut hooks: RelayHooks) -> anyhow::Resu
     let mut dns_usable = true;
     if let Some(q) = dns_requests {
         let handles = workers.clone();
-        (_, dns_usable) = q.spawn(cfg.dns_resolv_conf.clone(), move |w, answer| {
+        let conf = crate::resolver::ResolverSetup {
+            resolv_conf: cfg.dns_resolv_conf.clone(),
+            randomize_case: cfg.dns_randomize_case,
+        };
+        (_, dns_usable) = q.spawn(conf, move |w, answer| {
             if let Some(h) = handles.get(w) {
                 h.send(CoreMsg::Resolved(answer));
             }

@@ -248,6 +248,7 @@ impl Controller {
         needs_restart!("ConnLimit", conn_limit);
         needs_restart!("TokenBucketRefillInterval", token_bucket_refill);
         needs_restart!("ServerDNSResolvConfFile", dns_resolv_conf);
+        needs_restart!("ServerDNSRandomizeCase", dns_randomize_case);
         needs_restart!(
             "Testing options",
             testing_cross_worker,

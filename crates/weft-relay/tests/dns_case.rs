@@ -1,0 +1,129 @@
+//! The exit's resolver randomizes the case of the names it asks about
+//! (`ServerDNSRandomizeCase`, the 0x20 hack, on by default as in C Tor's
+//! evdns) and drops an answer whose question does not repeat that case,
+//! as a forged one. A name server of the test's own on a loopback address
+//! (port 53: the only port resolv.conf can name; the test runs as root,
+//! as the suite does) records the names as they arrive on the wire.
+
+use std::net::{Ipv4Addr, UdpSocket};
+use std::sync::mpsc;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use weft_relay::resolver::{channel, DnsAnswer, DnsQuery, ResolverSetup};
+
+/// The server's address (a loopback address no other test uses).
+const ADDR: &str = "127.53.0.2:53";
+
+/// Serve A queries: the question as it came (or lower-cased, for names
+/// under `lower.`), one A record 192.0.2.7. Records every name it saw,
+/// as it was on the wire.
+fn serve(seen: Arc<Mutex<Vec<String>>>) {
+    let sock = UdpSocket::bind(ADDR).expect("bind 127.53.0.2:53 (the suite runs as root)");
+    std::thread::spawn(move || {
+        let mut buf = [0u8; 512];
+        while let Ok((n, from)) = sock.recv_from(&mut buf) {
+            let q = &buf[..n];
+            let Some((name, end)) = question(q) else {
+                continue;
+            };
+            seen.lock().unwrap().push(name.clone());
+            let mut r = Vec::new();
+            r.extend_from_slice(&q[..2]);
+            r.extend_from_slice(&[0x81, 0x80, 0, 1, 0, 1, 0, 0, 0, 0]);
+            let mut qs = q[12..end].to_vec();
+            if name.to_ascii_lowercase().starts_with("lower.") {
+                qs.make_ascii_lowercase();
+            }
+            r.extend_from_slice(&qs);
+            r.extend_from_slice(&[0xc0, 12, 0, 1, 0, 1, 0, 0, 0, 60, 0, 4, 192, 0, 2, 7]);
+            let _ = sock.send_to(&r, from);
+        }
+    });
+}
+
+/// The query's name as sent, and where its question section ends.
+fn question(q: &[u8]) -> Option<(String, usize)> {
+    let mut i = 12;
+    let mut labels = Vec::new();
+    loop {
+        let len = usize::from(*q.get(i)?);
+        i += 1;
+        if len == 0 {
+            break;
+        }
+        labels.push(String::from_utf8_lossy(q.get(i..i + len)?).to_string());
+        i += len;
+    }
+    Some((labels.join("."), i + 4))
+}
+
+fn resolve(randomize_case: bool, host: &str, dir: &std::path::Path) -> DnsAnswer {
+    let conf = dir.join(format!("resolv-{randomize_case}.conf"));
+    std::fs::write(
+        &conf,
+        "nameserver 127.53.0.2\noptions timeout:2 attempts:1\n",
+    )
+    .unwrap();
+    let (resolver, requests) = channel();
+    let (tx, rx) = mpsc::channel();
+    let tx = Mutex::new(tx);
+    let (_, usable) = requests
+        .spawn(
+            ResolverSetup {
+                resolv_conf: Some(conf),
+                randomize_case,
+            },
+            move |_, a| {
+                let _ = tx.lock().unwrap().send(a);
+            },
+        )
+        .unwrap();
+    assert!(usable);
+    assert!(resolver.query(DnsQuery {
+        worker: 0,
+        key: 1,
+        tag: 1,
+        host: host.into(),
+        want_v6: false,
+    }));
+    rx.recv_timeout(Duration::from_secs(30)).expect("an answer")
+}
+
+#[test]
+fn names_go_out_in_random_case_and_an_answer_that_loses_it_is_dropped() {
+    let seen = Arc::new(Mutex::new(Vec::new()));
+    serve(seen.clone());
+    let dir = tempfile::tempdir().unwrap();
+    let name = "randomized.case.of.a.long.name.weft.test";
+
+    // Off: the name as asked (lower case), and the answer is taken.
+    let a = resolve(false, "plain.case.of.a.long.name.weft.test", dir.path());
+    assert_eq!(a.v4.map(|(ip, _)| ip), Ok(Ipv4Addr::new(192, 0, 2, 7)));
+    let plain: Vec<String> = seen.lock().unwrap().drain(..).collect();
+    assert!(!plain.is_empty());
+    assert!(plain
+        .iter()
+        .all(|n| n == "plain.case.of.a.long.name.weft.test."
+            || n == "plain.case.of.a.long.name.weft.test"));
+
+    // On (the default): mixed case on the wire (30 letters: all lower by
+    // chance once in a billion), and the answer, which repeats it, taken.
+    let a = resolve(true, name, dir.path());
+    assert_eq!(a.v4.map(|(ip, _)| ip), Ok(Ipv4Addr::new(192, 0, 2, 7)));
+    let wire: Vec<String> = seen.lock().unwrap().drain(..).collect();
+    assert!(!wire.is_empty());
+    for n in &wire {
+        assert!(n.eq_ignore_ascii_case(name.trim_end_matches('.')), "{n}");
+        assert_ne!(n.as_str(), n.to_ascii_lowercase(), "randomized: {n}");
+    }
+    println!("on the wire: {wire:?}");
+
+    // A server (or a forger) that answers in lower case: dropped, the
+    // lookup fails.
+    let a = resolve(true, "lower.answers.lose.the.case.weft.test", dir.path());
+    assert!(
+        a.v4.is_err(),
+        "a case-mismatched answer is not taken: {a:?}"
+    );
+}
