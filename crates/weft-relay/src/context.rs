@@ -113,6 +113,10 @@ pub struct RelayConfig {
     /// queries; an answer whose question's case differs is dropped as
     /// forged, as C Tor's evdns drops it.
     pub dns_randomize_case: bool,
+    /// ServerDNSDetectHijacking (default 1).
+    pub dns_detect_hijacking: bool,
+    /// ServerDNSTestAddresses (C's four well-known names by default).
+    pub dns_test_addresses: Vec<String>,
     /// DirCache (default 1): serve directory documents over BEGIN_DIR
     /// when the bandwidth allows (see `controller::dir_cache`).
     pub dir_cache: bool,

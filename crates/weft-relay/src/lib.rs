@@ -23,6 +23,7 @@ pub mod bwhist;
 pub mod context;
 pub mod control;
 pub mod controller;
+pub mod dns_honesty;
 pub mod dos;
 pub mod ewma;
 pub mod histogram;

@@ -198,6 +198,9 @@ pub use crate::worker_report::{
 #[allow(clippy::large_enum_variant)]
 #[derive(Debug)]
 pub enum ControllerMsg {
+    /// The exit's name servers redirect most test addresses
+    /// ([`crate::dns_honesty`]): stop being an exit.
+    DnsUseless,
     /// A connection finished its link handshake.
     ConnOpened {
         /// Its identifier.

@@ -175,6 +175,31 @@ pub struct ResolverSetup {
     pub resolv_conf: Option<PathBuf>,
     /// `ServerDNSRandomizeCase`.
     pub randomize_case: bool,
+    /// `ServerDNSDetectHijacking`: check now and then that names that
+    /// cannot exist are not found ([`crate::dns_honesty`]).
+    pub detect_hijacking: bool,
+    /// `ServerDNSTestAddresses`.
+    pub test_addresses: Vec<String>,
+    /// Tests: the first round of checks this long after the start, and
+    /// the test addresses this long after the bogus names (None: C's 60
+    /// to 180 s, and 30 s).
+    pub first_check: Option<std::time::Duration>,
+}
+
+impl ResolverSetup {
+    /// C Tor's defaults with `resolv_conf`.
+    pub fn with_conf(resolv_conf: Option<PathBuf>) -> ResolverSetup {
+        ResolverSetup {
+            resolv_conf,
+            randomize_case: true,
+            detect_hijacking: true,
+            test_addresses: crate::dns_honesty::DEFAULT_TEST_ADDRESSES
+                .iter()
+                .map(|s| s.to_string())
+                .collect(),
+            first_check: None,
+        }
+    }
 }
 
 impl ResolverRequests {
@@ -184,11 +209,14 @@ impl ResolverRequests {
     /// logged, and every lookup then fails (RESOLVEFAILED), as C Tor's
     /// exits fail lookups without name servers; the second value says
     /// whether the name servers could be configured (false: the exit must
-    /// not claim to be one).
+    /// not claim to be one). `useless()` is called once if the checks of
+    /// [`crate::dns_honesty`] find the name servers useless (the exit must
+    /// then withdraw).
     pub fn spawn(
         self,
         setup: ResolverSetup,
         deliver: impl Fn(usize, DnsAnswer) + Send + Sync + 'static,
+        useless: impl Fn() + Send + 'static,
     ) -> std::io::Result<(std::thread::JoinHandle<()>, bool)> {
         let path = setup
             .resolv_conf
@@ -236,17 +264,26 @@ impl ResolverRequests {
                 };
                 let deliver = std::sync::Arc::new(deliver);
                 let cache = std::rc::Rc::new(std::cell::RefCell::new(AnswerCache::default()));
+                let honesty = Honesty::new(&setup.test_addresses, useless);
                 let local = tokio::task::LocalSet::new();
                 local.block_on(&rt, async move {
+                    if setup.detect_hijacking {
+                        tokio::task::spawn_local(honesty.clone().run(
+                            v4.clone(),
+                            v46.clone(),
+                            setup.first_check,
+                        ));
+                    }
                     while let Some(q) = rx.recv().await {
                         if let Some(a) = cache.borrow().get(&q, Instant::now()) {
                             deliver(q.worker, a);
                             continue;
                         }
                         let r = if q.want_v6 { v46.clone() } else { v4.clone() };
-                        let (deliver, cache) = (deliver.clone(), cache.clone());
+                        let (deliver, cache, honesty) =
+                            (deliver.clone(), cache.clone(), honesty.clone());
                         tokio::task::spawn_local(async move {
-                            let found = lookup(&r, &q).await;
+                            let found = honesty.filter(&q.host, lookup(&r, &q).await);
                             let answer =
                                 cache
                                     .borrow_mut()
@@ -278,6 +315,101 @@ fn build(
         make(LookupIpStrategy::Ipv4Only)?,
         make(LookupIpStrategy::Ipv4AndIpv6)?,
     ))
+}
+
+/// The resolver thread's side of [`crate::dns_honesty`]: the checks' state,
+/// the rounds of checks, and the filter every answer passes.
+#[derive(Clone)]
+struct Honesty {
+    state: std::rc::Rc<std::cell::RefCell<crate::dns_honesty::DnsHonesty>>,
+    useless: std::rc::Rc<dyn Fn()>,
+}
+
+impl Honesty {
+    fn new(test_addresses: &[String], useless: impl Fn() + 'static) -> Honesty {
+        Honesty {
+            state: std::rc::Rc::new(std::cell::RefCell::new(
+                crate::dns_honesty::DnsHonesty::new(test_addresses),
+            )),
+            useless: std::rc::Rc::new(useless),
+        }
+    }
+
+    /// An address the name servers give for names that do not exist is
+    /// "not found" (C: treated as `DNS_ERR_NOTEXIST`); a test address
+    /// answered with one counts toward useless DNS.
+    fn filter(&self, host: &str, mut a: DnsAnswer) -> DnsAnswer {
+        let mut redirected = false;
+        {
+            let s = self.state.borrow();
+            if matches!(a.v4, Ok((ip, _)) if s.is_wildcarded(&IpAddr::V4(ip))) {
+                a.v4 = Err(false);
+                redirected = true;
+            }
+            if matches!(a.v6, Ok((ip, _)) if s.is_wildcarded(&IpAddr::V6(ip))) {
+                a.v6 = Err(false);
+                redirected = true;
+            }
+        }
+        if redirected {
+            tracing::debug!("DNS: {host} resolves to a hijacked address; treated as not found");
+            let v = self.state.borrow_mut().test_address_redirected(host);
+            if v == crate::dns_honesty::Verdict::Broken {
+                warn!(
+                    "Your DNS provider tried to redirect \"{host}\" to a junk address, as it did most test addresses (ServerDNSTestAddresses). I'm going to stop being an exit node for now, since our DNS seems so broken."
+                );
+                (self.useless)();
+            }
+        }
+        a
+    }
+
+    /// Rounds of checks: the bogus names, 30 s later the test addresses;
+    /// the first round `first` after the start (C: 60 to 180 s), the next
+    /// ones 12 to 24 hours apart.
+    async fn run(self, v4: TokioResolver, v46: TokioResolver, first: Option<std::time::Duration>) {
+        use crate::dns_honesty::{self as h, DnsHonesty, Verdict};
+        let mut rng = rand::rng();
+        tokio::time::sleep(first.unwrap_or_else(|| h::first_check_delay(&mut rng))).await;
+        loop {
+            info!("DNS: checking whether our name servers hijack names that do not exist");
+            for (name, ipv6) in DnsHonesty::bogus_names(&mut rng) {
+                let (r, me) = (if ipv6 { v46.clone() } else { v4.clone() }, self.clone());
+                tokio::task::spawn_local(async move {
+                    let addrs: Vec<IpAddr> = match r.lookup_ip(format!("{name}.")).await {
+                        Ok(found) => found.iter().collect(),
+                        Err(_) => Vec::new(),
+                    };
+                    for v in me.state.borrow_mut().check_answered(&addrs) {
+                        if let Verdict::Wildcarded(a) = v {
+                            tracing::info!(
+                                "Your DNS provider has given \"{a}\" as an answer for more than five different invalid addresses. Apparently they are hijacking DNS failures. I'll try to correct for this by treating future occurrences of \"{a}\" as 'not found'."
+                            );
+                        }
+                    }
+                });
+            }
+            tokio::time::sleep(first.unwrap_or(h::TEST_ADDRESS_DELAY)).await;
+            let tests = self.state.borrow().test_addresses().to_vec();
+            for host in tests {
+                for r in [v4.clone(), v46.clone()] {
+                    let (me, host) = (self.clone(), host.clone());
+                    tokio::task::spawn_local(async move {
+                        let q = DnsQuery {
+                            worker: 0,
+                            key: 0,
+                            tag: 0,
+                            host,
+                            want_v6: false,
+                        };
+                        let a = lookup(&r, &q).await;
+                        me.filter(&q.host, a);
+                    });
+                }
+            }
+            tokio::time::sleep(h::next_check_delay(&mut rng)).await;
+        }
+    }
 }
 
 /// Look `q.host` up; the first address of each family with its TTL.
@@ -349,8 +481,9 @@ mod tests {
 
     fn setup(resolv_conf: Option<PathBuf>, randomize_case: bool) -> ResolverSetup {
         ResolverSetup {
-            resolv_conf,
             randomize_case,
+            detect_hijacking: false,
+            ..ResolverSetup::with_conf(resolv_conf)
         }
     }
 
@@ -369,9 +502,13 @@ mod tests {
         let (tx, rx) = mpsc::channel();
         let tx = std::sync::Mutex::new(tx);
         let (_, usable) = requests
-            .spawn(setup(Some(conf), true), move |w, a| {
-                tx.lock().unwrap().send((w, a)).unwrap();
-            })
+            .spawn(
+                setup(Some(conf), true),
+                move |w, a| {
+                    tx.lock().unwrap().send((w, a)).unwrap();
+                },
+                || {},
+            )
             .unwrap();
         assert!(usable);
         assert!(resolver.query(DnsQuery {
@@ -397,6 +534,7 @@ mod tests {
                 move |w, a| {
                     tx.lock().unwrap().send((w, a)).unwrap();
                 },
+                || {},
             )
             .unwrap();
         assert!(!usable, "the exit must withdraw");

@@ -1,9 +1,16 @@
-//! The exit's resolver randomizes the case of the names it asks about
-//! (`ServerDNSRandomizeCase`, the 0x20 hack, on by default as in C Tor's
-//! evdns) and drops an answer whose question does not repeat that case,
-//! as a forged one. A name server of the test's own on a loopback address
-//! (port 53: the only port resolv.conf can name; the test runs as root,
-//! as the suite does) records the names as they arrive on the wire.
+//! The exit's resolver against name servers of the test's own, on
+//! loopback addresses (port 53: the only port resolv.conf can name; the
+//! tests run as root, as the suite does):
+//!
+//! * it randomizes the case of the names it asks about
+//!   (`ServerDNSRandomizeCase`, the 0x20 hack, on by default as in C
+//!   Tor's evdns) and drops an answer whose question does not repeat that
+//!   case, as a forged one — the server records the names as they arrive
+//!   on the wire;
+//! * it catches a server that answers every name (a provider's "search
+//!   page", `ServerDNSDetectHijacking`): names that cannot exist are
+//!   answered, so that address becomes "not found", and when the test
+//!   addresses get it too, DNS is useless and the exit withdraws.
 
 use std::net::{Ipv4Addr, UdpSocket};
 use std::sync::mpsc;
@@ -12,14 +19,21 @@ use std::time::Duration;
 
 use weft_relay::resolver::{channel, DnsAnswer, DnsQuery, ResolverSetup};
 
-/// The server's address (a loopback address no other test uses).
+/// The servers' addresses (loopback addresses no other test uses).
 const ADDR: &str = "127.53.0.2:53";
+const HIJACKER: &str = "127.53.0.3:53";
+/// What the hijacker answers for every name.
+const JUNK: Ipv4Addr = Ipv4Addr::new(198, 51, 100, 80);
 
 /// Serve A queries: the question as it came (or lower-cased, for names
 /// under `lower.`), one A record 192.0.2.7. Records every name it saw,
 /// as it was on the wire.
 fn serve(seen: Arc<Mutex<Vec<String>>>) {
-    let sock = UdpSocket::bind(ADDR).expect("bind 127.53.0.2:53 (the suite runs as root)");
+    serve_on(ADDR, seen, Ipv4Addr::new(192, 0, 2, 7));
+}
+
+fn serve_on(addr: &str, seen: Arc<Mutex<Vec<String>>>, answer: Ipv4Addr) {
+    let sock = UdpSocket::bind(addr).expect("bind a loopback port 53 (the suite runs as root)");
     std::thread::spawn(move || {
         let mut buf = [0u8; 512];
         while let Ok((n, from)) = sock.recv_from(&mut buf) {
@@ -36,7 +50,13 @@ fn serve(seen: Arc<Mutex<Vec<String>>>) {
                 qs.make_ascii_lowercase();
             }
             r.extend_from_slice(&qs);
-            r.extend_from_slice(&[0xc0, 12, 0, 1, 0, 1, 0, 0, 0, 60, 0, 4, 192, 0, 2, 7]);
+            r.extend_from_slice(&[0xc0, 12, 0, 1, 0, 1, 0, 0, 0, 60, 0, 4]);
+            r.extend_from_slice(&answer.octets());
+            if q.get(end - 4..end - 2) != Some(&[0, 1]) {
+                // Not an A query: NOERROR, no answer.
+                r.truncate(end - 12 + 12);
+                r[7] = 0;
+            }
             let _ = sock.send_to(&r, from);
         }
     });
@@ -71,23 +91,29 @@ fn resolve(randomize_case: bool, host: &str, dir: &std::path::Path) -> DnsAnswer
     let (_, usable) = requests
         .spawn(
             ResolverSetup {
-                resolv_conf: Some(conf),
                 randomize_case,
+                detect_hijacking: false,
+                ..ResolverSetup::with_conf(Some(conf))
             },
             move |_, a| {
                 let _ = tx.lock().unwrap().send(a);
             },
+            || {},
         )
         .unwrap();
     assert!(usable);
-    assert!(resolver.query(DnsQuery {
+    assert!(resolver.query(query(host)));
+    rx.recv_timeout(Duration::from_secs(30)).expect("an answer")
+}
+
+fn query(host: &str) -> DnsQuery {
+    DnsQuery {
         worker: 0,
         key: 1,
         tag: 1,
         host: host.into(),
         want_v6: false,
-    }));
-    rx.recv_timeout(Duration::from_secs(30)).expect("an answer")
+    }
 }
 
 #[test]
@@ -126,4 +152,63 @@ fn names_go_out_in_random_case_and_an_answer_that_loses_it_is_dropped() {
         a.v4.is_err(),
         "a case-mismatched answer is not taken: {a:?}"
     );
+}
+
+#[test]
+fn a_server_that_answers_every_name_is_caught_and_the_exit_withdraws() {
+    let seen = Arc::new(Mutex::new(Vec::new()));
+    serve_on(HIJACKER, seen.clone(), JUNK);
+    let dir = tempfile::tempdir().unwrap();
+    let conf = dir.path().join("resolv.conf");
+    std::fs::write(
+        &conf,
+        "nameserver 127.53.0.3\noptions timeout:2 attempts:1\n",
+    )
+    .unwrap();
+    let (resolver, requests) = channel();
+    let (tx, rx) = mpsc::channel();
+    let tx = Mutex::new(tx);
+    let (useless_tx, useless_rx) = mpsc::channel();
+    let (_, usable) = requests
+        .spawn(
+            ResolverSetup {
+                test_addresses: vec![
+                    "one.weft.test".into(),
+                    "two.weft.test".into(),
+                    "three.weft.test".into(),
+                ],
+                first_check: Some(Duration::from_millis(200)),
+                ..ResolverSetup::with_conf(Some(conf))
+            },
+            move |_, a| {
+                let _ = tx.lock().unwrap().send(a);
+            },
+            move || {
+                let _ = useless_tx.send(());
+            },
+        )
+        .unwrap();
+    assert!(usable);
+    // Before the checks, the junk is taken at its word.
+    assert!(resolver.query(query("early.weft.test")));
+    let a = rx.recv_timeout(Duration::from_secs(10)).unwrap();
+    assert_eq!(a.v4.map(|(ip, _)| ip), Ok(JUNK));
+    // The checks' bogus names and then the test addresses: DNS is useless.
+    useless_rx
+        .recv_timeout(Duration::from_secs(30))
+        .expect("the test addresses redirected: DNS useless");
+    let names: Vec<String> = seen.lock().unwrap().clone();
+    let bogus = names
+        .iter()
+        .filter(|n| {
+            let n = n.to_ascii_lowercase();
+            n.ends_with(".invalid") || n.ends_with(".com") || n.ends_with(".org")
+        })
+        .count();
+    assert!(bogus >= 12, "the bogus names went out: {names:?}");
+    // From now on the junk address is "not found".
+    assert!(resolver.query(query("late.weft.test")));
+    let a = rx.recv_timeout(Duration::from_secs(10)).unwrap();
+    assert!(a.v4.is_err(), "a hijacked answer is not found: {a:?}");
+    assert!(useless_rx.try_recv().is_err(), "said once");
 }

@@ -11,10 +11,10 @@ use std::path::{Path, PathBuf};
 /// Layer of each top-level module (higher may use lower, not the reverse).
 fn layer(m: &str) -> Option<u8> {
     Some(match m {
-        "accounting" | "bucket" | "bwhist" | "context" | "control" | "dos" | "ewma"
-        | "histogram" | "kist" | "link_io" | "oom" | "outbound" | "pool" | "privileges"
-        | "resolver" | "ring" | "sched_slice" | "selftest" | "service_notify" | "tls"
-        | "worker_report" => 0,
+        "accounting" | "bucket" | "bwhist" | "context" | "control" | "dns_honesty" | "dos"
+        | "ewma" | "histogram" | "kist" | "link_io" | "oom" | "outbound" | "pool"
+        | "privileges" | "resolver" | "ring" | "sched_slice" | "selftest" | "service_notify"
+        | "tls" | "worker_report" => 0,
         "messages" => 1,
         "worker" => 2,
         "controller" => 3,

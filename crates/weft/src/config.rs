@@ -638,6 +638,13 @@ pub fn parse_lines(
             exit_policy,
             dns_resolv_conf: exit.resolv_conf.clone(),
             dns_randomize_case: exit.randomize_case.unwrap_or(true),
+            dns_detect_hijacking: exit.detect_hijacking.unwrap_or(true),
+            dns_test_addresses: exit.test_addresses.clone().unwrap_or_else(|| {
+                weft_relay::dns_honesty::DEFAULT_TEST_ADDRESSES
+                    .iter()
+                    .map(|s| s.to_string())
+                    .collect()
+            }),
             dir_cache,
             control,
             user,

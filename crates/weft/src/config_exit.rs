@@ -2,7 +2,8 @@
 //! and meaning: `ExitRelay` (0, 1, auto), `ExitPolicy` (repeatable comma
 //! lists), `ExitPolicyRejectPrivate`, `ExitPolicyRejectLocalInterfaces`,
 //! `ReducedExitPolicy`, `IPv6Exit`; and the exit's
-//! `ServerDNSResolvConfFile` and `ServerDNSRandomizeCase`. The policy itself is built by
+//! `ServerDNSResolvConfFile`, `ServerDNSRandomizeCase`,
+//! `ServerDNSDetectHijacking` and `ServerDNSTestAddresses`. The policy itself is built by
 //! [`weft_dir::exit_policy`]. weft's exit is not complete yet (no
 //! congestion control), so a configuration whose policy would accept
 //! anything is refused with a clear message outside a test network (a
@@ -26,6 +27,10 @@ pub struct ExitOptions {
     /// `ServerDNSRandomizeCase` (default 1): the 0x20 hack, as C Tor's
     /// evdns `randomize-case`. None: not set (the default).
     pub randomize_case: Option<bool>,
+    /// `ServerDNSDetectHijacking` (default 1).
+    pub detect_hijacking: Option<bool>,
+    /// `ServerDNSTestAddresses` (a comma list; C's default four names).
+    pub test_addresses: Option<Vec<String>>,
 }
 
 fn bool01(v: &str) -> Result<bool, String> {
@@ -65,6 +70,16 @@ impl ExitOptions {
                     self.resolv_conf = Some(std::path::PathBuf::from(val));
                 }
                 "serverdnsrandomizecase" => self.randomize_case = Some(bool01(val)?),
+                "serverdnsdetecthijacking" => self.detect_hijacking = Some(bool01(val)?),
+                "serverdnstestaddresses" => {
+                    self.test_addresses = Some(
+                        val.split(',')
+                            .map(str::trim)
+                            .filter(|s| !s.is_empty())
+                            .map(str::to_string)
+                            .collect(),
+                    )
+                }
                 _ => return Err(String::new()),
             }
             Ok(())

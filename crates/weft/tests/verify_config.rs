@@ -145,6 +145,8 @@ const CASES: &[(&str, &str)] = &[
     ("ServerDNSResolvConfFile", "/etc/resolv.conf"),
     ("ServerDNSRandomizeCase", "0"),
     ("ServerDNSRandomizeCase", "yes"),
+    ("ServerDNSDetectHijacking", "0"),
+    ("ServerDNSTestAddresses", "a.example,b.example"),
     ("ExtendAllowPrivateAddresses", "1"),
     ("MyFamily", "$5CACE6654275A6F8798B8C31BA2DE9A0669D9CEE"),
     (

@@ -320,12 +320,22 @@ async fn run_controller(cfg: RelayConfig, mut hooks: RelayHooks) -> anyhow::Resu
         let conf = crate::resolver::ResolverSetup {
             resolv_conf: cfg.dns_resolv_conf.clone(),
             randomize_case: cfg.dns_randomize_case,
+            detect_hijacking: cfg.dns_detect_hijacking,
+            test_addresses: cfg.dns_test_addresses.clone(),
+            first_check: None,
         };
-        (_, dns_usable) = q.spawn(conf, move |w, answer| {
-            if let Some(h) = handles.get(w) {
-                h.send(CoreMsg::Resolved(answer));
-            }
-        })?;
+        let to_controller = tx.clone();
+        (_, dns_usable) = q.spawn(
+            conf,
+            move |w, answer| {
+                if let Some(h) = handles.get(w) {
+                    h.send(CoreMsg::Resolved(answer));
+                }
+            },
+            move || {
+                let _ = to_controller.send(ControllerMsg::DnsUseless);
+            },
+        )?;
     }
     if let Some(w) = local_worker {
         tokio::task::spawn_local(local::drive_local_worker(w));
@@ -421,7 +431,14 @@ async fn run_controller(cfg: RelayConfig, mut hooks: RelayHooks) -> anyhow::Resu
                 Err(e) => c.limits.accept_failed(&e),
             },
             _ = tokio::time::sleep(Duration::from_millis(50)), if c.limits.accept_paused_until.is_some() => {}
-            Some(m) = rx.recv() => c.on_msg(m),
+            Some(m) = rx.recv() => match m {
+                ControllerMsg::DnsUseless => {
+                    // As C's router.c while dns_seems_to_be_broken().
+                    warn!("DNS is useless: the descriptor says reject *:* until weft restarts");
+                    dir.withdraw_exit();
+                }
+                m => c.on_msg(m),
+            },
             a = metrics_http::MetricsPort::accept(&metrics_port) => {
                 if let (Ok((stream, peer)), Some(m)) = (a, &metrics_port) {
                     c.conn_stats.metrics_created[tor_metrics::family_of(&peer)] += 1;
@@ -550,6 +567,8 @@ impl Controller {
         self.conflux.on_msg(&mut m, &mut to_worker);
         let Some(m) = m else { return };
         match m {
+            // Handled in the controller's loop (the directory's state).
+            ControllerMsg::DnsUseless => {}
             // Handled by the onion-service tables above.
             ControllerMsg::IntroEstablished { .. }
             | ControllerMsg::IntroMoved { .. }

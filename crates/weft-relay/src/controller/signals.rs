@@ -249,6 +249,8 @@ impl Controller {
         needs_restart!("TokenBucketRefillInterval", token_bucket_refill);
         needs_restart!("ServerDNSResolvConfFile", dns_resolv_conf);
         needs_restart!("ServerDNSRandomizeCase", dns_randomize_case);
+        needs_restart!("ServerDNSDetectHijacking", dns_detect_hijacking);
+        needs_restart!("ServerDNSTestAddresses", dns_test_addresses);
         needs_restart!(
             "Testing options",
             testing_cross_worker,
