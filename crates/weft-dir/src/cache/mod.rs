@@ -10,8 +10,14 @@
 //! when a new consensus arrives: no lock anywhere. The consensus is kept
 //! in every compressed form C Tor serves (deflate, gzip, x-zstd,
 //! x-tor-lzma), made once per consensus; other documents are compressed
-//! per request (they are small), as C Tor does.
+//! per request (they are small), as C Tor does. [`diffs`] are the
+//! consensus diffs a snapshot serves; [`diff_store`] makes, checks and
+//! keeps them in DataDirectory (`DirCache=2`).
 
+pub mod diff_store;
+#[cfg(test)]
+mod diff_tests;
+pub mod diffs;
 pub mod fetch;
 pub mod serve;
 pub mod store;
@@ -192,6 +198,9 @@ pub struct DirDocuments {
     /// Every newest descriptor, by relay identity, concatenated once per
     /// snapshot: `/tor/server/all` is shared, not copied per request.
     pub all_descs: Arc<[u8]>,
+    /// Consensus diffs to this snapshot's consensuses (none until
+    /// [`diff_store`] has made them).
+    pub diffs: diffs::DiffSet,
 }
 
 impl DirDocuments {
@@ -321,13 +330,11 @@ impl CacheInputs {
     }
 }
 
-/// SHA3-256 of a consensus's signed part: from its start through the
-/// first `directory-signature ` (C's `digest_sha3_as_signed`).
+/// SHA3-256 of a consensus's signed part, by C's rule
+/// (`router_get_networkstatus_v3_sha3_as_signed`, the one consensus diffs
+/// name their base by): see [`crate::consdiff::digest_as_signed`].
 pub fn sha3_as_signed(text: &str) -> [u8; 32] {
-    use sha3::{Digest as _, Sha3_256};
-    const KW: &str = "\ndirectory-signature ";
-    let end = text.find(KW).map(|i| i + KW.len()).unwrap_or(text.len());
-    Sha3_256::digest(&text.as_bytes()[..end]).into()
+    crate::consdiff::digest_as_signed(text.as_bytes())
 }
 
 /// The positions where lines starting with `kw` begin.

@@ -2,9 +2,11 @@
 //! (sans-IO): the HTTP/1.0 request a BEGIN_DIR stream carries in, the
 //! response (head and body) out, as C Tor 0.4.9's `dircache.c` answers
 //! it: the same URLs, status codes and reasons, compression choice,
-//! `Expires`/`Pragma` lines, the consensus's liveness and signer checks.
-//! Consensus diffs are not made: a request that accepts one gets the full
-//! consensus (a URL that demands one gets 404, as C Tor when it has none).
+//! `Expires`/`Pragma` lines, the consensus's liveness and signer checks,
+//! and consensus diffs (the snapshot's [`super::diffs::DiffSet`]) for a
+//! client that names its consensus in `X-Or-Diff-From-Consensus` or in a
+//! `diff/` URL: an unknown base gets the full consensus (the URL form gets
+//! 404), as in C Tor.
 
 use std::net::IpAddr;
 use std::sync::Arc;
@@ -12,6 +14,7 @@ use std::time::{Duration, SystemTime};
 
 use base64::Engine as _;
 
+use super::diffs::{parse_diff_from_value, parse_one_diff_hash};
 use super::{compress, ConsensusDoc, DirDocuments, Method};
 use crate::consensus::ConsensusFlavor;
 
@@ -91,7 +94,8 @@ pub struct Request {
     pub accept: u8,
     /// `If-Modified-Since`, if well-formed.
     pub if_modified_since: Option<SystemTime>,
-    /// `X-Or-Diff-From-Consensus` digests.
+    /// `X-Or-Diff-From-Consensus` digests (the first such header line,
+    /// read as C's `parse_or_diff_from_header` reads it).
     pub diff_from: Vec<[u8; 32]>,
 }
 
@@ -142,8 +146,20 @@ pub fn parse_request(buf: &[u8]) -> Parsed {
         accept |= Method::Deflate.bit();
     }
     let mut if_modified_since = None;
-    let mut diff_from = Vec::new();
+    let mut diff_from = None;
     for line in lines {
+        // C's `http_get_header`: the first line that starts with the
+        // name, a colon and a space (any case); the value is the rest.
+        if diff_from.is_none() {
+            if let Some(value) = line
+                .get(..DIFF_HEADER.len())
+                .filter(|n| n.eq_ignore_ascii_case(DIFF_HEADER))
+                .and_then(|_| line.get(DIFF_HEADER.len()..))
+            {
+                diff_from = Some(parse_diff_from_value(value));
+                continue;
+            }
+        }
         let Some((name, value)) = line.split_once(':') else {
             continue;
         };
@@ -155,13 +171,6 @@ pub fn parse_request(buf: &[u8]) -> Parsed {
                 }
             }
             "if-modified-since" => if_modified_since = httpdate::parse_http_date(value).ok(),
-            "x-or-diff-from-consensus" => {
-                diff_from.extend(value.split(',').filter_map(|h| {
-                    hex::decode(h.trim())
-                        .ok()
-                        .and_then(|b| <[u8; 32]>::try_from(b).ok())
-                }));
-            }
             _ => {}
         }
     }
@@ -170,9 +179,12 @@ pub fn parse_request(buf: &[u8]) -> Parsed {
         url,
         accept,
         if_modified_since,
-        diff_from,
+        diff_from: diff_from.unwrap_or_default(),
     })
 }
+
+/// C's `X_OR_DIFF_FROM_CONSENSUS_HEADER`.
+const DIFF_HEADER: &str = "X-Or-Diff-From-Consensus: ";
 
 fn find(hay: &[u8], needle: &[u8]) -> Option<usize> {
     hay.windows(needle.len()).position(|w| w == needle)
@@ -392,28 +404,48 @@ impl Responder<'_> {
         {
             return self.short(res, 404, "Not found");
         }
-        let mut want_fps = after;
-        if let Some(rest) = after.and_then(|a| a.strip_prefix("diff/")) {
-            // A diff demanded in the URL: we make none.
-            let hash = rest.split('/').next().unwrap_or("");
-            if hex::decode(hash).map(|b| b.len()) != Ok(32) {
-                return self.short(res, 404, "Couldn't parse request");
+        // C's `parse_consensus_request`: a diff demanded in the URL
+        // (`diff/<hex>[/<fps>]`) or accepted through the header.
+        let (digests, diff_only, want_fps) = match after.and_then(|a| a.strip_prefix("diff/")) {
+            Some(rest) => {
+                let (hash, fps) = match rest.split_once('/') {
+                    Some((h, f)) => (h, Some(f)),
+                    None => (rest, None),
+                };
+                let Some(d) = parse_one_diff_hash(hash) else {
+                    return self.short(res, 404, "Couldn't parse request");
+                };
+                (vec![d], true, fps)
             }
-            return self.short(res, 404, "No such diff available");
-        }
-        let Some(c) = docs.consensus(flavor) else {
-            return self.short(res, 404, "Not found");
+            None => (self.req.diff_from.clone(), false, after),
         };
-        if self.req.diff_from.contains(&c.sha3_as_signed) {
+        let latest = docs.consensus(flavor);
+        if latest.is_some_and(|c| digests.contains(&c.sha3_as_signed)) {
             return self.short(res, 304, "Not modified");
         }
+        let diff = latest.and_then(|c| {
+            docs.diffs.find_best(
+                flavor,
+                &c.sha3_as_signed,
+                &digests,
+                self.req.accept,
+                &PREF_PRECOMPRESSED,
+            )
+        });
+        if diff_only && diff.is_none() {
+            return self.short(res, 404, "No such diff available");
+        }
+        let Some(c) = latest else {
+            return self.short(res, 404, "Not found");
+        };
+        // A diff carries its target's times and signers (C's diff labels).
         if c.valid_after > self.now + REASONABLY_LIVE {
             return self.short(res, 404, "Consensus is too new");
         }
         if c.valid_until + REASONABLY_LIVE < self.now {
             return self.short(res, 404, "Consensus is too old");
         }
-        if let Some(fps) = want_fps.take().filter(|f| !f.is_empty()) {
+        if let Some(fps) = want_fps.filter(|f| !f.is_empty()) {
             if !client_likes_consensus(c, fps) {
                 return self.short(
                     res,
@@ -429,13 +461,23 @@ impl Responder<'_> {
         {
             return self.short(res, 304, "Not modified");
         }
-        let method = PREF_PRECOMPRESSED
-            .into_iter()
-            .find(|m| self.req.accept & m.bit() != 0 && c.body(*m).is_some())
-            .unwrap_or(Method::Identity);
-        let Some(body) = c.body(method).cloned() else {
-            return self.short(res, 404, "Not found");
+        let is_diff = diff.is_some();
+        let (method, body) = match diff {
+            Some(d) => d,
+            None => {
+                let method = PREF_PRECOMPRESSED
+                    .into_iter()
+                    .find(|m| self.req.accept & m.bit() != 0 && c.body(*m).is_some())
+                    .unwrap_or(Method::Identity);
+                let Some(body) = c.body(method).cloned() else {
+                    return self.short(res, 404, "Not found");
+                };
+                (method, body)
+            }
         };
+        if is_diff {
+            docs.diffs.counters.note_served(flavor);
+        }
         let lifetime = c
             .fresh_until
             .duration_since(self.now)
