@@ -44,6 +44,9 @@ pub struct MetricsSnapshot {
     pub exit: crate::messages::ExitCounters,
     /// Seconds since start.
     pub uptime_s: u64,
+    /// Consensus diffs of the directory cache (set by the caller: the
+    /// cache's state is not the controller's).
+    pub dir_diffs: super::dir_cache::DiffMetrics,
 }
 
 /// The resource-limit figures of the metrics page.
@@ -347,6 +350,7 @@ pub fn render(m: &MetricsSnapshot, t: &super::tor_metrics::TorSnapshot) -> Strin
     render_onion(&mut o, &m.onion);
     render_limits(&mut o, &m.limits);
     super::exit_metrics::render_exit(&mut o, &m.exit);
+    super::dir_cache::render_diffs(&mut o, &m.dir_diffs);
     family(
         &mut o,
         "weft_uptime_seconds",
@@ -491,6 +495,7 @@ impl super::Controller {
                 }
             },
             uptime_s: self.started.elapsed().as_secs(),
+            dir_diffs: Default::default(),
         }
     }
 }

@@ -445,7 +445,9 @@ async fn run_controller(cfg: RelayConfig, mut hooks: RelayHooks) -> anyhow::Resu
                     // Refused before the page is rendered: closed unanswered.
                     if m.admits(peer) {
                         c.conn_stats.metrics_open = m.serving() + 1;
-                        let body = metrics::render(&c.metrics_snapshot(), &c.tor_snapshot(&dir));
+                        let mut snap = c.metrics_snapshot();
+                        snap.dir_diffs = cache.diff_metrics();
+                        let body = metrics::render(&snap, &c.tor_snapshot(&dir));
                         m.serve(stream, peer, body);
                     }
                 }
