@@ -1,0 +1,323 @@
+//! weft serves consensus diffs to stock tor (issue 35, `DirCache=2`,
+//! acceptance 1), on loopback: 3 stock authorities (a consensus every 20
+//! seconds), 3 stock relays with `DirCache 0`, 1 stock exit, and weft,
+//! voted V2Dir and Guard by the authorities' own rules.
+//!
+//! A stock client whose only directory source is weft (the authorities'
+//! real identities at dead addresses, weft its only `FallbackDir` and
+//! `EntryNodes`) bootstraps, is stopped (its `cached-microdesc-consensus`
+//! stays in its DataDirectory), and is started again once the network has
+//! a newer consensus and weft has made the diff from the client's one.
+//! The client must then log C's "Applied consensus diff" for a diff from
+//! weft, its consensus must equal the authorities' of the same
+//! valid-after byte for byte, and weft's MetricsPort must count the diff.
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+mod common;
+
+use anyhow::{bail, ensure, Context, Result};
+use weft_dir::consdiff;
+use weft_testnet::{pick_base_port, ControlClient, Testnet, TestnetConfig, TorBinaries, WeftNode};
+
+/// Bound on every wait.
+const BOUND: Duration = Duration::from_secs(300);
+
+/// A stock tor client started by this test (killed, by its own handle,
+/// on drop).
+struct IsolatedClient {
+    child: Child,
+    dir: PathBuf,
+    control_port: u16,
+}
+
+impl Drop for IsolatedClient {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+impl IsolatedClient {
+    /// A client that can reach no authority and knows weft as its only
+    /// fallback directory and entry (as in `dir_cache.rs`). Started again
+    /// in the same `dir`, it keeps its DataDirectory.
+    fn start(net: &Testnet, weft_fp: &str, weft_or_port: u16, dir: &Path) -> Result<Self> {
+        std::fs::create_dir_all(dir)?;
+        let dead = common::free_port();
+        let control_port = common::free_port();
+        let socks_port = common::free_port();
+        let mut t = String::new();
+        t.push_str("TestingTorNetwork 1\n");
+        t.push_str(&format!("DataDirectory {}\n", dir.join("data").display()));
+        t.push_str(&format!("SocksPort 127.0.0.1:{socks_port}\n"));
+        t.push_str(&format!("ControlPort 127.0.0.1:{control_port}\n"));
+        t.push_str("CookieAuthentication 1\n");
+        t.push_str(&format!(
+            "Log notice file {}\n",
+            dir.join("notice.log").display()
+        ));
+        t.push_str(&format!(
+            "Log info file {}\n",
+            dir.join("info.log").display()
+        ));
+        for line in net.dir_authority_lines() {
+            t.push_str(&dead_authority(line, dead)?);
+            t.push('\n');
+        }
+        t.push_str(&format!(
+            "FallbackDir 127.0.0.1:{dead} orport={weft_or_port} id={weft_fp}\n"
+        ));
+        t.push_str(&format!(
+            "EntryNodes ${weft_fp}\nStrictNodes 1\nUseEntryGuards 1\n"
+        ));
+        let torrc = dir.join("torrc");
+        std::fs::write(&torrc, t)?;
+        let defaults = dir.join("torrc-defaults");
+        std::fs::write(&defaults, "")?;
+        let child = Command::new(&TorBinaries::locate()?.tor)
+            .arg("--defaults-torrc")
+            .arg(&defaults)
+            .arg("-f")
+            .arg(&torrc)
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .context("starting the isolated client")?;
+        Ok(IsolatedClient {
+            child,
+            dir: dir.to_path_buf(),
+            control_port,
+        })
+    }
+
+    /// Waits until it has bootstrapped to 100%.
+    fn wait_bootstrapped(&self) -> Result<()> {
+        let deadline = Instant::now() + BOUND;
+        let mut ctl = loop {
+            match ControlClient::connect(
+                ([127, 0, 0, 1], self.control_port).into(),
+                &self.dir.join("data"),
+                Duration::from_secs(30),
+            ) {
+                Ok(c) => break c,
+                Err(e) if Instant::now() > deadline => bail!("client control port: {e}"),
+                Err(_) => std::thread::sleep(Duration::from_millis(300)),
+            }
+        };
+        loop {
+            let (pct, summary) = ctl.bootstrap_phase()?;
+            if pct == 100 {
+                return Ok(());
+            }
+            ensure!(
+                Instant::now() < deadline,
+                "client stuck at {pct}% ({summary}); its log:\n{}",
+                read(&self.dir.join("notice.log"))
+            );
+            std::thread::sleep(Duration::from_millis(500));
+        }
+    }
+
+    fn consensus(&self) -> String {
+        read(&self.dir.join("data").join("cached-microdesc-consensus"))
+    }
+
+    fn info_log(&self) -> String {
+        read(&self.dir.join("info.log"))
+    }
+}
+
+fn read(p: &Path) -> String {
+    std::fs::read_to_string(p).unwrap_or_default()
+}
+
+/// The authority line with its ORPort and DirPort moved to `dead`.
+fn dead_authority(line: &str, dead: u16) -> Result<String> {
+    let mut out = Vec::new();
+    for w in line.split(' ') {
+        if w.starts_with("orport=") {
+            out.push(format!("orport={dead}"));
+        } else if w.starts_with("127.0.0.1:") {
+            out.push(format!("127.0.0.1:{dead}"));
+        } else {
+            out.push(w.to_string());
+        }
+    }
+    ensure!(out.len() > 4, "odd DirAuthority line {line}");
+    Ok(out.join(" "))
+}
+
+fn valid_after(doc: &str) -> Option<&str> {
+    doc.lines().find_map(|l| l.strip_prefix("valid-after "))
+}
+
+/// weft's stored diffs (identity form) from the consensus whose digest
+/// as signed is `base`: (file name, text).
+fn weft_diffs_from(weft_dir: &Path, base: &[u8; 32]) -> Vec<(String, String)> {
+    let want = format!("hash {}", hex::encode_upper(base));
+    let Ok(rd) = std::fs::read_dir(weft_dir.join("diff-cache")) else {
+        return Vec::new();
+    };
+    rd.filter_map(|e| e.ok())
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .filter(|n| n.starts_with("diff-microdesc-") && n.ends_with(".txt"))
+        .filter_map(|n| {
+            let text = read(&weft_dir.join("diff-cache").join(&n));
+            text.lines().nth(1)?.starts_with(&want).then_some((n, text))
+        })
+        .collect()
+}
+
+fn file_size(p: &Path) -> u64 {
+    std::fs::metadata(p).map_or(0, |m| m.len())
+}
+
+#[test]
+fn stock_client_with_an_older_consensus_gets_a_diff_from_weft() -> Result<()> {
+    let metrics_port = common::free_port();
+    let base_dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR"))
+        .join(format!("weft-net-consdiff-{}", std::process::id()));
+    let mut cfg = TestnetConfig::new(&base_dir, 0);
+    cfg.relays = 3;
+    cfg.exits = 1;
+    cfg.clients = 0;
+    cfg.guards_by_vote = true;
+    cfg.relay_torrc = vec![vec!["DirCache 0".to_string()]; 3];
+    let mut w = WeftNode::new(env!("CARGO_BIN_EXE_weft"));
+    w.connection_threads = Some(2);
+    w.extra_torrc = vec![format!("MetricsPort 127.0.0.1:{metrics_port}")];
+    cfg.weft = Some(w);
+    cfg.base_port = pick_base_port(cfg.ports_needed())?;
+    eprintln!(
+        "[consdiff] network in {} from port {}",
+        base_dir.display(),
+        cfg.base_port
+    );
+    let mut net = Testnet::start(cfg)?;
+    let weft = net.weft().context("weft")?;
+    let fp = weft.fingerprint()?.to_string();
+    let weft_or_port = weft.or_addr().context("weft ORPort")?.port();
+    let weft_dir = weft.dir.clone();
+    let auth_md = net.node("auth0")?.dir.join("cached-microdesc-consensus");
+    let stock: Vec<String> = net
+        .nodes()
+        .iter()
+        .filter_map(|n| n.fingerprint.clone())
+        .filter(|f| *f != fp)
+        .collect();
+    net.wait_until_listed(&stock, &["Running", "Valid"], BOUND)?;
+    net.wait_until_listed(&[net.fingerprint("exit0")?], &["Exit"], BOUND)?;
+    net.wait_until_listed(&[&fp], &["Running", "Valid", "V2Dir", "Guard"], BOUND)?;
+    eprintln!("[consdiff] weft listed V2Dir and Guard");
+
+    // 1. The client gets consensus N from weft, and stops.
+    let client_dir = base_dir.join("isolated");
+    let client = IsolatedClient::start(&net, &fp, weft_or_port, &client_dir)?;
+    client.wait_bootstrapped()?;
+    drop(client);
+    let old = read(&client_dir.join("data").join("cached-microdesc-consensus"));
+    let old_va = valid_after(&old)
+        .context("the client's consensus")?
+        .to_owned();
+    let base = consdiff::digest_as_signed(old.as_bytes());
+    eprintln!("[consdiff] client stopped with the consensus of {old_va}");
+
+    // 2. The network moves on; weft makes the diff from N.
+    let deadline = Instant::now() + BOUND;
+    let (name, stored) = loop {
+        if let Some(d) = weft_diffs_from(&weft_dir, &base).pop() {
+            break d;
+        }
+        ensure!(Instant::now() < deadline, "weft made no diff from {old_va}");
+        std::thread::sleep(Duration::from_secs(1));
+    };
+    let target = consdiff::apply(&old, &stored).context("weft's stored diff")?;
+    eprintln!(
+        "[consdiff] weft's {name}: {} bytes (x-tor-lzma {}, x-zstd {}, gzip {}) for a \
+         consensus of {} bytes (valid-after {})",
+        stored.len(),
+        file_size(
+            &weft_dir
+                .join("diff-cache")
+                .join(name.replace(".txt", ".lzma"))
+        ),
+        file_size(
+            &weft_dir
+                .join("diff-cache")
+                .join(name.replace(".txt", ".zst"))
+        ),
+        file_size(
+            &weft_dir
+                .join("diff-cache")
+                .join(name.replace(".txt", ".gz"))
+        ),
+        target.len(),
+        valid_after(&target).unwrap_or("?"),
+    );
+    // Let weft's workers receive the snapshot with the diffs.
+    std::thread::sleep(Duration::from_secs(2));
+
+    // 3. The client starts again from N and asks weft.
+    let log_before = read(&client_dir.join("info.log")).len();
+    let client = IsolatedClient::start(&net, &fp, weft_or_port, &client_dir)?;
+    let deadline = Instant::now() + BOUND;
+    let mut applied = Vec::new();
+    let mut matched = None;
+    while matched.is_none() {
+        ensure!(
+            Instant::now() < deadline,
+            "no diff applied and matched; applied: {applied:?}; client's info log:\n{}",
+            client.info_log().get(log_before..).unwrap_or("")
+        );
+        std::thread::sleep(Duration::from_millis(500));
+        applied = client
+            .info_log()
+            .get(log_before..)
+            .unwrap_or("")
+            .lines()
+            .filter(|l| l.contains("Applied consensus diff"))
+            .map(str::to_owned)
+            .collect();
+        if applied.is_empty() {
+            continue;
+        }
+        // The client's consensus against the authorities' of the same
+        // valid-after (the network may have moved on meanwhile).
+        let (mine, theirs) = (client.consensus(), read(&auth_md));
+        if let (Some(a), Some(b)) = (valid_after(&mine), valid_after(&theirs)) {
+            if a == b {
+                ensure!(
+                    mine == theirs,
+                    "the client's consensus of {a} differs from auth0's"
+                );
+                matched = Some(a.to_owned());
+            }
+        }
+    }
+    eprintln!("[consdiff] client: {}", applied[0].trim());
+    eprintln!(
+        "[consdiff] client's consensus of {} equals auth0's (sha3 {})",
+        matched.unwrap_or_default(),
+        hex::encode_upper(consdiff::digest(client.consensus().as_bytes()))
+    );
+    let body = common::testnet_metrics(&net, metrics_port)?;
+    let md = common::metric_sum(
+        &body,
+        "weft_dir_consensus_diffs_served_total{flavor=\"microdesc\"}",
+    );
+    eprintln!(
+        "[consdiff] weft's MetricsPort: {}",
+        body.lines()
+            .filter(|l| l.starts_with("weft_dir_consensus_diff"))
+            .collect::<Vec<_>>()
+            .join(" | ")
+    );
+    ensure!(md >= 1.0, "weft counted no microdesc diff served");
+    drop(client);
+    net.stop()?;
+    Ok(())
+}
