@@ -37,8 +37,11 @@ use crate::context::{DirAuthority, RelayConfig};
 /// streams send and check (`weft-proto` `circuit/flow.rs`), and congestion
 /// control with XON/XOFF (proposal 324, `circuit/congestion.rs`): with
 /// `Relay=4` (ntor-v3) it makes clients ask an exit for congestion control.
+///
+/// `DirCache=2`: consensus diffs served (weft-dir `cache/diffs.rs`,
+/// `cache/diff_store.rs`), as C Tor's `consdiffmgr.c`.
 pub const PROTO: &str =
-    "Conflux=1 Cons=1-2 Desc=1-2 DirCache=1 FlowCtrl=1-2 HSIntro=4-5 HSRend=1-2 Link=4-5 LinkAuth=3 Microdesc=1-2 Relay=2,4";
+    "Conflux=1 Cons=1-2 Desc=1-2 DirCache=1-2 FlowCtrl=1-2 HSIntro=4-5 HSRend=1-2 Link=4-5 LinkAuth=3 Microdesc=1-2 Relay=2,4";
 
 /// Results of background directory work, handled on the controller.
 #[derive(Debug)]
