@@ -359,3 +359,138 @@ fn limits_bound_what_is_kept() {
     assert_eq!(report.disk_bytes, full.disk_bytes - oldest_files);
     assert!(report.disk_bytes <= small.max_disk);
 }
+
+/// A microdesc consensus of `n` relays at hour `h` (relay `i` present
+/// and its line variant from `state`), sorted by identity as real ones.
+fn simulated(h: u32, state: &[(u32, u32)]) -> String {
+    use base64::Engine as _;
+    let b64 = |b: &[u8]| base64::engine::general_purpose::STANDARD_NO_PAD.encode(b);
+    let mut s = format!(
+        "network-status-version 3 microdesc\nvote-status consensus\nconsensus-method 34\n\
+         valid-after 2030-01-{:02} {:02}:00:00\nfresh-until x\nvalid-until x\n\
+         known-flags Exit Fast Guard Running Stable V2Dir Valid\n",
+        1 + h / 24,
+        h % 24
+    );
+    let mut entries: Vec<(Vec<u8>, String)> = state
+        .iter()
+        .map(|&(i, v)| {
+            let id = Sha256::digest(i.to_be_bytes())[..20].to_vec();
+            let md = Sha256::digest([i.to_be_bytes(), v.to_be_bytes()].concat());
+            let e = format!(
+                "r relay{i} {} 2030-01-01 00:00:00 10.{}.{}.{} 9001 0\nm {}\n\
+                 s Fast Running{} V2Dir Valid\nv Tor 0.4.8.{}\npr Cons=1-2 Desc=1-2 \
+                 DirCache=2 Link=1-5 Microdesc=1-2 Relay=1-4\nw Bandwidth={}\n",
+                b64(&id),
+                i >> 16 & 255,
+                i >> 8 & 255,
+                i & 255,
+                b64(&md),
+                if v % 3 == 0 { " Stable" } else { "" },
+                v % 13,
+                1000 + v % 90_000
+            );
+            (id, e)
+        })
+        .collect();
+    entries.sort();
+    for (_, e) in entries {
+        s.push_str(&e);
+    }
+    s.push_str("directory-footer\nbandwidth-weights Wbd=0\n");
+    for k in 0..9 {
+        s.push_str(&format!(
+            "directory-signature sha256 {k:040X} {h:040X}\n-----BEGIN SIGNATURE-----\n{}\n\
+             -----END SIGNATURE-----\n",
+            b64(&[k as u8 ^ h as u8; 256])
+        ));
+    }
+    s
+}
+
+/// 72 hours of simulated consensuses of 7,000 relays (each hour about 5%
+/// of the lines change, 1% of relays leave and as many join): the memory
+/// and disk the diffs to the last one take, against the limits. Run with
+/// `cargo test -p weft-dir --release -- --ignored seventy_two --nocapture`.
+#[test]
+#[ignore = "measurement: about a minute"]
+fn seventy_two_hours_of_diffs_measured() {
+    let mut rng = 0x9e37_79b9_u32;
+    let mut next = move || {
+        rng ^= rng << 13;
+        rng ^= rng >> 17;
+        rng ^= rng << 5;
+        rng
+    };
+    let mut state: Vec<(u32, u32)> = (0..7000).map(|i| (i, 0)).collect();
+    let mut fresh = 7000;
+    let dir = tempfile::tempdir().unwrap();
+    let counters = Arc::new(DiffCounters::default());
+    let limits = Limits::default();
+    let t0 = std::time::Instant::now();
+    let mut last = (DiffSet::default(), diff_store::Report::default(), 0);
+    for h in 0..=72u32 {
+        let text = simulated(h, &state);
+        let va = now() - Duration::from_secs(u64::from(72 - h) * 3600);
+        // Only the last consensus gets its diffs made (the others are
+        // stored as bases): the 72 diffs a cache holds after 72 hours.
+        let t = Target {
+            flavor: ConsensusFlavor::Microdesc,
+            text: &text,
+            valid_after: va,
+        };
+        if h < 72 {
+            // Stored as the store keeps a base (an update would also make
+            // every diff to it, which a cache did an hour at a time).
+            let z = compress(Method::Deflate, text.as_bytes(), false).unwrap();
+            let secs = va.duration_since(SystemTime::UNIX_EPOCH).unwrap().as_secs();
+            std::fs::write(dir.path().join(format!("consensus-microdesc-{secs}")), z).unwrap();
+        } else {
+            let (set, report) =
+                diff_store::update(dir.path(), &[t], &limits, now(), counters.clone()).unwrap();
+            last = (set, report, text.len());
+        }
+        for e in state.iter_mut() {
+            if next() % 20 == 0 {
+                e.1 = next();
+            }
+        }
+        for _ in 0..70 {
+            let i = next() as usize % state.len();
+            state.swap_remove(i);
+            state.push((fresh, 0));
+            fresh += 1;
+        }
+    }
+    let (set, report, len) = last;
+    let f = set.flavor(ConsensusFlavor::Microdesc);
+    let mut sizes: Vec<(SystemTime, usize, usize)> = f
+        .by_base
+        .values()
+        .map(|d| {
+            let id = d.body(Method::Identity).unwrap().len();
+            (d.from_valid_after, id, d.size())
+        })
+        .collect();
+    sizes.sort();
+    eprintln!(
+        "consensus {len} bytes; {} diffs kept ({} made, {} failed); memory {} KiB \
+         (limit {} KiB), disk {} KiB (limit {} KiB); {:?}",
+        f.by_base.len(),
+        report.made,
+        report.failed,
+        set.size() / 1024,
+        limits.max_memory / 1024,
+        report.disk_bytes / 1024,
+        limits.max_disk / 1024,
+        t0.elapsed()
+    );
+    if let (Some(o), Some(n)) = (sizes.first(), sizes.last()) {
+        eprintln!(
+            "oldest base: diff {} bytes, all forms {}; newest: {} bytes, all forms {}",
+            o.1, o.2, n.1, n.2
+        );
+    }
+    assert!(set.size() <= limits.max_memory);
+    assert!(report.disk_bytes <= limits.max_disk);
+}
