@@ -107,6 +107,8 @@ pub struct DirCounters {
     pub too_large: u64,
     /// Response bytes (head and body) packaged into DATA cells.
     pub bytes: u64,
+    /// Consensus diffs answered, by flavour (ns, microdesc).
+    pub consensus_diffs: [u64; 2],
 }
 
 impl DirCounters {
@@ -123,6 +125,10 @@ impl DirCounters {
             refused,
             too_large: f(self.too_large, o.too_large),
             bytes: f(self.bytes, o.bytes),
+            consensus_diffs: [
+                f(self.consensus_diffs[0], o.consensus_diffs[0]),
+                f(self.consensus_diffs[1], o.consensus_diffs[1]),
+            ],
         }
     }
 }

@@ -31,7 +31,7 @@ use std::path::Path;
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
-use super::diffs::{DiffCounters, DiffDoc, DiffSet, FlavorDiffs, DIFF_METHODS};
+use super::diffs::{DiffDoc, DiffSet, FlavorDiffs, DIFF_METHODS};
 use super::{compress, flavor_index, Method};
 use crate::consdiff;
 use crate::consensus::ConsensusFlavor;
@@ -242,19 +242,14 @@ struct Kept {
 
 /// Stores the snapshot's consensuses (`targets`) in `dir` and returns the
 /// diffs to them, made or loaded and checked, within `limits` at `now`.
-/// Served diffs are counted in `counters`.
 pub fn update(
     dir: &Path,
     targets: &[Target<'_>],
     limits: &Limits,
     now: SystemTime,
-    counters: Arc<DiffCounters>,
 ) -> std::io::Result<(DiffSet, Report)> {
     ensure_dir(dir)?;
-    let mut set = DiffSet {
-        counters,
-        ..DiffSet::default()
-    };
+    let mut set = DiffSet::default();
     let mut report = Report::default();
     let mut keep_files: HashSet<String> = HashSet::new();
     let mut kept: Vec<Kept> = Vec::new();

@@ -13,7 +13,6 @@
 //! holds diffs that were checked to turn their base into its consensus.
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::SystemTime;
 
@@ -69,33 +68,11 @@ impl FlavorDiffs {
     }
 }
 
-/// Diffs served, by flavour: the one counter workers share (an atomic
-/// add per diff sent, read by the controller's metrics page). It outlives
-/// the snapshots that point at it.
-#[derive(Debug, Default)]
-pub struct DiffCounters {
-    served: [AtomicU64; 2],
-}
-
-impl DiffCounters {
-    /// A diff of `flavor` was answered (status 200).
-    pub fn note_served(&self, flavor: ConsensusFlavor) {
-        self.served[flavor_index(flavor)].fetch_add(1, Ordering::Relaxed);
-    }
-
-    /// Diffs of `flavor` answered so far.
-    pub fn served(&self, flavor: ConsensusFlavor) -> u64 {
-        self.served[flavor_index(flavor)].load(Ordering::Relaxed)
-    }
-}
-
 /// Every diff a snapshot serves, both flavours.
 #[derive(Debug, Clone, Default)]
 pub struct DiffSet {
     /// `ns` (index 0) and `microdesc` (index 1).
     pub flavors: [FlavorDiffs; 2],
-    /// Where serving counts the diffs it sends.
-    pub counters: Arc<DiffCounters>,
 }
 
 impl DiffSet {

@@ -223,6 +223,9 @@ pub struct Response {
     pub head: Vec<u8>,
     /// The body.
     pub body: Body,
+    /// A consensus diff of this flavour was answered (the worker counts
+    /// it in its own counters).
+    pub diff: Option<ConsensusFlavor>,
 }
 
 /// What the response needs to know about the connection.
@@ -308,6 +311,7 @@ impl Responder<'_> {
             resource,
             head: head.into_bytes(),
             body: Body::Empty,
+            diff: None,
         }
     }
 
@@ -348,6 +352,7 @@ impl Responder<'_> {
             resource,
             head: h.into_bytes(),
             body,
+            diff: None,
         }
     }
 
@@ -475,22 +480,21 @@ impl Responder<'_> {
                 (method, body)
             }
         };
-        if is_diff {
-            docs.diffs.counters.note_served(flavor);
-        }
         let lifetime = c
             .fresh_until
             .duration_since(self.now)
             .map(|d| d.as_secs())
             .unwrap_or(0);
-        self.full(
+        let mut r = self.full(
             res,
             method,
             None,
             Some("Vary: X-Or-Diff-From-Consensus\r\n"),
             lifetime,
             Body::Shared(body),
-        )
+        );
+        r.diff = is_diff.then_some(flavor);
+        r
     }
 
     /// `handle_get_microdesc`.

@@ -21,7 +21,7 @@ use std::time::{Duration, Instant, SystemTime};
 use tokio::sync::mpsc::UnboundedSender;
 use tracing::{info, warn};
 use weft_dir::cache::diff_store::{self, Limits, Report, Target};
-use weft_dir::cache::diffs::{DiffCounters, DiffSet};
+use weft_dir::cache::diffs::DiffSet;
 use weft_dir::cache::{fetch::fetch_inputs, store, CacheInputs, DirDocuments};
 use weft_dir::consensus::{ConsensusFlavor, ConsensusSummary};
 
@@ -173,10 +173,7 @@ impl DirCacheState {
             filled_for: None,
             next_try: Instant::now(),
             testing: cfg.testing_tor_network,
-            diffs: DiffSet {
-                counters: Arc::new(DiffCounters::default()),
-                ..DiffSet::default()
-            },
+            diffs: DiffSet::default(),
             diff_busy: false,
             diff_report: Report::default(),
             diff_limits: Limits::default(),
@@ -257,11 +254,12 @@ impl DirCacheState {
         });
     }
 
-    /// The consensus diffs' figures.
-    pub fn diff_metrics(&self) -> DiffMetrics {
+    /// The consensus diffs' figures; `served`: the workers' counts (ns,
+    /// microdesc).
+    pub fn diff_metrics(&self, served: [u64; 2]) -> DiffMetrics {
         let fl = [ConsensusFlavor::Plain, ConsensusFlavor::Microdesc];
         DiffMetrics {
-            served: fl.map(|f| self.diffs.counters.served(f)),
+            served,
             available: fl.map(|f| self.diffs.flavor(f).by_base.len()),
             memory_bytes: self.diffs.size(),
             disk_bytes: self.diff_report.disk_bytes,
@@ -280,11 +278,7 @@ impl DirCacheState {
         }
         self.diff_busy = true;
         let dir = self.data_dir.join(diff_store::DIR_NAME);
-        let (limits, counters, tx) = (
-            self.diff_limits,
-            self.diffs.counters.clone(),
-            self.tx.clone(),
-        );
+        let (limits, tx) = (self.diff_limits, self.tx.clone());
         tokio::task::spawn_blocking(move || {
             let mut texts = Vec::new();
             for f in [ConsensusFlavor::Plain, ConsensusFlavor::Microdesc] {
@@ -303,7 +297,7 @@ impl DirCacheState {
                     valid_after,
                 })
                 .collect();
-            let r = diff_store::update(&dir, &targets, &limits, SystemTime::now(), counters)
+            let r = diff_store::update(&dir, &targets, &limits, SystemTime::now())
                 .map(|(set, report)| {
                     let mut next = (*docs).clone();
                     next.diffs = set;

@@ -446,7 +446,7 @@ async fn run_controller(cfg: RelayConfig, mut hooks: RelayHooks) -> anyhow::Resu
                     if m.admits(peer) {
                         c.conn_stats.metrics_open = m.serving() + 1;
                         let mut snap = c.metrics_snapshot();
-                        snap.dir_diffs = cache.diff_metrics();
+                        snap.dir_diffs = cache.diff_metrics(snap.exit.dir.consensus_diffs);
                         let body = metrics::render(&snap, &c.tor_snapshot(&dir));
                         m.serve(stream, peer, body);
                     }

@@ -19,6 +19,7 @@ use std::time::Duration;
 use tracing::debug;
 use weft_dir::cache::serve::{self, Body, Parsed, Peer, Resource};
 use weft_dir::cache::DirDocuments;
+use weft_dir::consensus::ConsensusFlavor;
 use weft_proto::relay::{end_reason, relay_cmd};
 
 use crate::worker::core::streams::{State, StreamOwner};
@@ -161,6 +162,9 @@ impl Circuits {
         let c = &mut self.streams.counters.dir;
         if answer.status == 200 {
             c.served[i] += 1;
+            if let Some(f) = answer.diff {
+                c.consensus_diffs[usize::from(f == ConsensusFlavor::Microdesc)] += 1;
+            }
         } else {
             c.refused[i] += 1;
         }
