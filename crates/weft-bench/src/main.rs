@@ -346,7 +346,13 @@ fn main() -> Result<()> {
             };
             let r = weft_bench::soak::run(&env, &p)?;
             let _ = std::fs::remove_dir_all(&dir);
-            let out = results.join(format!("{date}-soak"));
+            // A second soak the same day gets a directory of its own.
+            let mut out = results.join(format!("{date}-soak"));
+            let mut n = 2;
+            while out.join("soak.json").exists() {
+                out = results.join(format!("{date}-soak-{n}"));
+                n += 1;
+            }
             std::fs::create_dir_all(&out)?;
             let path = out.join("soak.json");
             report::write_json(
