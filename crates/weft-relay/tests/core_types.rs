@@ -214,7 +214,6 @@ const DRIVER_ENTRY_POINTS: &[&str] = &[
     "begin_round",
     "on_cell",
     "on_ring_msg",
-    "handle_msg",
     "handle_event",
     // outputs
     "poll_effect",

@@ -138,7 +138,7 @@ impl Worker {
                 ed_id,
             } => self.connect(conn_id, addr, rsa_id, ed_id),
             WorkerMsg::Migrate { conn_id, to } => self.migrate_out(conn_id, to),
-            WorkerMsg::Core(m) => self.core.handle_msg(m),
+            WorkerMsg::Core(m) => self.core.handle_event(CoreEvent::Msg(m)),
             WorkerMsg::Adopt(m) => self.adopt(*m),
             WorkerMsg::BandwidthShare { rate, burst } => {
                 self.read_bucket.set(rate, burst);
@@ -146,7 +146,7 @@ impl Worker {
             }
             WorkerMsg::NewContext(c) => {
                 self.core
-                    .handle_msg(CoreMsg::NewContext(c.circuits.clone()));
+                    .handle_event(CoreEvent::Msg(CoreMsg::NewContext(c.circuits.clone())));
                 self.ctx = c;
             }
             WorkerMsg::CloseAll => {

@@ -573,14 +573,14 @@ impl Worker {
                         .as_ref()
                         .is_some_and(|r| r.query(q.clone()));
                     if !sent {
-                        self.core
-                            .handle_msg(CoreMsg::Resolved(crate::resolver::DnsAnswer {
-                                key: q.key,
-                                tag: q.tag,
-                                v4: Err(false),
-                                v6: Err(false),
-                                cached: false,
-                            }));
+                        let failed = CoreMsg::Resolved(crate::resolver::DnsAnswer {
+                            key: q.key,
+                            tag: q.tag,
+                            v4: Err(false),
+                            v6: Err(false),
+                            cached: false,
+                        });
+                        self.core.handle_event(CoreEvent::Msg(failed));
                     }
                 }
                 Effect::Stream(io) => self.stream_socket(io),

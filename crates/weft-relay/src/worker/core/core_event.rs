@@ -1,14 +1,17 @@
-//! What the driver tells the circuit core about its sockets: a connection
-//! started, opened, closed or arrived from another worker, a move that
-//! failed, the rings drained, an exit stream's socket connected or failed.
-//! One input, [`Circuits::handle_event`], as the core's other inputs
-//! (`on_cell`, `on_ring_msg`, `handle_msg`, `begin_round`); plain data
-//! with no socket inside. What an event causes comes out of
+//! What the driver tells the circuit core, other than the cells it reads
+//! and the rings' messages: a connection started, opened, closed or
+//! arrived from another worker, a move that failed, the rings drained,
+//! an exit stream's socket connected or failed, and a message for the
+//! core from the controller or another worker ([`CoreMsg`]). One input,
+//! [`Circuits::handle_event`], beside the hot path's two (`on_cell`,
+//! `on_ring_msg`) and the clock (`begin_round`); plain data with no
+//! socket inside. What an event causes comes out of
 //! [`Circuits::poll_effect`] and the connections' output.
 
 use std::net::SocketAddr;
 
 use crate::messages::ConnId;
+use crate::worker::core::core_msg::CoreMsg;
 use crate::worker::core::migrate::MovedCircuits;
 use crate::worker::core::Circuits;
 
@@ -72,6 +75,8 @@ pub(crate) enum CoreEvent<'a> {
         /// What failed.
         error: &'a std::io::Error,
     },
+    /// A message from the controller or another worker's core.
+    Msg(CoreMsg),
 }
 
 impl Circuits {
@@ -104,6 +109,7 @@ impl Circuits {
             CoreEvent::RingsDrained => self.rings_drained(),
             CoreEvent::StreamConnected { key } => self.stream_connected(key),
             CoreEvent::StreamFailed { key, error } => self.stream_failed(key, error),
+            CoreEvent::Msg(m) => self.handle_msg(m),
         }
     }
 }

@@ -134,7 +134,7 @@ impl Circuits {
     /// One message from the controller or another worker's core. What it
     /// causes comes out of [`Circuits::poll_effect`] and the connections'
     /// output as after any other input.
-    pub(crate) fn handle_msg(&mut self, m: CoreMsg) {
+    pub(super) fn handle_msg(&mut self, m: CoreMsg) {
         match m {
             CoreMsg::CreateOutbound {
                 conn_id,

@@ -11,14 +11,14 @@
 //! else; `tests/core_types.rs` checks it):
 //!
 //! * inputs — [`Circuits::on_cell`] (one cell read from a connection,
-//!   [`crate::worker::core::dispatch`]), [`Circuits::on_ring_msg`] (a message from
-//!   another worker's ring, [`crate::worker::core::handoff`]), [`Circuits::handle_msg`]
-//!   (a [`crate::worker::core::core_msg::CoreMsg`] from the controller or another core),
-//!   [`Circuits::handle_event`] (a [`crate::worker::core::core_event::CoreEvent`] of the
-//!   driver's sockets: a connection started, opened, closed or adopted,
-//!   the rings drained, a stream socket connected or failed) and
-//!   [`Circuits::begin_round`] (the clock; the core's own timers,
-//!   [`crate::worker::core::timers`]);
+//!   [`crate::worker::core::dispatch`]), [`Circuits::on_ring_msg`] (a
+//!   message from another worker's ring, [`crate::worker::core::handoff`]),
+//!   [`Circuits::handle_event`] (a [`crate::worker::core::core_event::CoreEvent`]:
+//!   a connection started, opened, closed or adopted, the rings drained, a
+//!   stream socket connected or failed, or a
+//!   [`crate::worker::core::core_msg::CoreMsg`] from the controller or
+//!   another core) and [`Circuits::begin_round`] (the clock; the core's own
+//!   timers, [`crate::worker::core::timers`]);
 //! * outputs — [`Circuits::poll_effect`] (messages for the controller and
 //!   other cores, lookups, stream sockets to open, close or pump,
 //!   connections to resume or close), [`Circuits::poll_timeout`] (when to
@@ -31,9 +31,9 @@
 //!   [`Circuits::detach`].
 //!
 //! After any input, drain `poll_effect`; after a round, `end_round`.
-//! Every module in this folder but `mod.rs`, `conn.rs`, `inbox.rs`,
-//! `io.rs`, `report.rs` and `stream_io.rs` is part of this core and may
-//! not use sockets, mio, clocks or threads.
+//! Every module in this folder is part of this core and may not use
+//! sockets, mio, clocks or threads (`tests/module_layers.rs`); the driver
+//! is the worker's folder around it.
 
 pub(crate) mod conflux;
 pub(crate) mod core_event;
