@@ -82,6 +82,10 @@ pub struct DirOutcome {
     pub relays_changed: bool,
     /// Run the bandwidth self-test through these two relays.
     pub selftest: Option<(HopTarget, HopTarget)>,
+    /// Stop weft: the consensus requires a protocol it lacks (C's
+    /// `networkstatus_check_required_protocols`; not on a testing
+    /// network).
+    pub stop: Option<String>,
 }
 
 /// Run the bandwidth self-test while observed bandwidth is below this
@@ -126,6 +130,8 @@ pub struct DirState {
     /// FamilyId keys: a `family-cert` each in every descriptor.
     family_keys: Vec<weft_crypto::family_keys::FamilyKey>,
     testing: bool,
+    /// The last protocol verdict logged (each is logged once).
+    protocols_said: Option<String>,
     our_fp: [u8; 20],
     /// Current network parameters (C Tor's defaults until a consensus).
     pub params: NetParams,
@@ -182,6 +188,7 @@ impl DirState {
             exit_withdrawn: false,
             family_keys: Vec::new(),
             testing: cfg.testing_tor_network,
+            protocols_said: None,
             our_fp: [0; 20],
             params: NetParams::default(),
             consensus: None,
@@ -530,6 +537,7 @@ impl DirState {
                                 }
                             }
                         }
+                        out.stop = self.check_protocols(&c);
                         out.params_changed = c.params != self.params;
                         let ports =
                             |c: &ConsensusSummary| -> Vec<([u8; 20], std::net::Ipv4Addr, u16)> {
@@ -554,5 +562,40 @@ impl DirState {
             }
         }
         out
+    }
+
+    /// C's check of a consensus's relay protocol lists against ours
+    /// ([`super::protocols`]): a required one missing stops weft (on a
+    /// testing network it is logged at error and weft runs on), a
+    /// recommended one missing is warned; each verdict logged once.
+    fn check_protocols(&mut self, c: &ConsensusSummary) -> Option<String> {
+        use super::protocols::{check, ProtocolVerdict};
+        let v = check(
+            PROTO,
+            &c.required_relay_protocols,
+            &c.recommended_relay_protocols,
+            c.valid_after,
+        );
+        let text = match &v {
+            ProtocolVerdict::Fine => return None,
+            ProtocolVerdict::Warn(t) | ProtocolVerdict::Missing(t) => t.clone(),
+        };
+        let new = self.protocols_said.as_deref() != Some(text.as_str());
+        self.protocols_said = Some(text.clone());
+        match v {
+            ProtocolVerdict::Missing(_) if !self.testing => {
+                tracing::error!("{text}");
+                Some(text)
+            }
+            ProtocolVerdict::Missing(_) if new => {
+                tracing::error!("{text} (TestingTorNetwork: running on)");
+                None
+            }
+            ProtocolVerdict::Warn(_) if new => {
+                tracing::warn!("{text}");
+                None
+            }
+            _ => None,
+        }
     }
 }

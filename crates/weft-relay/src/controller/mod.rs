@@ -26,6 +26,7 @@ mod local;
 pub mod metrics;
 pub mod metrics_http;
 pub(crate) mod onion;
+pub mod protocols;
 mod registry;
 mod signals;
 mod tor_metrics;
@@ -422,6 +423,7 @@ async fn run_controller(cfg: RelayConfig, mut hooks: RelayHooks) -> anyhow::Resu
     dir.start(&c.keys, c.started, c.bw.observed());
     c.notify_ready();
 
+    let mut fatal: Option<String> = None;
     let mut tick = tokio::time::interval(Duration::from_secs(1));
     let mut secs: u64 = 0;
     loop {
@@ -454,6 +456,12 @@ async fn run_controller(cfg: RelayConfig, mut hooks: RelayHooks) -> anyhow::Resu
             }
             Some(ev) = dir_rx.recv() => {
                 let out = dir.on_event(ev);
+                if let Some(why) = out.stop {
+                    // C: log_err and exit(1) on a consensus requiring a
+                    // protocol we lack.
+                    fatal = Some(why);
+                    break;
+                }
                 if out.params_changed {
                     c.params_changed(&dir);
                 } else if out.relays_changed && c.resolver.is_some() {
@@ -527,7 +535,10 @@ async fn run_controller(cfg: RelayConfig, mut hooks: RelayHooks) -> anyhow::Resu
         }
     }
     c.stop(&mut rx, &state_path).await;
-    Ok(())
+    match fatal {
+        Some(why) => Err(anyhow::anyhow!(why)),
+        None => Ok(()),
+    }
 }
 
 impl Controller {
