@@ -282,6 +282,12 @@ impl DirState {
         self.dirty = true;
     }
 
+    /// True once the exit was withdrawn ([`DirState::withdraw_exit`]):
+    /// the workers admit no new stream either.
+    pub fn exit_withdrawn(&self) -> bool {
+        self.exit_withdrawn
+    }
+
     /// Our last published descriptor and extra-info.
     pub fn own_documents(&self) -> Option<(String, String)> {
         self.own.clone()

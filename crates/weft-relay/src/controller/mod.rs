@@ -191,12 +191,13 @@ fn sched_params(cfg: &RelayConfig, p: &NetParams) -> SchedParams {
 }
 
 /// The exit settings workers admit streams with, if the policy accepts
-/// anything.
+/// anything and the exit was not withdrawn (DNS useless: the published
+/// policy is `reject *:*`, and C admits by the published policy).
 fn exit_settings(
     cfg: &RelayConfig,
     dir: Option<&DirState>,
 ) -> Option<Arc<crate::context::ExitSettings>> {
-    if cfg.exit_policy.is_reject_star() {
+    if cfg.exit_policy.is_reject_star() || dir.is_some_and(DirState::exit_withdrawn) {
         return None;
     }
     // The re-entry set as C Tor's nodelist builds it: every listed relay's
@@ -420,6 +421,10 @@ async fn run_controller(cfg: RelayConfig, mut hooks: RelayHooks) -> anyhow::Resu
     }
     // The ORPort answers now, so the authorities' reachability test that
     // follows the upload can succeed. [protocol-notes §10.3, §15.12]
+    if dir.exit_withdrawn() {
+        // DNS could not be set up: no stream is admitted either.
+        c.rebuild_context(&dir);
+    }
     dir.start(&c.keys, c.started, c.bw.observed());
     c.notify_ready();
 
@@ -436,8 +441,9 @@ async fn run_controller(cfg: RelayConfig, mut hooks: RelayHooks) -> anyhow::Resu
             Some(m) = rx.recv() => match m {
                 ControllerMsg::DnsUseless => {
                     // As C's router.c while dns_seems_to_be_broken().
-                    warn!("DNS is useless: the descriptor says reject *:* until weft restarts");
+                    warn!("DNS is useless: the descriptor says reject *:* and no new stream is admitted until weft restarts");
                     dir.withdraw_exit();
+                    c.rebuild_context(&dir);
                 }
                 m => c.on_msg(m),
             },
