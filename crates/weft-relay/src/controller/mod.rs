@@ -28,25 +28,26 @@ pub mod metrics_http;
 pub(crate) mod onion;
 pub mod protocols;
 mod registry;
+mod relay_context;
 mod signals;
 mod tor_metrics;
 
 use std::collections::HashMap;
-use std::net::{IpAddr, SocketAddr};
+use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime};
 
 use tokio::sync::mpsc::unbounded_channel;
 use tracing::{debug, error, info, warn};
 use weft_crypto::keys::{LinkKeys, RelayKeys, TLS_CONTEXT_LIFETIME};
-use weft_proto::circuit::congestion::CcParams;
 use weft_proto::link::PeerKind;
 use weft_proto::origin::HopTarget;
 
 use self::directory::{DirEvent, DirState};
 use self::metrics::WorkerTotals;
+use self::relay_context::{exit_settings, our_addrs, sched_params};
 use crate::bwhist::{self, BandwidthHistory};
-use crate::context::{RelayConfig, SchedParams, SharedContext};
+use crate::context::{RelayConfig, SharedContext};
 use crate::messages::{ConnId, ControllerMsg, HalfRef, WorkerReport};
 use crate::resolver::Resolver;
 use crate::worker::{self, CoreMsg, Worker, WorkerConfig, WorkerHandle, WorkerMsg};
@@ -158,80 +159,6 @@ pub fn run_relay_with(cfg: RelayConfig, hooks: RelayHooks) -> anyhow::Result<()>
         .build()?;
     let local = tokio::task::LocalSet::new();
     local.block_on(&rt, run_controller(cfg, hooks))
-}
-
-/// Scheduling parameters: torrc where set, else the consensus (C Tor's
-/// `CircuitPriorityHalflifeMsec`, `KISTSchedRunInterval`), else defaults.
-fn sched_params(cfg: &RelayConfig, p: &NetParams) -> SchedParams {
-    let halflife_s = cfg.circuit_priority_halflife.unwrap_or_else(|| {
-        f64::from(p.get_clamped("CircuitPriorityHalflifeMsec", 30_000, -1, i32::MAX)) / 1000.0
-    });
-    let kist_ms = cfg
-        .kist_run_interval_ms
-        .unwrap_or_else(|| p.get_clamped("KISTSchedRunInterval", 2, 0, 100) as u64);
-    SchedParams {
-        allow_nonearly_extend: p.allow_nonearly_extend(),
-        halflife_s,
-        kist_interval: Duration::from_millis(kist_ms),
-        kist_factor: cfg.kist_sock_buf_factor,
-        intro_dos: p.intro_dos(),
-        dos: crate::dos::DosParams::resolve(&cfg.dos, |name, d, min, max| {
-            p.get_clamped(name, d, min, max)
-        }),
-        sendme_accept_min: p.get_clamped("sendme_accept_min_version", 0, 0, 255) as u8,
-        cc: CcParams::from_consensus(|name, d, min, max| p.get_clamped(name, d, min, max)),
-        cfx: weft_proto::circuit::conflux::CfxParams::from_consensus(
-            |name, d, min, max| p.get_clamped(name, d, min, max),
-            weft_proto::circuit::conflux::DEFAULT_MAX_OOO_BYTES,
-        ),
-        // [C channelpadding.c channelpadding_new_consensus_params()]
-        conn_timeout_relays_s: p.get_clamped("nf_conntimeout_relays", 3600, 60, 7 * 24 * 3600)
-            as u32,
-    }
-}
-
-/// The exit settings workers admit streams with, if the policy accepts
-/// anything and the exit was not withdrawn (DNS useless: the published
-/// policy is `reject *:*`, and C admits by the published policy).
-fn exit_settings(
-    cfg: &RelayConfig,
-    dir: Option<&DirState>,
-) -> Option<Arc<crate::context::ExitSettings>> {
-    if cfg.exit_policy.is_reject_star() || dir.is_some_and(DirState::exit_withdrawn) {
-        return None;
-    }
-    // The re-entry set as C Tor's nodelist builds it: every listed relay's
-    // ORPort, the authorities' ORPorts and DirPorts.
-    let mut reentry = std::collections::HashSet::new();
-    for a in &cfg.authorities {
-        reentry.insert(SocketAddr::new(a.dir_addr.ip(), a.or_port));
-        reentry.insert(a.dir_addr);
-    }
-    if let Some(c) = dir.and_then(|d| d.consensus()) {
-        for r in &c.relays {
-            reentry.insert(SocketAddr::from((r.address, r.or_port)));
-        }
-    }
-    let param = |name, default| dir.map_or(default, |d| d.params.get_clamped(name, default, 0, 1));
-    let allow_reentry = param("allow-network-reentry", 0) == 1;
-    let refuse_unknown_exits = param("refuseunknownexits", 1) == 1;
-    let known_relays = dir
-        .and_then(|d| d.consensus())
-        .map(|c| c.relays.iter().map(|r| r.rsa_identity).collect());
-    Some(Arc::new(crate::context::ExitSettings {
-        policy: cfg.exit_policy.clone(),
-        ipv6_exit: !cfg.exit_policy.rejects_all_of(true),
-        reentry,
-        allow_reentry,
-        known_relays,
-        refuse_unknown_exits,
-    }))
-}
-
-fn our_addrs(cfg: &RelayConfig) -> Vec<IpAddr> {
-    let mut a = vec![cfg.advertised.ip()];
-    a.extend(cfg.ipv6_or_port.map(|(_, adv)| IpAddr::V6(*adv.ip())));
-    a
 }
 
 async fn run_controller(cfg: RelayConfig, mut hooks: RelayHooks) -> anyhow::Result<()> {
