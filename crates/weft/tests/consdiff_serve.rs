@@ -304,11 +304,20 @@ fn stock_client_with_an_older_consensus_gets_a_diff_from_weft() -> Result<()> {
         matched.unwrap_or_default(),
         hex::encode_upper(consdiff::digest(client.consensus().as_bytes()))
     );
-    let body = common::testnet_metrics(&net, metrics_port)?;
-    let md = common::metric_sum(
-        &body,
-        "weft_dir_consensus_diffs_served_total{flavor=\"microdesc\"}",
-    );
+    // The workers count what they serve in their once-a-second report.
+    let mut body = String::new();
+    let mut md = 0.0;
+    for _ in 0..20 {
+        body = common::testnet_metrics(&net, metrics_port)?;
+        md = common::metric_sum(
+            &body,
+            "weft_dir_consensus_diffs_served_total{flavor=\"microdesc\"}",
+        );
+        if md >= 1.0 {
+            break;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(500));
+    }
     eprintln!(
         "[consdiff] weft's MetricsPort: {}",
         body.lines()
