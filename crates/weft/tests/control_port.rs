@@ -276,8 +276,11 @@ fn stem_and_nyx_see_what_the_metrics_port_sees() -> Result<()> {
                 .lines()
                 .find(|l| l.contains("Download ("))
                 .unwrap_or("");
+            // (The header line with the version is sometimes drawn over
+            // by a notice for a moment: wait for a frame that shows it.)
             screen.contains("heartbeat: uptime")
                 && screen.contains("weftTest")
+                && screen.contains("Tor 0.4.9.11")
                 && !download.is_empty()
                 && !download.contains("total: 0.0 B")
         },
