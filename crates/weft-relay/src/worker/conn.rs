@@ -51,6 +51,9 @@ pub(crate) struct Conn {
     pub(crate) writable: bool,
     /// On the worker's writing list ([`super::io`]).
     pub(crate) writing: bool,
+    /// The core answered `Pause` to a cell (it waits for ring room): no
+    /// reading until `Effect::Resume`.
+    pub(crate) stalled: bool,
     /// Close at the end of this round, with this reason.
     pub(crate) closing: Option<String>,
     /// Bytes read and written since the last report (load balancing).
@@ -75,6 +78,7 @@ impl Conn {
             readable: true,
             writable: true,
             writing: false,
+            stalled: false,
             closing: None,
             bytes_recent: 0,
         }

@@ -7,6 +7,7 @@
 use std::os::fd::AsRawFd;
 use std::time::Instant;
 
+use super::core::dispatch::CellVerdict;
 use super::core::sched::CellSink;
 use super::Worker;
 use crate::kist;
@@ -42,11 +43,10 @@ impl Worker {
             if let Err(why) = self.process_conn_cells(idx) {
                 return self.close_later(idx, why);
             }
-            let stalled = self.core.is_stalled(idx);
             let Some(c) = self.conns.get_mut(idx) else {
                 return;
             };
-            if stalled || c.closing.is_some() || !c.readable {
+            if c.stalled || c.closing.is_some() || !c.readable {
                 return;
             }
             if budget == 0 {
@@ -89,15 +89,23 @@ impl Worker {
         let Some(conn) = conns.get_mut(idx) else {
             return Ok(());
         };
+        if conn.stalled {
+            return Ok(());
+        }
         let mut fatal = None;
-        conn.link.process_cells(|cell| {
+        let mut paused = false;
+        let read = conn.link.process_cells(|cell| {
             let v = core.on_cell(idx, cell, stamp);
             let flow = v.flow();
-            if let super::core::dispatch::CellVerdict::Close(why) = v {
-                fatal = Some(why);
+            match v {
+                CellVerdict::Close(why) => fatal = Some(why),
+                CellVerdict::Pause => paused = true,
+                CellVerdict::Continue => {}
             }
             flow
-        })?;
+        });
+        conn.stalled = paused;
+        read?;
         match fatal {
             Some(why) => Err(why),
             None => Ok(()),
@@ -110,22 +118,13 @@ impl Worker {
             kist::next_run_after(self.next_sched_run, self.ctx.kist_interval, now);
     }
 
-    /// Add the connections the core has new cells for to the writing
-    /// list (each once).
-    pub(crate) fn take_pending(&mut self) {
-        let from = self.writing.len();
-        self.core.take_pending(&mut self.writing);
-        let mut i = from;
-        while i < self.writing.len() {
-            let idx = self.writing[i];
-            match self.conns.get_mut(idx) {
-                Some(c) if !c.writing => {
-                    c.writing = true;
-                    i += 1;
-                }
-                _ => {
-                    self.writing.swap_remove(i);
-                }
+    /// Connection `idx` has cells to write (`Effect::Write`): onto the
+    /// writing list, once.
+    pub(crate) fn add_writing(&mut self, idx: usize) {
+        if let Some(c) = self.conns.get_mut(idx) {
+            if !c.writing {
+                c.writing = true;
+                self.writing.push(idx);
             }
         }
     }
@@ -133,7 +132,8 @@ impl Worker {
     /// Write pending connections: every round without KIST, else on the
     /// fixed KIST cadence.
     pub(crate) fn write_all(&mut self) {
-        self.take_pending();
+        // The connections the core has new cells for join the list.
+        self.apply_effects();
         if !self.writing.is_empty() {
             let mut list = std::mem::take(&mut self.writing);
             self.write_pending(&mut list);

@@ -451,7 +451,9 @@ impl Worker {
         self.round_ns = t0.saturating_duration_since(self.epoch).as_nanos() as u64;
         self.read_stamp_ns = if quiet { before } else { self.round_ns };
         self.round_start = t0;
-        self.core.begin_round(self.round_ns);
+        self.core.handle_event(CoreEvent::RoundBegins {
+            now_ns: self.round_ns,
+        });
         if self.read_bucket.refill(t0) {
             self.to_read.append(&mut self.starved);
         }
@@ -464,8 +466,7 @@ impl Worker {
             }
             if let Some(c) = self.conns.get_mut(t.0) {
                 if ev.is_readable() || ev.is_read_closed() || ev.is_error() {
-                    let stalled = self.core.is_stalled(t.0);
-                    if !c.readable && c.is_open() && !stalled {
+                    if !c.readable && c.is_open() && !c.stalled {
                         self.to_read.push(t.0);
                     }
                     c.readable = true;
@@ -493,10 +494,9 @@ impl Worker {
         self.write_all();
         self.end_round();
         self.reap();
+        // Also puts what the last steps queued (a DESTROY for a peer of a
+        // closed connection) on the writing list before the worker sleeps.
         self.apply_effects();
-        // What the last steps queued (a DESTROY for a peer of a closed
-        // connection) is on the writing list before the worker sleeps.
-        self.take_pending();
         if t0 >= self.next_housekeeping {
             self.housekeeping();
         }
@@ -585,8 +585,10 @@ impl Worker {
                 }
                 Effect::Stream(io) => self.stream_socket(io),
                 Effect::PumpStream(key) => self.streams.pump_later(key),
+                Effect::Write(idx) => self.add_writing(idx),
                 Effect::Resume(idx) => {
                     if let Some(c) = self.conns.get_mut(idx) {
+                        c.stalled = false;
                         c.readable = true;
                         self.to_read.push(idx);
                     }

@@ -315,6 +315,14 @@ impl Circuits {
         (usize::from(set.worker) == self.me && hs.gen == set.gen).then_some(idx)
     }
 
+    /// Tell set `set`'s home about a leg (not from a connection's
+    /// reading): a full ring stalls nothing, the message waits in that
+    /// ring's line.
+    fn tell_home(&mut self, set: SetRef, msg: RingMsg) {
+        // Without a connection nothing stalls (`Handed::Done` always).
+        let _: Handed = self.send_home(None, set, msg);
+    }
+
     /// Send a message to set `set`'s home: a call here, else its ring.
     /// From a connection's reading (`conn`), a full ring stalls the
     /// connection as a cell for a peer would.
@@ -402,7 +410,7 @@ impl Circuits {
         let rec = self.conflux.legs.get_mut(&to.slot);
         let (Some(conn), Some(rec)) = (conn, rec) else {
             // The circuit closed meanwhile.
-            self.send_home(None, set, RingMsg::ConfluxLegGone { set, leg: to });
+            self.tell_home(set, RingMsg::ConfluxLegGone { set, leg: to });
             return;
         };
         rec.set = Some(set);
@@ -445,7 +453,7 @@ impl Circuits {
             rtt_us,
             blocked,
         };
-        self.send_home(None, set, RingMsg::ConfluxLegState { set, leg, state });
+        self.tell_home(set, RingMsg::ConfluxLegState { set, leg, state });
     }
 
     /// After a circuit SENDME on the half at `slot`: a leg tells its home.
@@ -485,7 +493,7 @@ impl Circuits {
             return;
         }
         if let Some(LegRecord { set: Some(set), .. }) = self.conflux.legs.remove(&slot) {
-            self.send_home(None, set, RingMsg::ConfluxLegGone { set, leg });
+            self.tell_home(set, RingMsg::ConfluxLegGone { set, leg });
         }
     }
 

@@ -1,10 +1,10 @@
 //! What the driver tells the circuit core, other than the cells it reads
-//! and the rings' messages: a connection started, opened, closed or
-//! arrived from another worker, a move that failed, the rings drained,
-//! an exit stream's socket connected or failed, and a message for the
-//! core from the controller or another worker ([`CoreMsg`]). One input,
-//! [`Circuits::handle_event`], beside the hot path's two (`on_cell`,
-//! `on_ring_msg`) and the clock (`begin_round`); plain data with no
+//! and the rings' messages: a round began (the clock), a connection
+//! started, opened, closed or arrived from another worker, a move that
+//! failed, the rings drained, an exit stream's socket connected or
+//! failed, and a message for the core from the controller or another
+//! worker ([`CoreMsg`]). One input, [`Circuits::handle_event`], beside
+//! the hot path's two (`on_cell`, `on_ring_msg`); plain data with no
 //! socket inside. What an event causes comes out of
 //! [`Circuits::poll_effect`] and the connections' output.
 
@@ -18,6 +18,13 @@ use crate::worker::core::Circuits;
 /// Something that happened to one of the driver's sockets.
 #[derive(Debug)]
 pub(crate) enum CoreEvent<'a> {
+    /// A round begins at `now_ns` (the driver's clock, read once per
+    /// round): time passes for the core's timers
+    /// ([`Circuits::begin_round`]).
+    RoundBegins {
+        /// Nanoseconds on the driver's monotonic clock.
+        now_ns: u64,
+    },
     /// Connection `idx` (the driver's slot) began its TCP connect or TLS
     /// handshake: its handshake deadline runs.
     ConnStarted {
@@ -83,6 +90,7 @@ impl Circuits {
     /// One event of the driver's sockets (see [`CoreEvent`]).
     pub(crate) fn handle_event(&mut self, e: CoreEvent<'_>) {
         match e {
+            CoreEvent::RoundBegins { now_ns } => self.begin_round(now_ns),
             CoreEvent::ConnStarted { idx } => self.handshakes.start(idx, self.now_ns),
             CoreEvent::ConnOpened {
                 idx,

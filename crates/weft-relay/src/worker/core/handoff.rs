@@ -22,7 +22,10 @@ use crate::messages::{HalfRef, RingMsg};
 use crate::worker::core::half::HalfRole;
 use crate::worker::core::{Circuits, Waiting};
 
-/// What became of a cell handed to a half.
+/// What became of a cell handed to a half. (`must_use`: a stall must
+/// reach the reader as [`crate::worker::core::dispatch::CellVerdict::Pause`],
+/// the only way the driver learns that a connection stopped.)
+#[must_use]
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Handed {
     /// Queued, sent, held or dropped: the reader goes on.

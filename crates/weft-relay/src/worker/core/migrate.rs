@@ -342,7 +342,7 @@ impl Circuits {
             if let Some(c) = self.conn_mut(idx) {
                 if !c.sched.pending {
                     c.sched.pending = true;
-                    self.pending.push(idx);
+                    self.pending.push_back(idx);
                 }
             }
         }

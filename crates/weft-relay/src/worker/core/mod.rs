@@ -8,27 +8,30 @@
 //! [`Effect`]s and lists it drains.
 //!
 //! The API, as in quinn-proto's `Connection` (the driver calls nothing
-//! else; `tests/core_types.rs` checks it):
+//! else; `tests/core_types.rs` checks it), ten entry points:
 //!
 //! * inputs — [`Circuits::on_cell`] (one cell read from a connection,
-//!   [`crate::worker::core::dispatch`]), [`Circuits::on_ring_msg`] (a
-//!   message from another worker's ring, [`crate::worker::core::handoff`]),
-//!   [`Circuits::handle_event`] (a [`crate::worker::core::core_event::CoreEvent`]:
-//!   a connection started, opened, closed or adopted, the rings drained, a
+//!   [`crate::worker::core::dispatch`]; its `Pause` stops the
+//!   connection's reading until an `Effect::Resume`),
+//!   [`Circuits::on_ring_msg`] (a message from another worker's ring,
+//!   [`crate::worker::core::handoff`]) and [`Circuits::handle_event`] (a
+//!   [`crate::worker::core::core_event::CoreEvent`]: a round began — the
+//!   clock, the core's own timers ([`crate::worker::core::timers`]) —, a
+//!   connection started, opened, closed or adopted, the rings drained, a
 //!   stream socket connected or failed, or a
 //!   [`crate::worker::core::core_msg::CoreMsg`] from the controller or
-//!   another core) and [`Circuits::begin_round`] (the clock; the core's own
-//!   timers, [`crate::worker::core::timers`]);
+//!   another core);
 //! * outputs — [`Circuits::poll_effect`] (messages for the controller and
 //!   other cores, lookups, stream sockets to open, close or pump,
-//!   connections to resume or close), [`Circuits::poll_timeout`] (when to
-//!   wake it), [`Circuits::take_pending`] and [`Circuits::fill`] (cells
-//!   for one connection's write buffer, [`crate::worker::core::sched`]),
-//!   [`Circuits::pump_stream`] (an exit stream's bytes through its socket,
-//!   [`crate::worker::core::streams::pump`]), [`Circuits::end_round`] (the rings
-//!   published) and [`Circuits::report`];
-//! * one getter, [`Circuits::is_stalled`], and the first step of a move,
-//!   [`Circuits::detach`].
+//!   connections with cells to write, to resume or to close),
+//!   [`Circuits::poll_timeout`] (when to wake it), [`Circuits::fill`]
+//!   (cells for one connection's write buffer,
+//!   [`crate::worker::core::sched`]), [`Circuits::pump_stream`] (an exit
+//!   stream's bytes through its socket,
+//!   [`crate::worker::core::streams::pump`]), [`Circuits::end_round`]
+//!   (the rings published) and [`Circuits::report`] (the counters);
+//! * the first step of a move, [`Circuits::detach`] (the connection's
+//!   circuits given up, or `None` while it cannot move).
 //!
 //! After any input, drain `poll_effect`; after a round, `end_round`.
 //! Every module in this folder is part of this core and may not use
@@ -149,7 +152,12 @@ pub(crate) enum Effect {
     /// Exit stream `key` may have bytes to write to its socket or room to
     /// read from it: pump it ([`Circuits::pump_stream`]).
     PumpStream(usize),
+    /// Connection `idx` has cells to write: the driver puts it on its
+    /// writing list and calls [`Circuits::fill`] for it until nothing is
+    /// left (it comes again only after new cells).
+    Write(usize),
     /// Connection `idx` may read again (the cell it stalled on went out).
+    /// It stopped when [`Circuits::on_cell`] answered `Pause`.
     Resume(usize),
     /// Close connection `idx` (a protocol timer, [`crate::worker::core::timers`]).
     CloseConn {
@@ -245,7 +253,7 @@ pub(crate) struct Circuits {
     /// The slot index of each open connection by its identifier.
     conn_ids: HashMap<ConnId, usize>,
     /// Connections with output to write.
-    pending: Vec<usize>,
+    pending: VecDeque<usize>,
     /// What waits for room on the ring to each worker, in the order it was
     /// refused: connections paused with a cell in their stall slot, and
     /// ordered messages that came from no connection (links, migration
@@ -317,7 +325,7 @@ impl Circuits {
             pool: CellPool::new(1024, limits.max_pool_cells),
             conns: Vec::new(),
             conn_ids: HashMap::new(),
-            pending: Vec::new(),
+            pending: VecDeque::new(),
             waiting: (0..n).map(|_| VecDeque::new()).collect(),
             outs,
             destroy_later: Vec::new(),
@@ -440,7 +448,9 @@ impl Circuits {
         self.conn(idx).map_or(0, |c| c.circuits.len())
     }
 
-    /// True if connection `idx` waits for ring space.
+    /// True if connection `idx` waits for ring space (the tests; the
+    /// driver learns it from `on_cell`'s `Pause` and `Effect::Resume`).
+    #[cfg(test)]
     pub(crate) fn is_stalled(&self, idx: usize) -> bool {
         self.conn(idx).is_some_and(|c| c.stall.is_some())
     }
@@ -475,6 +485,9 @@ impl Circuits {
             }
             if let Some(e) = self.streams.next_effect() {
                 return Some(e);
+            }
+            if let Some(idx) = self.take_pending() {
+                return Some(Effect::Write(idx));
             }
             if !self.streams.has_dir_ready() {
                 return None;

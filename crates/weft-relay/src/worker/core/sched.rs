@@ -105,7 +105,7 @@ impl Circuits {
         }
         if !sched.pending {
             sched.pending = true;
-            self.pending.push(conn);
+            self.pending.push_back(conn);
         }
         Some(s)
     }
@@ -136,21 +136,19 @@ impl Circuits {
         sched.urgent.push(&mut self.pool, s);
         if !sched.pending {
             sched.pending = true;
-            self.pending.push(conn);
+            self.pending.push_back(conn);
         }
     }
 
-    /// Move the connections that got cells to write since the last call
-    /// into `into`: the driver keeps each on its writing list until
-    /// [`Circuits::fill`] says nothing is left. A connection comes again
-    /// only after it got new cells.
-    pub(crate) fn take_pending(&mut self, into: &mut Vec<usize>) {
-        for &idx in &self.pending {
-            if let Some(Some(c)) = self.conns.get_mut(idx) {
-                c.sched.pending = false;
-            }
+    /// The next connection that got cells to write since it was last
+    /// taken ([`Effect::Write`](crate::worker::core::Effect::Write)), in
+    /// the order they got them.
+    pub(super) fn take_pending(&mut self) -> Option<usize> {
+        let idx = self.pending.pop_front()?;
+        if let Some(Some(c)) = self.conns.get_mut(idx) {
+            c.sched.pending = false;
         }
-        into.append(&mut self.pending);
+        Some(idx)
     }
 
     pub(crate) fn has_output(&self, conn: usize) -> bool {
