@@ -16,4 +16,5 @@ pub mod fuzzing;
 pub mod link;
 pub mod onion;
 pub mod origin;
+pub mod padding;
 pub mod relay;

@@ -249,6 +249,8 @@ pub struct SchedParams {
     /// canonical relay connection without circuits closes after 75% to
     /// 125% of it.
     pub conn_timeout_relays_s: u32,
+    /// Connection padding (the consensus's `nf_ito_*`, `nf_pad_*`).
+    pub padding: weft_proto::padding::PaddingParams,
 }
 
 impl Default for SchedParams {
@@ -264,6 +266,7 @@ impl Default for SchedParams {
             cc: Default::default(),
             cfx: Default::default(),
             conn_timeout_relays_s: 3600,
+            padding: Default::default(),
         }
     }
 }
@@ -345,6 +348,8 @@ pub struct CircuitContext {
     pub cfx: weft_proto::circuit::conflux::CfxParams,
     /// The consensus's `nf_conntimeout_relays`, seconds.
     pub conn_timeout_relays_s: u32,
+    /// Connection padding parameters (proposal 251).
+    pub padding: weft_proto::padding::PaddingParams,
     /// We are a directory cache (BEGIN_DIR served).
     pub dir_cache: bool,
     /// Source addresses of outbound connections.
@@ -391,6 +396,7 @@ impl SharedContext {
                 cc: sched.cc,
                 cfx: sched.cfx,
                 conn_timeout_relays_s: sched.conn_timeout_relays_s,
+                padding: sched.padding,
                 dir_cache: false,
                 hibernating: false,
                 outbound: Default::default(),

@@ -358,6 +358,65 @@ pub struct RelayCounters {
     pub tcp_exhaustion: u64,
     /// Times the read / write token bucket ran empty.
     pub rate_limit_reached: [u64; 2],
+    /// Connection padding (proposal 251).
+    pub padding: PaddingCounters,
+}
+
+/// Upper bounds (ms) of the gap histogram of [`PaddingCounters`]: the
+/// time from a connection's last cell to the PADDING cell sent on it (C's
+/// range is 1.5 to 9.5 s); the last bucket is everything above.
+pub const PADDING_GAP_BOUNDS_MS: [u64; 11] = [
+    1000, 1500, 2000, 3000, 4000, 5000, 6000, 7000, 8000, 9500, 10_500,
+];
+
+/// Connection padding counters (deltas in a report).
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct PaddingCounters {
+    /// PADDING cells sent on idle connections.
+    pub sent: u64,
+    /// Those cells by gap after the connection's last cell: bucket `i`
+    /// counts gaps up to [`PADDING_GAP_BOUNDS_MS`]`[i]` (and above the
+    /// bound before it); the last, the rest.
+    pub gaps: [u64; 12],
+    /// PADDING_NEGOTIATE cells received: START, STOP, ignored (old link,
+    /// malformed, unknown version).
+    pub negotiate: [u64; 3],
+}
+
+impl PaddingCounters {
+    /// Count one PADDING cell sent `gap_ms` after the connection's last
+    /// cell.
+    pub fn record_gap(&mut self, gap_ms: u64) {
+        self.sent += 1;
+        let i = PADDING_GAP_BOUNDS_MS
+            .iter()
+            .position(|&b| gap_ms <= b)
+            .unwrap_or(PADDING_GAP_BOUNDS_MS.len());
+        self.gaps[i] += 1;
+    }
+
+    fn since(&self, e: &PaddingCounters) -> PaddingCounters {
+        let mut d = *self;
+        d.sent -= e.sent;
+        for (a, b) in d.gaps.iter_mut().zip(e.gaps) {
+            *a -= b;
+        }
+        for (a, b) in d.negotiate.iter_mut().zip(e.negotiate) {
+            *a -= b;
+        }
+        d
+    }
+
+    /// Add `o`'s counts.
+    pub fn sum(&mut self, o: &PaddingCounters) {
+        self.sent += o.sent;
+        for (a, b) in self.gaps.iter_mut().zip(o.gaps) {
+            *a += b;
+        }
+        for (a, b) in self.negotiate.iter_mut().zip(o.negotiate) {
+            *a += b;
+        }
+    }
 }
 
 impl RelayCounters {
@@ -373,6 +432,7 @@ impl RelayCounters {
             exit_conns_open: self.exit_conns_open,
             tcp_exhaustion: self.tcp_exhaustion - e.tcp_exhaustion,
             rate_limit_reached: sub2(self.rate_limit_reached, e.rate_limit_reached),
+            padding: self.padding.since(&e.padding),
         }
     }
 
@@ -391,6 +451,7 @@ impl RelayCounters {
         self.drop_cells += o.drop_cells;
         self.protocol_closes += o.protocol_closes;
         self.tcp_exhaustion += o.tcp_exhaustion;
+        self.padding.sum(&o.padding);
         for i in 0..2 {
             self.exit_conns_created[i] += o.exit_conns_created[i];
             self.exit_conns_open[i] += o.exit_conns_open[i];

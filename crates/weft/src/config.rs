@@ -504,6 +504,19 @@ pub fn parse_lines(
                     }
                 }
             }
+            // A relay pads as the consensus says; C refuses these two
+            // otherwise (relay_config.c options_validate_relay_padding).
+            "connectionpadding" if !val.eq_ignore_ascii_case("auto") => {
+                return Err(err(
+                    "Relays must use 'auto' for the ConnectionPadding setting.".into(),
+                ));
+            }
+            "connectionpadding" => {}
+            "reducedconnectionpadding" => {
+                if parse_bool(val).map_err(err)? {
+                    return Err(err("Relays cannot set ReducedConnectionPadding.".into()));
+                }
+            }
             "runasdaemon" => {
                 if parse_bool(val).map_err(err)? {
                     return Err(err(
@@ -726,6 +739,11 @@ ConnectionThreads 2
     fn errors_name_the_line() {
         for (bad, what) in [
             ("Frobnicate 1", "unknown option"),
+            ("ConnectionPadding 1", "must use 'auto'"),
+            (
+                "ReducedConnectionPadding 1",
+                "cannot set ReducedConnectionPadding",
+            ),
             ("ExitRelay maybe", "expected 0, 1 or auto"),
             ("ConnectionThreads many", "ConnectionThreads"),
             ("Nickname this-is-bad", "Nickname"),

@@ -358,7 +358,42 @@ pub fn render(m: &MetricsSnapshot, t: &super::tor_metrics::TorSnapshot) -> Strin
         "Seconds since start.",
     );
     let _ = writeln!(o, "weft_uptime_seconds {}", m.uptime_s);
+    render_padding(&mut o, m);
     o
+}
+
+/// Connection padding (proposal 251), every worker's together.
+fn render_padding(o: &mut String, m: &MetricsSnapshot) {
+    let mut p = crate::worker_report::PaddingCounters::default();
+    for w in &m.workers {
+        p.sum(&w.report.relay.padding);
+    }
+    let name = "weft_connection_padding_gap_seconds";
+    family(
+        o,
+        name,
+        "histogram",
+        "PADDING cells sent on idle connections (proposal 251), by the time since the connection's last cell.",
+    );
+    let mut cum = 0;
+    for (i, c) in p.gaps.iter().enumerate() {
+        cum += c;
+        let le = crate::worker_report::PADDING_GAP_BOUNDS_MS
+            .get(i)
+            .map_or("+Inf".to_string(), |b| format!("{}", *b as f64 / 1000.0));
+        let _ = writeln!(o, "{name}_bucket{{le=\"{le}\"}} {cum}");
+    }
+    let _ = writeln!(o, "{name}_count {}", p.sent);
+    let name = "weft_connection_padding_negotiate_total";
+    family(
+        o,
+        name,
+        "counter",
+        "PADDING_NEGOTIATE cells received, by what they asked (ignored: old link, malformed, unknown version).",
+    );
+    for (what, v) in ["start", "stop", "ignored"].iter().zip(p.negotiate) {
+        let _ = writeln!(o, "{name}{{command=\"{what}\"}} {v}");
+    }
 }
 
 /// END reasons by number, as C Tor names them in its logs

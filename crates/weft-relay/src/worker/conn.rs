@@ -265,6 +265,7 @@ impl Worker {
                     we_initiated: out,
                     peer_rsa,
                     canonical: opened.canonical,
+                    link_version: opened.link_version,
                 });
                 let _ = self.controller.send(ControllerMsg::ConnOpened {
                     conn_id: id,

@@ -54,6 +54,7 @@ impl Worker {
                 self.read_bucket.times_emptied(),
                 self.write_bucket.times_emptied(),
             ],
+            padding: from_core.counters.padding,
         };
         let now = self.counters;
         let last = self.reported;

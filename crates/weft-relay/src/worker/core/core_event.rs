@@ -46,6 +46,8 @@ pub(crate) enum CoreEvent<'a> {
         /// The peer is the relay at the address the consensus lists for it
         /// (C's canonical connection): its idle timeout is a relay's.
         canonical: bool,
+        /// The link protocol version negotiated (5 and up pad).
+        link_version: u16,
     },
     /// Connection `idx` closed (or never opened): its circuits end.
     ConnClosed {
@@ -99,10 +101,12 @@ impl Circuits {
                 we_initiated,
                 peer_rsa,
                 canonical,
+                link_version,
             } => {
                 self.handshakes.end(idx);
                 let idle = self.idle_timeout_ns(peer_rsa.is_none(), canonical);
-                self.add_conn(idx, id, peer_addr, we_initiated, peer_rsa, idle);
+                let link = super::ConnLink::opened(link_version, idle);
+                self.add_conn(idx, id, peer_addr, we_initiated, peer_rsa, link);
             }
             CoreEvent::ConnClosed { idx } => {
                 self.handshakes.end(idx);

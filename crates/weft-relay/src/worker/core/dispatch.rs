@@ -74,9 +74,13 @@ impl Circuits {
                 body,
             } => (circ_id, command, body),
         };
+        if command != cmd::RELAY && command != cmd::RELAY_EARLY {
+            // (A relay cell's read is noted in `lookup`.)
+            self.note_read(conn, stamp_ns);
+        }
         match command {
             cmd::RELAY | cmd::RELAY_EARLY => {
-                let Some(slot) = self.lookup(conn, circ_id) else {
+                let Some(slot) = self.lookup(conn, circ_id, stamp_ns) else {
                     debug!(
                         "worker {}: {} on unknown circuit {circ_id:#x} dropped",
                         self.me,
@@ -86,7 +90,11 @@ impl Circuits {
                 };
                 self.relay(conn, slot, command, stamp_ns, body)
             }
-            cmd::PADDING | cmd::PADDING_NEGOTIATE => CellVerdict::Continue,
+            cmd::PADDING => CellVerdict::Continue,
+            cmd::PADDING_NEGOTIATE => {
+                self.padding_negotiate(conn, &body[..]);
+                CellVerdict::Continue
+            }
             cmd::CREATE | cmd::CREATE_FAST | cmd::CREATE2 => {
                 self.create(conn, circ_id, command, body);
                 CellVerdict::Continue
@@ -117,10 +125,12 @@ impl Circuits {
     /// The half slot for `circ_id` on connection `conn`. Consecutive cells
     /// mostly belong to the same circuit: a remembered (ID, slot) pair
     /// skips the hash lookup when the half at that slot still is that
-    /// circuit on that connection.
+    /// circuit on that connection. Notes the read (`stamp_ns`) for the
+    /// connection's padding clock.
     #[inline]
-    fn lookup(&mut self, conn: usize, circ_id: u32) -> Option<u32> {
+    fn lookup(&mut self, conn: usize, circ_id: u32, stamp_ns: u64) -> Option<u32> {
         let c = self.conns.get_mut(conn)?.as_mut()?;
+        c.times.last_read_ns = stamp_ns;
         if circ_id != 0 && c.last.0 == circ_id {
             let slot = c.last.1;
             if self
@@ -134,6 +144,31 @@ impl Circuits {
         let slot = *c.circuits.get(&circ_id)?;
         c.last = (circ_id, slot);
         Some(slot)
+    }
+
+    /// A cell other than a relay cell was read on connection `conn`.
+    fn note_read(&mut self, conn: usize, stamp_ns: u64) {
+        if let Some(Some(c)) = self.conns.get_mut(conn) {
+            c.times.last_read_ns = stamp_ns;
+        }
+    }
+
+    /// A RELAY (or RELAY_EARLY, `command`) cell from the client side of a
+    /// circuit on connection `conn` that has a next hop (`onward`): what
+    /// the connection is used for, for its padding (only a multi-hop
+    /// circuit counts on a client's connection). C also counts the cells
+    /// toward the client; the client's own RELAY cells (SENDMEs at the
+    /// latest) mark it all the same.
+    /// [C relay.c circuit_update_channel_usage()]
+    #[inline]
+    fn note_usage(&mut self, conn: usize, command: u8, onward: bool) {
+        if let Some(Some(c)) = self.conns.get_mut(conn) {
+            if c.padding.usage() != weft_proto::padding::ChannelUsage::UserTraffic
+                && (onward || !c.client)
+            {
+                c.padding.note_usage(command == cmd::RELAY_EARLY);
+            }
+        }
     }
 
     /// A RELAY / RELAY_EARLY cell for the half at `slot` of connection
@@ -200,6 +235,7 @@ impl Circuits {
             HalfRole::Keyed(k) => {
                 let action = k.on_forward(command, body, &self.fctx);
                 let peer = h.peer;
+                self.note_usage(conn, command, peer.is_some());
                 self.keyed_action(conn, slot, peer, action, stamp_ns, body)
             }
         };

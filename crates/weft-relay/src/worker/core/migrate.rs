@@ -136,8 +136,8 @@ pub(crate) struct MovedCircuits {
     pub(super) we_initiated: bool,
     /// The peer's RSA identity, if a relay.
     pub(super) peer_rsa: Option<[u8; 20]>,
-    /// Its idle timeout, chosen when it opened ([`super::timers`]).
-    pub(super) idle_timeout_ns: u64,
+    /// Its link version, idle timeout and padding state.
+    pub(super) link: super::ConnLink,
     /// Its halves.
     pub(super) halves: Vec<MovedHalf>,
     /// Its connection-level cells.
@@ -266,7 +266,13 @@ impl Circuits {
             peer_addr: c.peer_addr,
             we_initiated: c.we_initiated,
             peer_rsa: c.peer_rsa,
-            idle_timeout_ns: c.times.idle_timeout_ns,
+            link: super::ConnLink {
+                version: c.link_version,
+                idle_timeout_ns: c.times.idle_timeout_ns,
+                // A padding time scheduled here is this worker's: the new
+                // one decides again within a second.
+                padding: c.padding.moved(),
+            },
             halves: moved,
             urgent,
         })
@@ -276,14 +282,7 @@ impl Circuits {
     /// here, on the driver's slot `idx`.
     pub(crate) fn attach(&mut self, idx: usize, m: MovedCircuits, from: u16) {
         let now = self.now_ns;
-        self.add_conn(
-            idx,
-            m.id,
-            m.peer_addr,
-            m.we_initiated,
-            m.peer_rsa,
-            m.idle_timeout_ns,
-        );
+        self.add_conn(idx, m.id, m.peer_addr, m.we_initiated, m.peer_rsa, m.link);
         let mut refs = Vec::with_capacity(m.halves.len());
         for mh in m.halves {
             let mut h = Half::new(idx, mh.circ_id, mh.role, mh.peer);

@@ -100,6 +100,33 @@ pub(crate) struct ConnCircuits {
     last: (u32, u32),
     /// Its idle and keepalive clocks ([`crate::worker::core::timers`]).
     times: crate::worker::core::timers::ConnTimes,
+    /// Link protocol version.
+    link_version: u16,
+    /// Connection padding ([`weft_proto::padding`]).
+    padding: weft_proto::padding::ConnPadding,
+}
+
+/// What a connection brings besides its identity when it opens (or
+/// arrives from another worker).
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct ConnLink {
+    /// Link protocol version.
+    pub(crate) version: u16,
+    /// Its idle timeout, drawn when it opened ([`crate::worker::core::timers`]).
+    pub(crate) idle_timeout_ns: u64,
+    /// Its padding state.
+    pub(crate) padding: weft_proto::padding::ConnPadding,
+}
+
+impl ConnLink {
+    /// A connection that just opened with link protocol `version`.
+    pub(crate) fn opened(version: u16, idle_timeout_ns: u64) -> ConnLink {
+        ConnLink {
+            version,
+            idle_timeout_ns,
+            padding: weft_proto::padding::ConnPadding::new(version),
+        }
+    }
 }
 
 impl ConnCircuits {
@@ -189,6 +216,8 @@ pub(crate) struct CoreCounters {
     pub(crate) destroy_cells: u64,
     /// Relay DROP cells received at their hop.
     pub(crate) drop_cells: u64,
+    /// Connection padding.
+    pub(crate) padding: crate::worker_report::PaddingCounters,
     /// Circuits closed for a protocol violation.
     pub(crate) protocol_closes: u64,
 }
@@ -282,6 +311,9 @@ pub(crate) struct Circuits {
     now_ns: u64,
     /// When the core's once-a-second timers run next ([`Circuits::begin_round`]).
     next_tick_ns: u64,
+    /// Connections with a PADDING cell due within the second: (when, the
+    /// driver's slot) ([`crate::worker::core::timers`]).
+    pad_due: Vec<(u64, usize)>,
     /// Connections in their link handshake ([`crate::worker::core::timers`]).
     handshakes: crate::worker::core::timers::Handshakes,
     /// The queued bytes the controller last heard of.
@@ -336,6 +368,7 @@ impl Circuits {
             counters: CoreCounters::default(),
             now_ns: 0,
             next_tick_ns: 0,
+            pad_due: Vec::new(),
             handshakes: Default::default(),
             reported_queue_bytes: 0,
             wall_epoch,
@@ -381,7 +414,7 @@ impl Circuits {
         peer_addr: SocketAddr,
         we_initiated: bool,
         peer_rsa: Option<[u8; 20]>,
-        idle_timeout_ns: u64,
+        link: ConnLink,
     ) {
         if self.conns.len() <= idx {
             self.conns.resize_with(idx + 1, || None);
@@ -397,7 +430,9 @@ impl Circuits {
             sched: ConnSched::new(self.ctx.halflife_s),
             stall: None,
             last: (0, 0),
-            times: crate::worker::core::timers::ConnTimes::new(self.now_ns, idle_timeout_ns),
+            times: crate::worker::core::timers::ConnTimes::new(self.now_ns, link.idle_timeout_ns),
+            link_version: link.version,
+            padding: link.padding,
         });
     }
 
@@ -659,6 +694,7 @@ impl Circuits {
             self.expire_selftests();
             self.run_conn_timers();
         }
+        self.send_due_padding();
         self.streams.dir_round();
         self.run_pending_creates();
     }

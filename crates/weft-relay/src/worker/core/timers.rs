@@ -1,14 +1,19 @@
 //! The core's protocol timers (part of the sans-IO circuit core): a link
 //! handshake's deadline, a connection without circuits closed after its
 //! idle time, a keepalive PADDING cell on a connection nothing was written
-//! to. They run once a second from [`Circuits::begin_round`]; the driver
-//! learns when to wake from [`Circuits::poll_timeout`] and what to close
-//! from [`crate::worker::core::Effect::CloseConn`].
-//! [C connection_or.c, main.c run_connection_housekeeping()]
+//! to, and connection padding on idle client connections (proposal 251,
+//! [`weft_proto::padding`]: decided once a second, sent at the drawn time
+//! within it; PADDING_NEGOTIATE from the peer). They run from
+//! [`Circuits::begin_round`]; the driver learns when to wake from
+//! [`Circuits::poll_timeout`] and what to close from
+//! [`crate::worker::core::Effect::CloseConn`].
+//! [C connection_or.c, main.c run_connection_housekeeping(), channelpadding.c]
 
 use std::collections::HashMap;
 
+use tracing::{debug, info};
 use weft_proto::cell::cmd;
+use weft_proto::padding::{NegotiateRefused, PadDecision};
 
 use crate::worker::core::{Circuits, Effect};
 
@@ -41,12 +46,14 @@ impl Handshakes {
     }
 }
 
-/// When an open connection last had circuits and last had cells staged
-/// (ns on the workers' clock), and how long it may stay without circuits.
+/// When an open connection last had circuits, last had cells staged and
+/// last had a cell read (ns on the workers' clock), and how long it may
+/// stay without circuits.
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct ConnTimes {
     pub(super) last_had_circuits_ns: u64,
     pub(super) last_write_ns: u64,
+    pub(super) last_read_ns: u64,
     pub(super) idle_timeout_ns: u64,
 }
 
@@ -55,8 +62,14 @@ impl ConnTimes {
         ConnTimes {
             last_had_circuits_ns: now_ns,
             last_write_ns: now_ns,
+            last_read_ns: now_ns,
             idle_timeout_ns,
         }
+    }
+
+    /// The last cell read or written (C's `timestamp_xfer`).
+    pub(super) fn last_xfer_ns(&self) -> u64 {
+        self.last_write_ns.max(self.last_read_ns)
     }
 }
 
@@ -86,7 +99,8 @@ impl Circuits {
         if self.streams.has_dir_work() {
             return self.now_ns;
         }
-        self.next_tick_ns
+        let pad = self.pad_due.iter().map(|&(t, _)| t).min();
+        pad.map_or(self.next_tick_ns, |t| t.min(self.next_tick_ns))
     }
 
     /// The once-a-second timers of the connections, as C Tor's
@@ -111,24 +125,44 @@ impl Circuits {
             });
         }
         let mut keepalive = Vec::new();
-        for (idx, c) in self.conns.iter_mut().enumerate() {
+        let Circuits {
+            conns,
+            effects,
+            rng,
+            ctx,
+            pad_due,
+            ..
+        } = self;
+        for (idx, c) in conns.iter_mut().enumerate() {
             let Some(c) = c else { continue };
             if !c.circuits.is_empty() {
                 c.times.last_had_circuits_ns = now;
-                if now.saturating_sub(c.times.last_write_ns) >= KEEPALIVE_NS {
-                    keepalive.push(idx);
+            } else {
+                let limit = c.times.idle_timeout_ns;
+                let idle = now.saturating_sub(c.times.last_had_circuits_ns);
+                if idle >= limit {
+                    effects.push_back(Effect::CloseConn {
+                        idx,
+                        why: format!("idle for {}s without circuits", idle / SECOND_NS),
+                    });
+                    continue;
                 }
+            }
+            if now.saturating_sub(c.times.last_write_ns) >= KEEPALIVE_NS {
+                keepalive.push(idx);
                 continue;
             }
-            let limit = c.times.idle_timeout_ns;
-            let idle = now.saturating_sub(c.times.last_had_circuits_ns);
-            if idle >= limit {
-                self.effects.push_back(Effect::CloseConn {
-                    idx,
-                    why: format!("idle for {}s without circuits", idle / SECOND_NS),
-                });
-            } else if now.saturating_sub(c.times.last_write_ns) >= KEEPALIVE_NS {
-                keepalive.push(idx);
+            // C's CHANNEL_IS_CLIENT: the peer did not authenticate as a
+            // relay. (C also pads an authenticated relay the consensus
+            // does not list; the core knows the listed relays only as an
+            // exit.)
+            let queued = !c.sched.urgent.is_empty() || !c.sched.mux.is_empty();
+            let last = c.times.last_xfer_ns();
+            if let PadDecision::At(t) =
+                c.padding
+                    .decide(now, last, queued, c.client, &ctx.padding, rng)
+            {
+                pad_due.push((t, idx));
             }
         }
         for idx in keepalive {
@@ -136,6 +170,66 @@ impl Circuits {
                 c.times.last_write_ns = now;
             }
             self.queue_urgent(idx, 0, cmd::PADDING, &[]);
+        }
+    }
+
+    /// Send the connection padding that is due: a PADDING cell on each
+    /// connection whose drawn time came and that stayed idle since.
+    /// [C channelpadding_send_padding_cell_for_callback()]
+    pub(crate) fn send_due_padding(&mut self) {
+        let now = self.now_ns;
+        let mut i = 0;
+        while i < self.pad_due.len() {
+            let (due, idx) = self.pad_due[i];
+            if due > now {
+                i += 1;
+                continue;
+            }
+            self.pad_due.swap_remove(i);
+            let Some(c) = self.conns.get_mut(idx).and_then(Option::as_mut) else {
+                continue;
+            };
+            if c.padding.scheduled() != Some(due) {
+                continue; // not this connection's any more
+            }
+            let queued = !c.sched.urgent.is_empty() || !c.sched.mux.is_empty();
+            let last = c.times.last_xfer_ns();
+            if c.padding.fire(last, queued) {
+                let gap_ms = now.saturating_sub(last) / 1_000_000;
+                self.counters.padding.record_gap(gap_ms);
+                self.queue_urgent(idx, 0, cmd::PADDING, &[]);
+            }
+        }
+    }
+
+    /// A PADDING_NEGOTIATE cell on connection `conn`.
+    /// [C channel_tls_process_padding_negotiate_cell()]
+    pub(crate) fn padding_negotiate(&mut self, conn: usize, body: &[u8]) {
+        let me = self.me;
+        let Some(c) = self.conns.get_mut(conn).and_then(Option::as_mut) else {
+            return;
+        };
+        match c.padding.negotiate(c.link_version, body, &self.ctx.padding) {
+            Ok(on) => {
+                self.counters.padding.negotiate[usize::from(!on)] += 1;
+                info!(
+                    "worker {me}: connection {} negotiated padding {}",
+                    c.id,
+                    if on { "on" } else { "off" }
+                );
+            }
+            Err(why) => {
+                self.counters.padding.negotiate[2] += 1;
+                let what = match why {
+                    NegotiateRefused::OldLink => "on a link below version 5",
+                    NegotiateRefused::Malformed => "malformed",
+                    NegotiateRefused::UnknownVersion => "with an unknown version",
+                };
+                debug!(
+                    "worker {me}: connection {}: PADDING_NEGOTIATE {what}; ignored",
+                    c.id
+                );
+            }
         }
     }
 }

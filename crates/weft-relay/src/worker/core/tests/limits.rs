@@ -15,7 +15,7 @@ fn client_conn(net: &mut Net, w: usize, idx: usize, ip: [u8; 4]) {
         addr,
         false,
         None,
-        180 * 1_000_000_000,
+        crate::worker::core::ConnLink::opened(5, 180 * 1_000_000_000),
     );
 }
 

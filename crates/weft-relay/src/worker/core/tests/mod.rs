@@ -128,6 +128,9 @@ struct Net {
     /// Leave the cores' effects unpolled (to see the state between an
     /// input and the driver's next poll).
     hold_effects: bool,
+    /// Connections we did not open are clients' (no relay identity);
+    /// else every peer is a listed relay.
+    inbound_clients: bool,
 }
 
 impl Net {
@@ -196,14 +199,19 @@ impl Net {
             pumps: (0..n).map(|_| Vec::new()).collect(),
             closed: (0..n).map(|_| Vec::new()).collect(),
             hold_effects: false,
+            inbound_clients: false,
         }
     }
 
     /// Open connection `idx` on worker `w` (we opened it if `outbound`).
     fn open(&mut self, w: usize, idx: usize, outbound: bool) {
         let addr: SocketAddr = ([127, 0, 0, 1], 9000 + idx as u16).into();
-        // A relay the (exit tests') consensus lists.
-        let relay = Some([0xAB; 20]);
+        // A relay the (exit tests') consensus lists, or a client.
+        let relay = if self.inbound_clients && !outbound {
+            None
+        } else {
+            Some([0xAB; 20])
+        };
         self.cores[w].handle_event(CoreEvent::ConnOpened {
             idx,
             id: 100 * w as u64 + idx as u64,
@@ -211,6 +219,7 @@ impl Net {
             we_initiated: outbound,
             peer_rsa: relay,
             canonical: true,
+            link_version: 5,
         });
     }
 

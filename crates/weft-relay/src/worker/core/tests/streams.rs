@@ -499,7 +499,7 @@ fn a_circuit_that_closes_closes_its_streams_and_a_one_hop_client_gets_none() {
         ([127, 0, 0, 1], 9100).into(),
         false,
         None,
-        180 * 1_000_000_000,
+        crate::worker::core::ConnLink::opened(5, 180 * 1_000_000_000),
     );
     let mut c = circuit(&mut net, 2, 5);
     send(

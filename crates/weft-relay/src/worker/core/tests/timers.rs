@@ -1,7 +1,9 @@
 //! The core's protocol timers, driven by the clock the tests pass in: a
 //! handshake past its deadline, a connection without circuits past its
 //! idle time (client and relay), keepalive PADDING after five minutes
-//! without a write, and when the core asks to be woken.
+//! without a write, connection padding (proposal 251) on an idle
+//! client's connection and its PADDING_NEGOTIATE, and when the core asks
+//! to be woken.
 
 use super::*;
 use crate::worker::core::timers::{HANDSHAKE_TIMEOUT_NS, KEEPALIVE_NS};
@@ -26,6 +28,7 @@ fn open_peer(net: &mut Net, idx: usize, peer_rsa: Option<[u8; 20]>, canonical: b
         we_initiated: false,
         peer_rsa,
         canonical,
+        link_version: 5,
     });
 }
 
@@ -122,4 +125,87 @@ fn the_core_asks_to_be_woken_for_its_next_timer() {
     assert_eq!(net.cores[0].poll_timeout(), 6 * S);
     at(&mut net, 5 * S + 10);
     assert_eq!(net.cores[0].poll_timeout(), 6 * S, "once a second");
+}
+
+/// Proposal 251 on a client's connection that carries a two-hop circuit
+/// and then stays idle: PADDING at gaps C draws (1.5 to 9.5 s with the
+/// consensus defaults), sent at the drawn time within the second (the
+/// core asks to be woken for it); after the client's PADDING_NEGOTIATE
+/// STOP, none.
+#[test]
+fn an_idle_clients_connection_gets_padding_at_cs_gaps_until_it_says_stop() {
+    let mut net = Net::new(2, 64);
+    net.inbound_clients = true;
+    let (mut client, _next, circ, _relabel) = two_hop(&mut net, 0, 1);
+    // The extend itself came before the circuit had a next hop (C counts
+    // neither); a RELAY_EARLY cell through it marks the connection used
+    // for circuits (C's CHANNEL_USED_FOR_FULL_CIRCS).
+    net.cell(
+        0,
+        1,
+        circ,
+        cmd::RELAY_EARLY,
+        &mut client_data(&mut client, 0),
+    );
+    net.settle();
+    let _ = net.written(1, 2);
+    let _ = net.written(0, 1);
+    let step = 50_000_000; // 50 ms
+    let pads = |net: &mut Net, from: u64, to: u64| -> Vec<u64> {
+        let mut at_ns = Vec::new();
+        let mut t = from;
+        while t <= to {
+            at(net, t);
+            assert!(net.cores[0].poll_timeout() <= t + S);
+            for o in net.written(0, 1) {
+                assert_eq!(o.command, cmd::PADDING);
+                at_ns.push(t);
+            }
+            t += step;
+        }
+        at_ns
+    };
+    let sent = pads(&mut net, S, 61 * S);
+    assert!(sent.len() >= 6, "{} PADDING cells in a minute", sent.len());
+    let mut last = 0;
+    for t in &sent {
+        let gap = t - last;
+        assert!(
+            (1_500_000_000..=9_500_000_000 + step).contains(&gap),
+            "gap {gap} ns"
+        );
+        last = *t;
+    }
+    assert_eq!(net.cores[0].counters.padding.sent, sent.len() as u64);
+    // The client says STOP (ConnectionPadding 0, ReducedConnectionPadding).
+    let mut stop = [0u8; BODY_LEN];
+    stop[..6].copy_from_slice(&[0, 1, 0, 0, 0, 0]);
+    net.cell(0, 1, 0, cmd::PADDING_NEGOTIATE, &mut stop);
+    assert_eq!(net.cores[0].counters.padding.negotiate, [0, 1, 0]);
+    assert!(
+        pads(&mut net, 62 * S, 122 * S).is_empty(),
+        "padding after STOP"
+    );
+}
+
+/// A relay's connection (an authenticated peer) is not padded with the
+/// consensus defaults (`nf_pad_relays=0`), though it carries circuits.
+#[test]
+fn a_relays_connection_gets_no_padding() {
+    let mut net = Net::new(2, 64);
+    let (mut client, _next, circ, _relabel) = two_hop(&mut net, 0, 1);
+    net.cell(
+        0,
+        1,
+        circ,
+        cmd::RELAY_EARLY,
+        &mut client_data(&mut client, 0),
+    );
+    net.settle();
+    let _ = net.written(0, 1);
+    for s in 1..=30 {
+        at(&mut net, s * S);
+        assert!(net.written(0, 1).is_empty(), "padding at {s} s");
+    }
+    assert_eq!(net.cores[0].counters.padding.sent, 0);
 }
