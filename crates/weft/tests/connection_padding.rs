@@ -20,7 +20,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use anyhow::{ensure, Context, Result};
-use weft_testnet::{pick_base_port, Testnet, TestnetConfig, WeftNode};
+use weft_testnet::{Testnet, TestnetConfig};
 
 const BOUND: Duration = Duration::from_secs(240);
 /// How long the reduced client's circuit stays idle.
@@ -77,17 +77,8 @@ fn weft_pads_idle_client_channels_as_c_tor_does() -> Result<()> {
     // that depends on the relays' uptimes against the median, so it is
     // guaranteed here.
     cfg.authority_torrc = vec!["AuthDirVoteStableGuaranteeMinUptime 0".into()];
-    let mut w = WeftNode::new(env!("CARGO_BIN_EXE_weft"));
-    w.connection_threads = Some(2);
-    w.extra_torrc = vec![format!("MetricsPort 127.0.0.1:{metrics_port}")];
-    cfg.weft = Some(w);
-    cfg.base_port = pick_base_port(cfg.ports_needed())?;
-    eprintln!(
-        "[padding] network in {} from port {}",
-        base_dir.display(),
-        cfg.base_port
-    );
-    let mut net = Testnet::start(cfg)?;
+    cfg.weft = Some(common::weft_node(2, metrics_port));
+    let mut net = common::start_testnet("padding", cfg)?;
     let weft = net.weft().context("weft")?.fingerprint()?.to_string();
     net.wait_until_listed(&[&weft], &["Running", "Valid"], BOUND)?;
     net.wait_for_bootstrap(BOUND)?;

@@ -20,7 +20,7 @@ mod common;
 
 use anyhow::{bail, ensure, Context, Result};
 use weft_dir::consdiff;
-use weft_testnet::{pick_base_port, ControlClient, Testnet, TestnetConfig, TorBinaries, WeftNode};
+use weft_testnet::{ControlClient, Testnet, TestnetConfig, TorBinaries};
 
 /// Bound on every wait.
 const BOUND: Duration = Duration::from_secs(300);
@@ -187,17 +187,8 @@ fn stock_client_with_an_older_consensus_gets_a_diff_from_weft() -> Result<()> {
     cfg.clients = 0;
     cfg.guards_by_vote = true;
     cfg.relay_torrc = vec![vec!["DirCache 0".to_string()]; 3];
-    let mut w = WeftNode::new(env!("CARGO_BIN_EXE_weft"));
-    w.connection_threads = Some(2);
-    w.extra_torrc = vec![format!("MetricsPort 127.0.0.1:{metrics_port}")];
-    cfg.weft = Some(w);
-    cfg.base_port = pick_base_port(cfg.ports_needed())?;
-    eprintln!(
-        "[consdiff] network in {} from port {}",
-        base_dir.display(),
-        cfg.base_port
-    );
-    let mut net = Testnet::start(cfg)?;
+    cfg.weft = Some(common::weft_node(2, metrics_port));
+    let mut net = common::start_testnet("consdiff", cfg)?;
     let weft = net.weft().context("weft")?;
     let fp = weft.fingerprint()?.to_string();
     let weft_or_port = weft.or_addr().context("weft ORPort")?.port();

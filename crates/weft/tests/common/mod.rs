@@ -594,3 +594,27 @@ impl Ctl {
         Ok(())
     }
 }
+
+/// weft in a test network: ConnectionThreads `threads`, a MetricsPort on
+/// `metrics_port`.
+pub fn weft_node(threads: u32, metrics_port: u16) -> weft_testnet::WeftNode {
+    let mut w = weft_testnet::WeftNode::new(weft_bin());
+    w.connection_threads = Some(threads);
+    w.extra_torrc = vec![format!("MetricsPort 127.0.0.1:{metrics_port}")];
+    w
+}
+
+/// Start network `cfg` on a free range of ports, saying where it lives
+/// (`[label] network in … from port …`).
+pub fn start_testnet(
+    label: &str,
+    mut cfg: weft_testnet::TestnetConfig,
+) -> anyhow::Result<weft_testnet::Testnet> {
+    cfg.base_port = weft_testnet::pick_base_port(cfg.ports_needed())?;
+    eprintln!(
+        "[{label}] network in {} from port {}",
+        cfg.base_dir.display(),
+        cfg.base_port
+    );
+    weft_testnet::Testnet::start(cfg)
+}

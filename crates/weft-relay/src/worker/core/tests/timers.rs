@@ -127,6 +127,27 @@ fn the_core_asks_to_be_woken_for_its_next_timer() {
     assert_eq!(net.cores[0].poll_timeout(), 6 * S, "once a second");
 }
 
+/// Two workers with a two-hop circuit from connection 1 of worker 0 (a
+/// client's if `client`, else a relay's) that carried a RELAY_EARLY cell
+/// after it had its next hop, every connection's output taken. (The
+/// extend itself came before the next hop existed; C counts neither.)
+fn used_two_hop(client: bool) -> Net {
+    let mut net = Net::new(2, 64);
+    net.inbound_clients = client;
+    let (mut origin, _next, circ, _relabel) = two_hop(&mut net, 0, 1);
+    net.cell(
+        0,
+        1,
+        circ,
+        cmd::RELAY_EARLY,
+        &mut client_data(&mut origin, 0),
+    );
+    net.settle();
+    let _ = net.written(1, 2);
+    let _ = net.written(0, 1);
+    net
+}
+
 /// Proposal 251 on a client's connection that carries a two-hop circuit
 /// and then stays idle: PADDING at gaps C draws (1.5 to 9.5 s with the
 /// consensus defaults), sent at the drawn time within the second (the
@@ -134,22 +155,7 @@ fn the_core_asks_to_be_woken_for_its_next_timer() {
 /// STOP, none.
 #[test]
 fn an_idle_clients_connection_gets_padding_at_cs_gaps_until_it_says_stop() {
-    let mut net = Net::new(2, 64);
-    net.inbound_clients = true;
-    let (mut client, _next, circ, _relabel) = two_hop(&mut net, 0, 1);
-    // The extend itself came before the circuit had a next hop (C counts
-    // neither); a RELAY_EARLY cell through it marks the connection used
-    // for circuits (C's CHANNEL_USED_FOR_FULL_CIRCS).
-    net.cell(
-        0,
-        1,
-        circ,
-        cmd::RELAY_EARLY,
-        &mut client_data(&mut client, 0),
-    );
-    net.settle();
-    let _ = net.written(1, 2);
-    let _ = net.written(0, 1);
+    let mut net = used_two_hop(true);
     let step = 50_000_000; // 50 ms
     let pads = |net: &mut Net, from: u64, to: u64| -> Vec<u64> {
         let mut at_ns = Vec::new();
@@ -192,17 +198,7 @@ fn an_idle_clients_connection_gets_padding_at_cs_gaps_until_it_says_stop() {
 /// consensus defaults (`nf_pad_relays=0`), though it carries circuits.
 #[test]
 fn a_relays_connection_gets_no_padding() {
-    let mut net = Net::new(2, 64);
-    let (mut client, _next, circ, _relabel) = two_hop(&mut net, 0, 1);
-    net.cell(
-        0,
-        1,
-        circ,
-        cmd::RELAY_EARLY,
-        &mut client_data(&mut client, 0),
-    );
-    net.settle();
-    let _ = net.written(0, 1);
+    let mut net = used_two_hop(false);
     for s in 1..=30 {
         at(&mut net, s * S);
         assert!(net.written(0, 1).is_empty(), "padding at {s} s");
