@@ -378,6 +378,8 @@ pub struct PaddingCounters {
     /// counts gaps up to [`PADDING_GAP_BOUNDS_MS`]`[i]` (and above the
     /// bound before it); the last, the rest.
     pub gaps: [u64; 12],
+    /// The sum of those gaps, ms.
+    pub gap_ms_sum: u64,
     /// PADDING_NEGOTIATE cells received: START, STOP, ignored (old link,
     /// malformed, unknown version).
     pub negotiate: [u64; 3],
@@ -388,6 +390,7 @@ impl PaddingCounters {
     /// cell.
     pub fn record_gap(&mut self, gap_ms: u64) {
         self.sent += 1;
+        self.gap_ms_sum += gap_ms;
         let i = PADDING_GAP_BOUNDS_MS
             .iter()
             .position(|&b| gap_ms <= b)
@@ -398,6 +401,7 @@ impl PaddingCounters {
     fn since(&self, e: &PaddingCounters) -> PaddingCounters {
         let mut d = *self;
         d.sent -= e.sent;
+        d.gap_ms_sum -= e.gap_ms_sum;
         for (a, b) in d.gaps.iter_mut().zip(e.gaps) {
             *a -= b;
         }
@@ -410,6 +414,7 @@ impl PaddingCounters {
     /// Add `o`'s counts.
     pub fn sum(&mut self, o: &PaddingCounters) {
         self.sent += o.sent;
+        self.gap_ms_sum += o.gap_ms_sum;
         for (a, b) in self.gaps.iter_mut().zip(o.gaps) {
             *a += b;
         }

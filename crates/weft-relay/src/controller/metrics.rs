@@ -383,6 +383,7 @@ fn render_padding(o: &mut String, m: &MetricsSnapshot) {
             .map_or("+Inf".to_string(), |b| format!("{}", *b as f64 / 1000.0));
         let _ = writeln!(o, "{name}_bucket{{le=\"{le}\"}} {cum}");
     }
+    let _ = writeln!(o, "{name}_sum {}", p.gap_ms_sum as f64 / 1000.0);
     let _ = writeln!(o, "{name}_count {}", p.sent);
     let name = "weft_connection_padding_negotiate_total";
     family(
