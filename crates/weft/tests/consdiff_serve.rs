@@ -13,142 +13,21 @@
 //! valid-after byte for byte, and weft's MetricsPort must count the diff.
 
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 mod common;
 
-use anyhow::{bail, ensure, Context, Result};
+use common::isolated_client::IsolatedClient;
+
+use anyhow::{ensure, Context, Result};
 use weft_dir::consdiff;
-use weft_testnet::{ControlClient, Testnet, TestnetConfig, TorBinaries};
+use weft_testnet::TestnetConfig;
 
 /// Bound on every wait.
 const BOUND: Duration = Duration::from_secs(300);
 
-/// A stock tor client started by this test (killed, by its own handle,
-/// on drop).
-struct IsolatedClient {
-    child: Child,
-    dir: PathBuf,
-    control_port: u16,
-}
-
-impl Drop for IsolatedClient {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-impl IsolatedClient {
-    /// A client that can reach no authority and knows weft as its only
-    /// fallback directory and entry (as in `dir_cache.rs`). Started again
-    /// in the same `dir`, it keeps its DataDirectory.
-    fn start(net: &Testnet, weft_fp: &str, weft_or_port: u16, dir: &Path) -> Result<Self> {
-        std::fs::create_dir_all(dir)?;
-        let dead = common::free_port();
-        let control_port = common::free_port();
-        let socks_port = common::free_port();
-        let mut t = String::new();
-        t.push_str("TestingTorNetwork 1\n");
-        t.push_str(&format!("DataDirectory {}\n", dir.join("data").display()));
-        t.push_str(&format!("SocksPort 127.0.0.1:{socks_port}\n"));
-        t.push_str(&format!("ControlPort 127.0.0.1:{control_port}\n"));
-        t.push_str("CookieAuthentication 1\n");
-        t.push_str(&format!(
-            "Log notice file {}\n",
-            dir.join("notice.log").display()
-        ));
-        t.push_str(&format!(
-            "Log info file {}\n",
-            dir.join("info.log").display()
-        ));
-        for line in net.dir_authority_lines() {
-            t.push_str(&dead_authority(line, dead)?);
-            t.push('\n');
-        }
-        t.push_str(&format!(
-            "FallbackDir 127.0.0.1:{dead} orport={weft_or_port} id={weft_fp}\n"
-        ));
-        t.push_str(&format!(
-            "EntryNodes ${weft_fp}\nStrictNodes 1\nUseEntryGuards 1\n"
-        ));
-        let torrc = dir.join("torrc");
-        std::fs::write(&torrc, t)?;
-        let defaults = dir.join("torrc-defaults");
-        std::fs::write(&defaults, "")?;
-        let child = Command::new(&TorBinaries::locate()?.tor)
-            .arg("--defaults-torrc")
-            .arg(&defaults)
-            .arg("-f")
-            .arg(&torrc)
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .context("starting the isolated client")?;
-        Ok(IsolatedClient {
-            child,
-            dir: dir.to_path_buf(),
-            control_port,
-        })
-    }
-
-    /// Waits until it has bootstrapped to 100%.
-    fn wait_bootstrapped(&self) -> Result<()> {
-        let deadline = Instant::now() + BOUND;
-        let mut ctl = loop {
-            match ControlClient::connect(
-                ([127, 0, 0, 1], self.control_port).into(),
-                &self.dir.join("data"),
-                Duration::from_secs(30),
-            ) {
-                Ok(c) => break c,
-                Err(e) if Instant::now() > deadline => bail!("client control port: {e}"),
-                Err(_) => std::thread::sleep(Duration::from_millis(300)),
-            }
-        };
-        loop {
-            let (pct, summary) = ctl.bootstrap_phase()?;
-            if pct == 100 {
-                return Ok(());
-            }
-            ensure!(
-                Instant::now() < deadline,
-                "client stuck at {pct}% ({summary}); its log:\n{}",
-                read(&self.dir.join("notice.log"))
-            );
-            std::thread::sleep(Duration::from_millis(500));
-        }
-    }
-
-    fn consensus(&self) -> String {
-        read(&self.dir.join("data").join("cached-microdesc-consensus"))
-    }
-
-    fn info_log(&self) -> String {
-        read(&self.dir.join("info.log"))
-    }
-}
-
 fn read(p: &Path) -> String {
     std::fs::read_to_string(p).unwrap_or_default()
-}
-
-/// The authority line with its ORPort and DirPort moved to `dead`.
-fn dead_authority(line: &str, dead: u16) -> Result<String> {
-    let mut out = Vec::new();
-    for w in line.split(' ') {
-        if w.starts_with("orport=") {
-            out.push(format!("orport={dead}"));
-        } else if w.starts_with("127.0.0.1:") {
-            out.push(format!("127.0.0.1:{dead}"));
-        } else {
-            out.push(w.to_string());
-        }
-    }
-    ensure!(out.len() > 4, "odd DirAuthority line {line}");
-    Ok(out.join(" "))
 }
 
 fn valid_after(doc: &str) -> Option<&str> {
@@ -208,7 +87,7 @@ fn stock_client_with_an_older_consensus_gets_a_diff_from_weft() -> Result<()> {
     // 1. The client gets consensus N from weft, and stops.
     let client_dir = base_dir.join("isolated");
     let client = IsolatedClient::start(&net, &fp, weft_or_port, &client_dir)?;
-    client.wait_bootstrapped()?;
+    client.wait_bootstrapped(BOUND)?;
     drop(client);
     let old = read(&client_dir.join("data").join("cached-microdesc-consensus"));
     let old_va = valid_after(&old)

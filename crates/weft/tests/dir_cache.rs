@@ -17,14 +17,15 @@
 //!   guard and build its circuits through it.
 
 use std::net::SocketAddr;
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 mod common;
 
+use common::isolated_client::IsolatedClient;
+
 use anyhow::{bail, ensure, Context, Result};
-use weft_testnet::{pick_base_port, ControlClient, Testnet, TestnetConfig, TorBinaries, WeftNode};
+use weft_testnet::{pick_base_port, ControlClient, Testnet, TestnetConfig, WeftNode};
 
 /// Bound on every wait for flags and bootstrap.
 /// A family member in weft's MyFamily (not in the network: a family line
@@ -32,104 +33,6 @@ use weft_testnet::{pick_base_port, ControlClient, Testnet, TestnetConfig, TorBin
 const FAMILY: &str = "$AAAABBBBCCCCDDDDEEEEFFFF0000111122223333";
 
 const BOUND: Duration = Duration::from_secs(300);
-
-/// A stock tor client started by this test (killed on drop).
-struct IsolatedClient {
-    child: Child,
-    dir: PathBuf,
-    control_port: u16,
-}
-
-impl Drop for IsolatedClient {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-impl IsolatedClient {
-    /// A client that can reach no authority (their addresses point at a
-    /// closed port) and knows weft as its only fallback directory and its
-    /// only entry.
-    fn start(net: &Testnet, weft_fp: &str, weft_or_port: u16, dir: &Path) -> Result<Self> {
-        std::fs::create_dir_all(dir)?;
-        let dead = common::free_port();
-        let control_port = common::free_port();
-        let socks_port = common::free_port();
-        let mut t = String::new();
-        t.push_str("TestingTorNetwork 1\n");
-        t.push_str(&format!("DataDirectory {}\n", dir.join("data").display()));
-        t.push_str(&format!("SocksPort 127.0.0.1:{socks_port}\n"));
-        t.push_str(&format!("ControlPort 127.0.0.1:{control_port}\n"));
-        t.push_str("CookieAuthentication 1\n");
-        t.push_str(&format!(
-            "Log notice file {}\n",
-            dir.join("notice.log").display()
-        ));
-        t.push_str(&format!(
-            "Log info file {}\n",
-            dir.join("info.log").display()
-        ));
-        for line in net.dir_authority_lines() {
-            t.push_str(&dead_authority(line, dead)?);
-            t.push('\n');
-        }
-        t.push_str(&format!(
-            "FallbackDir 127.0.0.1:{dead} orport={weft_or_port} id={weft_fp}\n"
-        ));
-        t.push_str(&format!("EntryNodes ${weft_fp}\n"));
-        t.push_str("StrictNodes 1\n");
-        t.push_str("UseEntryGuards 1\n");
-        let torrc = dir.join("torrc");
-        std::fs::write(&torrc, t)?;
-        let defaults = dir.join("torrc-defaults");
-        std::fs::write(&defaults, "")?;
-        let bins = TorBinaries::locate()?;
-        let child = Command::new(&bins.tor)
-            .arg("--defaults-torrc")
-            .arg(&defaults)
-            .arg("-f")
-            .arg(&torrc)
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .context("starting the isolated client")?;
-        Ok(IsolatedClient {
-            child,
-            dir: dir.to_path_buf(),
-            control_port,
-        })
-    }
-
-    fn control(&self) -> Result<ControlClient> {
-        ControlClient::connect(
-            ([127, 0, 0, 1], self.control_port).into(),
-            &self.dir.join("data"),
-            Duration::from_secs(30),
-        )
-    }
-
-    fn log(&self) -> String {
-        std::fs::read_to_string(self.dir.join("notice.log")).unwrap_or_default()
-    }
-}
-
-/// The authority line with its ORPort and DirPort moved to `dead`.
-fn dead_authority(line: &str, dead: u16) -> Result<String> {
-    let mut out = Vec::new();
-    for w in line.split(' ') {
-        if w.starts_with("orport=") {
-            out.push(format!("orport={dead}"));
-        } else if w.starts_with("127.0.0.1:") {
-            out.push(format!("127.0.0.1:{dead}"));
-        } else {
-            out.push(w.to_string());
-        }
-    }
-    ensure!(out.len() > 4, "odd DirAuthority line {line}");
-    Ok(out.join(" "))
-}
 
 /// The sum of every series of metric line `prefix` (e.g. one per
 /// worker; 0 if absent).
@@ -266,7 +169,7 @@ fn stock_client_bootstraps_from_weft_alone_and_uses_it_as_guard() -> Result<()> 
         if Instant::now() > deadline {
             bail!(
                 "client stuck at {pct}% ({summary}); its log:\n{}",
-                client.log()
+                client.notice_log()
             );
         }
         std::thread::sleep(Duration::from_millis(500));

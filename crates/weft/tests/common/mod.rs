@@ -4,6 +4,8 @@
 
 #![allow(dead_code)]
 
+pub mod isolated_client;
+
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::path::{Path, PathBuf};

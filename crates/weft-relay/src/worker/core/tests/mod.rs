@@ -515,11 +515,12 @@ fn a_circuit_across_two_workers_carries_cells_both_ways() {
     assert!(pool_empty(&net));
 }
 
-#[test]
-fn destroy_from_the_client_races_cells_in_both_directions() {
+/// A two-hop circuit across workers 0 and 1 with five cells each way on
+/// the rings, not yet delivered: the network, the client's circuit ID and
+/// the relabel half's.
+fn cells_in_flight_both_ways() -> (Net, u32, u32) {
     let mut net = Net::new(2, 64);
     let (mut client, mut next, circ, relabel) = two_hop(&mut net, 0, 1);
-    // Cells in flight both ways: on the rings, not yet delivered.
     for i in 0..5u32 {
         let mut b = client_data(&mut client, i);
         net.cell(0, 1, circ, cmd::RELAY, &mut b);
@@ -529,6 +530,13 @@ fn destroy_from_the_client_races_cells_in_both_directions() {
     for c in &mut net.cores {
         c.end_round(|_, _| {});
     }
+    (net, circ, relabel)
+}
+
+#[test]
+fn destroy_from_the_client_races_cells_in_both_directions() {
+    // Cells in flight both ways: on the rings, not yet delivered.
+    let (mut net, circ, relabel) = cells_in_flight_both_ways();
     // DESTROY from the client overtakes them.
     net.cell(
         0,
@@ -555,17 +563,8 @@ fn destroy_from_the_client_races_cells_in_both_directions() {
 
 #[test]
 fn destroy_from_the_next_relay_races_cells_in_both_directions() {
-    let mut net = Net::new(2, 64);
-    let (mut client, mut next, circ, relabel) = two_hop(&mut net, 0, 1);
-    for i in 0..5u32 {
-        let mut b = client_data(&mut client, i);
-        net.cell(0, 1, circ, cmd::RELAY, &mut b);
-        let mut d = next.data(&i.to_be_bytes());
-        net.cell(1, 2, relabel, cmd::RELAY, &mut d);
-    }
-    for c in &mut net.cores {
-        c.end_round(|_, _| {});
-    }
+    // Cells in flight both ways: on the rings, not yet delivered.
+    let (mut net, circ, relabel) = cells_in_flight_both_ways();
     net.cell(
         1,
         2,

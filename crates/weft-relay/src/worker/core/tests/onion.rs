@@ -38,6 +38,13 @@ fn send(
     net.cell(w, conn, circ, cmd::RELAY_EARLY, &mut b);
 }
 
+/// The service's one-hop circuit (connection 2 of worker 1, circuit
+/// 0x8000_0002) sends `command`; the network settles.
+fn from_service(net: &mut Net, service: &mut OriginCircuit, command: u8, body: &[u8]) {
+    send(net, 1, 2, 0x8000_0002, service, command, body);
+    net.settle();
+}
+
 /// The relay messages (command, data) `client` reads on (w, conn, circ),
 /// and whether a DESTROY came.
 fn read(
@@ -105,16 +112,7 @@ fn an_introduction_crosses_workers_and_is_acked() {
     let sk = SigningKey::from_bytes(&[7u8; 32]);
     let key = sk.verifying_key().to_bytes();
     let cell = establish_intro(&sk, service.nonce(0).unwrap(), None);
-    send(
-        &mut net,
-        1,
-        2,
-        0x8000_0002,
-        &mut service,
-        hs_cmd::ESTABLISH_INTRO,
-        &cell,
-    );
-    net.settle();
+    from_service(&mut net, &mut service, hs_cmd::ESTABLISH_INTRO, &cell);
     let (msgs, _) = read(&mut net, 1, 2, 0x8000_0002, &mut service);
     assert_eq!(msgs, vec![(hs_cmd::INTRO_ESTABLISHED, vec![0])]);
     assert!(net.onion.intro_circuit(&key).is_some());
@@ -187,16 +185,7 @@ fn the_intro_dos_extension_limits_introduce2() {
     let key = sk.verifying_key().to_bytes();
     // Burst 2: C Tor lets one through, then says UNKNOWN_ID.
     let cell = establish_intro(&sk, service.nonce(0).unwrap(), Some(2));
-    send(
-        &mut net,
-        1,
-        2,
-        0x8000_0002,
-        &mut service,
-        hs_cmd::ESTABLISH_INTRO,
-        &cell,
-    );
-    net.settle();
+    from_service(&mut net, &mut service, hs_cmd::ESTABLISH_INTRO, &cell);
     read(&mut net, 1, 2, 0x8000_0002, &mut service);
     let mut statuses = Vec::new();
     for i in 0..3u32 {
@@ -256,16 +245,7 @@ fn a_rendezvous_splices_two_circuits_on_different_workers() {
     let mut service = one_hop(&mut net, 1, 2, 0x8000_0002);
     let mut r1 = cookie.to_vec();
     r1.extend_from_slice(&[0xCD; 64]);
-    send(
-        &mut net,
-        1,
-        2,
-        0x8000_0002,
-        &mut service,
-        hs_cmd::RENDEZVOUS1,
-        &r1,
-    );
-    net.settle();
+    from_service(&mut net, &mut service, hs_cmd::RENDEZVOUS1, &r1);
     let (msgs, _) = read(&mut net, 0, 1, 0x8000_0001, &mut client);
     assert_eq!(msgs, vec![(hs_cmd::RENDEZVOUS2, vec![0xCD; 64])]);
     assert_eq!(net.onion.sizes().1, 0);
@@ -314,16 +294,7 @@ fn a_rendezvous1_for_an_unknown_cookie_closes_its_circuit() {
     let mut service = one_hop(&mut net, 1, 2, 0x8000_0002);
     let mut r1 = vec![9u8; 20];
     r1.extend_from_slice(&[1; 64]);
-    send(
-        &mut net,
-        1,
-        2,
-        0x8000_0002,
-        &mut service,
-        hs_cmd::RENDEZVOUS1,
-        &r1,
-    );
-    net.settle();
+    from_service(&mut net, &mut service, hs_cmd::RENDEZVOUS1, &r1);
     let out = net.written(1, 2);
     assert_eq!(
         (out.len(), out[0].command, out[0].body[0]),
@@ -340,16 +311,7 @@ fn an_introduction_point_moves_and_introductions_follow_it() {
     let sk = SigningKey::from_bytes(&[6u8; 32]);
     let key = sk.verifying_key().to_bytes();
     let cell = establish_intro(&sk, service.nonce(0).unwrap(), None);
-    send(
-        &mut net,
-        1,
-        2,
-        0x8000_0002,
-        &mut service,
-        hs_cmd::ESTABLISH_INTRO,
-        &cell,
-    );
-    net.settle();
+    from_service(&mut net, &mut service, hs_cmd::ESTABLISH_INTRO, &cell);
     read(&mut net, 1, 2, 0x8000_0002, &mut service);
     let old = net.onion.intro_circuit(&key).unwrap();
     // An INTRODUCE1 is on its way to the old reference while the service's

@@ -106,6 +106,18 @@ pub(super) fn send(
     tag
 }
 
+/// Send a BEGIN for `target` (host:port) on stream `stream` of (conn, circ).
+pub(super) fn send_begin(
+    net: &mut Net,
+    conn: usize,
+    circ: u32,
+    c: &mut OriginCircuit,
+    stream: u16,
+    target: &str,
+) -> [u8; 20] {
+    send(net, conn, circ, c, relay_cmd::BEGIN, stream, &begin(target))
+}
+
 /// What the client reads on (conn, circ): relay messages (command,
 /// stream, data, the digest after it) and whether a DESTROY came.
 #[allow(clippy::type_complexity)]
@@ -177,15 +189,7 @@ fn a_begin_the_policy_refuses_gets_end_exitpolicy_with_the_address() {
     // 10.1.2.3: a private address, refused by default.
     let mut net = exit_net();
     let mut c = circuit(&mut net, 1, 5);
-    send(
-        &mut net,
-        1,
-        5,
-        &mut c,
-        relay_cmd::BEGIN,
-        3,
-        &begin("10.1.2.3:80"),
-    );
+    send_begin(&mut net, 1, 5, &mut c, 3, "10.1.2.3:80");
     let (msgs, destroyed) = read(&mut net, 1, 5, &mut c);
     assert!(!destroyed);
     assert_eq!(msgs.len(), 1);
@@ -193,15 +197,7 @@ fn a_begin_the_policy_refuses_gets_end_exitpolicy_with_the_address() {
     assert_eq!(msgs[0].2, [4, 10, 1, 2, 3, 0, 0, 0x07, 0x08]);
     assert!(net.poll_stream_io(0).is_none(), "no socket for it");
     // A name is looked up (not refused, not connected yet).
-    send(
-        &mut net,
-        1,
-        5,
-        &mut c,
-        relay_cmd::BEGIN,
-        4,
-        &begin("example.com:443"),
-    );
+    send_begin(&mut net, 1, 5, &mut c, 4, "example.com:443");
     assert_eq!(net.lookups.len(), 1);
     assert_eq!(net.lookups[0].host, "example.com");
     assert!(net.poll_stream_io(0).is_none());
@@ -213,15 +209,7 @@ fn a_relay_the_consensus_does_not_list_gets_no_streams() {
     net.open(0, 3, false);
     net.cores[0].conn_mut(3).unwrap().peer_rsa = Some([0xCD; 20]);
     let mut c = circuit(&mut net, 3, 5);
-    send(
-        &mut net,
-        3,
-        5,
-        &mut c,
-        relay_cmd::BEGIN,
-        1,
-        &begin("198.51.100.7:80"),
-    );
+    send_begin(&mut net, 3, 5, &mut c, 1, "198.51.100.7:80");
     let (msgs, _) = read(&mut net, 3, 5, &mut c);
     assert_eq!(
         (msgs[0].0, msgs[0].2.clone()),
@@ -235,15 +223,7 @@ fn a_relay_the_consensus_does_not_list_gets_no_streams() {
 fn a_stream_may_not_connect_back_into_the_network() {
     let mut net = exit_net();
     let mut c = circuit(&mut net, 1, 5);
-    send(
-        &mut net,
-        1,
-        5,
-        &mut c,
-        relay_cmd::BEGIN,
-        3,
-        &begin("198.51.100.1:9001"),
-    );
+    send_begin(&mut net, 1, 5, &mut c, 3, "198.51.100.1:9001");
     let (msgs, destroyed) = read(&mut net, 1, 5, &mut c);
     assert!(!destroyed);
     assert_eq!(
@@ -256,15 +236,7 @@ fn a_stream_may_not_connect_back_into_the_network() {
         Some(StreamIo::Connect { .. })
     ));
     // The stream ID is free again: the same ID to another port connects.
-    send(
-        &mut net,
-        1,
-        5,
-        &mut c,
-        relay_cmd::BEGIN,
-        3,
-        &begin("198.51.100.1:9002"),
-    );
+    send_begin(&mut net, 1, 5, &mut c, 3, "198.51.100.1:9002");
     assert!(matches!(
         net.poll_stream_io(0),
         Some(StreamIo::Connect { .. })
@@ -277,15 +249,7 @@ fn a_lookup_answer_is_checked_against_the_policy_again() {
     // ExitPolicyRejectPrivate rules, with the address in the END.
     let mut net = exit_net();
     let mut c = circuit(&mut net, 1, 5);
-    send(
-        &mut net,
-        1,
-        5,
-        &mut c,
-        relay_cmd::BEGIN,
-        4,
-        &begin("internal.example:80"),
-    );
+    send_begin(&mut net, 1, 5, &mut c, 4, "internal.example:80");
     let q = net.lookups.pop().unwrap();
     net.cores[0].stream_resolved(crate::resolver::DnsAnswer {
         key: q.key,
@@ -304,15 +268,7 @@ fn a_lookup_answer_is_checked_against_the_policy_again() {
         "never connected"
     );
     // An allowed answer connects; a stale answer (wrong tag) is ignored.
-    send(
-        &mut net,
-        1,
-        5,
-        &mut c,
-        relay_cmd::BEGIN,
-        6,
-        &begin("ok.example:80"),
-    );
+    send_begin(&mut net, 1, 5, &mut c, 6, "ok.example:80");
     let q = net.lookups.pop().unwrap();
     let answer = |tag| crate::resolver::DnsAnswer {
         key: q.key,
@@ -502,15 +458,7 @@ fn a_circuit_that_closes_closes_its_streams_and_a_one_hop_client_gets_none() {
         crate::worker::core::ConnLink::opened(5, 180 * 1_000_000_000),
     );
     let mut c = circuit(&mut net, 2, 5);
-    send(
-        &mut net,
-        2,
-        5,
-        &mut c,
-        relay_cmd::BEGIN,
-        1,
-        &begin("198.51.100.7:80"),
-    );
+    send_begin(&mut net, 2, 5, &mut c, 1, "198.51.100.7:80");
     let (msgs, _) = read(&mut net, 2, 5, &mut c);
     assert_eq!(msgs[0].0, relay_cmd::END);
     assert_eq!(msgs[0].2, [13], "TORPROTOCOL");
@@ -601,15 +549,7 @@ fn streams_over_the_creation_limit_are_refused_or_close_their_circuit() {
     let mut c = circuit(&mut net, 1, 5);
     let mut connects = 0;
     for sid in 1..=3 {
-        send(
-            &mut net,
-            1,
-            5,
-            &mut c,
-            relay_cmd::BEGIN,
-            sid,
-            &begin("198.51.100.7:80"),
-        );
+        send_begin(&mut net, 1, 5, &mut c, sid, "198.51.100.7:80");
         while let Some(io) = net.poll_stream_io(0) {
             connects += usize::from(matches!(io, StreamIo::Connect { .. }));
         }
@@ -637,15 +577,7 @@ fn streams_over_the_creation_limit_are_refused_or_close_their_circuit() {
     assert_eq!((msgs[0].0, msgs[0].2[0]), (relay_cmd::RESOLVED, 0xF0));
     // A second later the bucket has a token again.
     net.cores[0].set_now(1_000_000_000);
-    send(
-        &mut net,
-        1,
-        5,
-        &mut c,
-        relay_cmd::BEGIN,
-        5,
-        &begin("198.51.100.7:80"),
-    );
+    send_begin(&mut net, 1, 5, &mut c, 5, "198.51.100.7:80");
     assert!(matches!(
         net.poll_stream_io(0),
         Some(StreamIo::Connect { .. })
@@ -657,27 +589,11 @@ fn streams_over_the_creation_limit_are_refused_or_close_their_circuit() {
     let mut c = circuit(&mut net, 1, 5);
     let mut other = circuit(&mut net, 1, 7);
     for sid in 1..=3 {
-        send(
-            &mut net,
-            1,
-            5,
-            &mut c,
-            relay_cmd::BEGIN,
-            sid,
-            &begin("198.51.100.7:80"),
-        );
+        send_begin(&mut net, 1, 5, &mut c, sid, "198.51.100.7:80");
     }
     let (_, destroyed) = read(&mut net, 1, 5, &mut c);
     assert!(destroyed, "RESOURCELIMIT");
-    send(
-        &mut net,
-        1,
-        7,
-        &mut other,
-        relay_cmd::BEGIN,
-        1,
-        &begin("198.51.100.7:80"),
-    );
+    send_begin(&mut net, 1, 7, &mut other, 1, "198.51.100.7:80");
     let (_, destroyed) = read(&mut net, 1, 7, &mut other);
     assert!(!destroyed);
 }
