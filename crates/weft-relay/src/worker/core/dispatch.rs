@@ -451,9 +451,12 @@ impl Circuits {
                     self.streams.note_cc_circuit();
                 }
                 self.queue_urgent(conn, circ_id, reply_cmd, &reply);
-                let r = self
-                    .halves
-                    .insert(Half::new(conn, circ_id, HalfRole::Keyed(half), None));
+                let r = self.halves.insert(Half::new(
+                    conn,
+                    circ_id,
+                    HalfRole::Keyed(Box::new(half)),
+                    None,
+                ));
                 if let Some(c) = self.conn_mut(conn) {
                     c.circuits.insert(circ_id, r.slot);
                 }
