@@ -95,6 +95,7 @@ impl Circuits {
         let now = self.now_ns;
         self.guards.oom_query_ns = now;
         let mut v = Vec::new();
+        crate::worker::core::walks::visit(self.halves.slots() as usize);
         for slot in 0..self.halves.slots() {
             let Some(h) = self.halves.by_slot(slot) else {
                 continue;
@@ -128,6 +129,7 @@ impl Circuits {
             t => t,
         };
         let mut victims = Vec::new();
+        crate::worker::core::walks::visit(self.halves.slots() as usize);
         for slot in 0..self.halves.slots() {
             let Some(h) = self.halves.by_slot(slot) else {
                 continue;

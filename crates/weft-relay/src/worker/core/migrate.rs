@@ -203,7 +203,8 @@ impl Circuits {
             .circuits
             .values()
             .any(|&s| halves.at(s).is_some_and(|h| h.in_move()));
-        !moving && !self.in_rendezvous(idx) && !self.streams.on_conn(idx) && !self.conn_has_leg(idx)
+        let streams = self.streams.on_conn(idx, c.circuits.values().copied());
+        !moving && !streams && !self.in_rendezvous(idx) && !self.conn_has_leg(idx)
     }
 
     /// Step 1: take connection `idx`'s circuits out of the core. Each half

@@ -101,6 +101,7 @@ impl Circuits {
             sent: 0,
         }));
         self.streams.by_id.insert((owner, stream_id), key);
+        self.streams.dir_keys.push(key);
         self.streams.counters.dir.streams += 1;
         self.streams.opened += 1;
         self.send_on(owner, relay_cmd::CONNECTED, stream_id, &[]);
