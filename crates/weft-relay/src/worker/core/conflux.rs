@@ -38,7 +38,7 @@ use crate::messages::{ConfluxCounters, ControllerMsg, HalfRef, RingMsg, SetRef, 
 use crate::worker::core::half::HalfRole;
 use crate::worker::core::handoff::Handed;
 use crate::worker::core::streams::StreamOwner;
-use crate::worker::core::{Circuits, Effect};
+use crate::worker::core::Circuits;
 
 /// A leg on this worker.
 struct LegRecord {
@@ -212,8 +212,7 @@ impl Circuits {
                 sent_total: 0,
             },
         );
-        self.effects
-            .push_back(Effect::Controller(ControllerMsg::ConfluxLink { leg, link }));
+        self.tell_controller(ControllerMsg::ConfluxLink { leg, link });
     }
 
     fn streams_keyed(&mut self, slot: u32) -> Option<&mut weft_proto::circuit::KeyedHalf> {
@@ -604,11 +603,10 @@ impl Circuits {
             self.destroy_later.push((leg, reason));
         }
         self.forget_streams(StreamOwner::Set(idx));
-        self.effects
-            .push_back(Effect::Controller(ControllerMsg::ConfluxSetGone {
-                nonce: hs.nonce,
-                worker: self.me as u16,
-            }));
+        self.tell_controller(ControllerMsg::ConfluxSetGone {
+            nonce: hs.nonce,
+            worker: self.me as u16,
+        });
     }
 
     /// A message the set's stream room sends toward the client: on the

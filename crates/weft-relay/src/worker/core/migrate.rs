@@ -62,7 +62,7 @@ use crate::messages::{ConnId, ControllerMsg, HalfRef, RingMsg};
 use crate::pool::{CellPool, CellQueue};
 use crate::worker::core::half::{Half, HalfRole};
 use crate::worker::core::move_state::{ForwarderPhase, MoveState, OnSourceDone};
-use crate::worker::core::{Circuits, ConnCircuits, Effect};
+use crate::worker::core::{Circuits, ConnCircuits};
 
 /// How long an old half slot keeps forwarding after its migration
 /// finished, in nanoseconds.
@@ -527,11 +527,10 @@ impl Circuits {
             if busy {
                 self.adopted.push((conn_id, refs));
             } else {
-                self.effects
-                    .push_back(Effect::Controller(ControllerMsg::MigrationDone {
-                        conn_id,
-                        moved: true,
-                    }));
+                self.tell_controller(ControllerMsg::MigrationDone {
+                    conn_id,
+                    moved: true,
+                });
             }
         }
     }

@@ -509,6 +509,11 @@ impl Circuits {
 
     // ----- outputs ------------------------------------------------------------
 
+    /// Queue `m` for the controller ([`Effect::Controller`]).
+    pub(crate) fn tell_controller(&mut self, m: ControllerMsg) {
+        self.effects.push_back(Effect::Controller(m));
+    }
+
     /// The next thing the driver must do for the core.
     /// Halves torn down during the last inputs are finished first (their
     /// peers told, DESTROY queued).
@@ -561,11 +566,10 @@ impl Circuits {
         let now = self.queued_bytes();
         if now.abs_diff(self.reported_queue_bytes) >= self.limits.queue_report_step {
             self.reported_queue_bytes = now;
-            self.effects
-                .push_back(Effect::Controller(ControllerMsg::QueueBytes {
-                    worker: self.me,
-                    bytes: now,
-                }));
+            self.tell_controller(ControllerMsg::QueueBytes {
+                worker: self.me,
+                bytes: now,
+            });
         }
     }
 
