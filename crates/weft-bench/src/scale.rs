@@ -76,10 +76,11 @@ pub struct ScaleArgs {
     /// Skip the plots.
     #[arg(long)]
     pub no_plots: bool,
-    /// Relay identities the generator connections share (each costs
-    /// RSA key generation).
-    #[arg(long, default_value_t = 64)]
-    pub identities: usize,
+    /// Relay identities for the generator connections (default: one per
+    /// connection of the largest step; fewer are shared in turn, but C Tor
+    /// closes all but one circuitless connection per relay).
+    #[arg(long)]
+    pub identities: Option<usize>,
     /// Sink relays (the target's outbound connections).
     #[arg(long, default_value_t = 8)]
     pub sinks: usize,
@@ -175,13 +176,16 @@ impl ScaleArgs {
         }))
         .map_err(anyhow::Error::msg)?;
         Ok(ScaleProcedure {
-            steps,
+            steps: steps.clone(),
             active: self.active,
             create_cap: self.create_cap,
             weft_threads: self.weft_threads,
             common_options: COMMON_OPTIONS.iter().map(|s| s.to_string()).collect(),
             weft_options: self.weft_option.clone(),
-            identities: self.identities.max(1),
+            identities: self
+                .identities
+                .unwrap_or_else(|| steps.iter().map(|s| s.connections).max().unwrap_or(1))
+                .max(1),
             sinks: self.sinks.max(self.load_threads.max(1)),
             load_threads: self.load_threads.max(1),
             in_flight: self.in_flight.max(1),
@@ -420,8 +424,8 @@ pub fn rows(results: &[StepResult]) -> Vec<Row> {
     rows
 }
 
-/// The commit of the weft sources (HEAD of the repository, "+dirty" if
-/// the relay crates have changes).
+/// The commit the weft sources were last changed in (the relay crates),
+/// "+dirty" if they have uncommitted changes.
 fn weft_commit(repo: &Path) -> String {
     let git = |args: &[&str]| {
         std::process::Command::new("git")
@@ -434,19 +438,21 @@ fn weft_commit(repo: &Path) -> String {
             .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_string())
             .unwrap_or_default()
     };
-    let head = git(&["rev-parse", "--short=12", "HEAD"]);
-    let dirty = git(&[
-        "status",
-        "--porcelain",
+    const CRATES: [&str; 4] = [
         "crates/weft",
         "crates/weft-relay",
         "crates/weft-proto",
         "crates/weft-crypto",
-    ]);
+    ];
+    let mut log = vec!["log", "-1", "--format=%h", "--abbrev=12", "--"];
+    log.extend(CRATES);
+    let mut status = vec!["status", "--porcelain", "--"];
+    status.extend(CRATES);
+    let (last, dirty) = (git(&log), git(&status));
     if dirty.is_empty() {
-        head
+        last
     } else {
-        format!("{head}+dirty")
+        format!("{last}+dirty")
     }
 }
 
@@ -521,7 +527,7 @@ pub fn run_cli(args: &ScaleArgs, date: &str, stamp: &str) -> Result<()> {
     });
     report::write_json(&path, &doc)?;
     println!(
-        "\nscale: {:.1} min, RLIMIT_NOFILE {}, weft {} ({}), ConnectionThreads {}, creation cap {} CPU, {} bulk circuits\n",
+        "\nscale: {:.1} min, RLIMIT_NOFILE {}, weft sources at {} ({}), ConnectionThreads {}, creation cap {} CPU, {} bulk circuits\n",
         started.elapsed().as_secs_f64() / 60.0,
         nofile.limit,
         weft_commit(&repo_root()),

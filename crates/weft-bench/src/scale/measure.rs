@@ -5,10 +5,17 @@
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::{Duration, Instant, SystemTime};
 
 use anyhow::{bail, Result};
+use openssl::pkey::PKey;
 use serde::Serialize;
+use tor_cert::{CertType, CertifiedKey};
+use tor_llcrypto::pk::ed25519;
+use weft_crypto::certs;
+use weft_crypto::keys::{RelayKeys, LINK_CERT_LIFETIME};
+use weft_proto::circuit::HandshakeKeys;
+use weft_proto::link::LinkIdentity;
 use weft_proto::origin::HopTarget;
 
 use super::{plan, ScaleEnv, ScaleProcedure};
@@ -115,31 +122,85 @@ pub(super) struct Idents {
 }
 
 pub(super) fn identities(dir: &Path, gens: usize, sinks: usize) -> Result<Idents> {
+    // Sinks are full relays (their TLS certificate is what the target
+    // checks); a template for the generators' TLS material too.
+    let sink_ids = (0..sinks.max(1))
+        .map(|i| {
+            run::identity(&dir.join(format!("sink{i}")), &format!("scaleSink{i}")).map(Arc::new)
+        })
+        .collect::<Result<Vec<_>>>()?;
+    let template = sink_ids[0].clone();
     let names: Vec<(PathBuf, String)> = (0..gens)
         .map(|i| (dir.join(format!("gen{i}")), format!("scaleGen{i}")))
-        .chain((0..sinks).map(|i| (dir.join(format!("sink{i}")), format!("scaleSink{i}"))))
         .collect();
     // RSA key generation dominates: two threads.
     let (a, b) = names.split_at(names.len() / 2);
-    let made = std::thread::scope(|s| {
-        let h = s.spawn(|| {
-            a.iter()
-                .map(|(d, n)| run::identity(d, n).map(Arc::new))
-                .collect::<Result<Vec<_>>>()
-        });
-        let mine = b
-            .iter()
-            .map(|(d, n)| run::identity(d, n).map(Arc::new))
-            .collect::<Result<Vec<_>>>();
+    let make = |part: &[(PathBuf, String)]| {
+        part.iter()
+            .map(|(d, n)| gen_identity(d, n, &template).map(Arc::new))
+            .collect::<Result<Vec<_>>>()
+    };
+    let gen_ids = std::thread::scope(|s| {
+        let h = s.spawn(|| make(a));
+        let mine = make(b);
         let theirs = h
             .join()
             .map_err(|_| anyhow::anyhow!("identity thread panicked"))?;
         Ok::<_, anyhow::Error>([theirs?, mine?].concat())
     })?;
-    let mut made = made.into_iter();
     Ok(Idents {
-        gens: made.by_ref().take(gens).collect(),
-        sinks: made.collect(),
+        gens: gen_ids,
+        sinks: sink_ids,
+    })
+}
+
+/// A generator's identity, made cheaply: its own RSA-1024 identity,
+/// Ed25519 keys and link-authentication certificate (so the target sees
+/// one relay per connection; C Tor keeps only one connection without
+/// circuits per relay), but the TLS key and certificate of `template`: a
+/// TLS client presents none, and AUTHENTICATE (Ed25519-SHA256-RFC5705)
+/// does not cover the initiator's, so no RSA-2048 key per generator.
+fn gen_identity(dir: &Path, nickname: &str, template: &Identity) -> Result<Identity> {
+    let now = SystemTime::now();
+    let keys = RelayKeys::load_or_create(dir, nickname, Duration::from_secs(28 * 86400), now)?;
+    let id_pkey = PKey::from_rsa(keys.rsa_id.clone())?;
+    let id_cert = certs::x509_cert(
+        &id_pkey,
+        &id_pkey,
+        true,
+        Duration::from_secs(365 * 86400),
+        now,
+    )?;
+    let auth_key = ed25519::Keypair::from_bytes(&weft_crypto::random_array());
+    let auth_pub: ed25519::PublicKey = (&auth_key).into();
+    let cert_auth = certs::ed_cert(
+        CertType::SIGNING_V_LINK_AUTH,
+        CertifiedKey::Ed25519(auth_pub.into()),
+        now + LINK_CERT_LIFETIME,
+        &keys.signing,
+        false,
+    )?;
+    let t = &template.link;
+    let link = LinkIdentity {
+        rsa_id_der: keys.rsa_id_der.clone(),
+        ed_id: keys.ed_id,
+        cert_rsa_id: id_cert.to_der()?,
+        cert_signing: keys.signing_cert.clone(),
+        cert_tls_link: t.cert_tls_link.clone(),
+        cert_auth,
+        cert_crosscert: keys.rsa_ed_crosscert.clone(),
+        auth_key,
+        tls_cert_der: t.tls_cert_der.clone(),
+    };
+    Ok(Identity {
+        link: Arc::new(link),
+        handshake: HandshakeKeys {
+            rsa_fp: keys.fingerprint,
+            ed_id: keys.ed_id,
+            ntor: keys.ntor_keys(),
+        },
+        acceptor: template.acceptor.clone(),
+        connector: template.connector.clone(),
     })
 }
 
