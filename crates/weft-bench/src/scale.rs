@@ -409,6 +409,19 @@ pub fn rows(results: &[StepResult]) -> Vec<Row> {
             0,
         );
         add("active MiB/s", &|f| Some(f.active_mib_per_s), 1);
+        let dir = |f: &Figures, cells: u64| {
+            Some(cells as f64 * run::CELL_BYTES as f64 / f.active_s.max(1e-6) / (1u64 << 20) as f64)
+        };
+        add(
+            "… of it up, toward the sinks",
+            &|f| dir(f, f.active_cells.0),
+            1,
+        );
+        add(
+            "… down, toward the generators",
+            &|f| dir(f, f.active_cells.1),
+            1,
+        );
         add("CPU-s/GiB (active)", &|f| f.cpu_s_per_gib, 2);
         add(
             "node delay p50 (ms)",
@@ -418,6 +431,16 @@ pub fn rows(results: &[StepResult]) -> Vec<Row> {
         add(
             "node delay p99 (ms)",
             &|f| Some(f.delay_ms.p99).filter(|_| f.delay_ms.count > 0),
+            2,
+        );
+        add(
+            "… p99 up, toward the sinks (ms)",
+            &|f| Some(f.delay_up_ms.p99).filter(|_| f.delay_up_ms.count > 0),
+            2,
+        );
+        add(
+            "… p99 down, toward the generators (ms)",
+            &|f| Some(f.delay_down_ms.p99).filter(|_| f.delay_down_ms.count > 0),
             2,
         );
     }

@@ -116,9 +116,11 @@ pub struct ManyCounters {
 /// What a scale load thread reports when it stops.
 #[derive(Debug)]
 pub struct ManyReport {
-    /// Node delay of marked bulk cells in the measured phase, both
-    /// directions (ns).
-    pub delay: Histogram<u64>,
+    /// Node delay of marked bulk cells in the measured phase, upstream
+    /// (generator → sink), ns.
+    pub delay_up: Histogram<u64>,
+    /// The same downstream (sink → generator).
+    pub delay_down: Histogram<u64>,
     /// First errors.
     pub errors: Vec<String>,
 }
@@ -227,7 +229,8 @@ struct Many<'a> {
     pings_issued: u64,
     n: Counts,
     errors: Vec<String>,
-    delay: Histogram<u64>,
+    delay_up: Histogram<u64>,
+    delay_down: Histogram<u64>,
 }
 
 /// A non-blocking TCP connection to `to` from `source` (bound first, so
@@ -310,7 +313,8 @@ pub fn run_many(
         pings_issued: 0,
         n: Counts::default(),
         errors: Vec::new(),
-        delay: histogram(),
+        delay_up: histogram(),
+        delay_down: histogram(),
     };
     for (i, s) in t.sinks.iter().enumerate() {
         let mut l = TcpListener::bind(SocketAddr::V4(s.hop.addr))
@@ -367,7 +371,8 @@ pub fn run_many(
         t.publish(counters);
     }
     Ok(ManyReport {
-        delay: t.delay,
+        delay_up: t.delay_up,
+        delay_down: t.delay_down,
         errors: t.errors,
     })
 }

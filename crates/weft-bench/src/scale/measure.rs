@@ -105,6 +105,10 @@ pub struct Figures {
     pub cpu_s_per_gib: Option<f64>,
     /// Node delay of the marked bulk cells (both directions), ms.
     pub delay_ms: Percentiles,
+    /// The same upstream only (generator → sink).
+    pub delay_up_ms: Percentiles,
+    /// The same downstream only (sink → generator).
+    pub delay_down_ms: Percentiles,
     /// Busiest load thread's CPU share in the active window.
     pub active_load_busy: f64,
     /// Marked cells that arrived wrong.
@@ -548,22 +552,29 @@ pub(super) fn measure(
     f.corrupt_cells = load.sum(|c| &c.corrupt);
     f.circuits_lost_later = load.sum(|c| &c.failed) - f.circuits_failed_building;
     let reports = load.finish()?;
-    let mut delay = hdrhistogram::Histogram::<u64>::new_with_bounds(1_000, 100_000_000_000, 3)?;
+    let mut up = hdrhistogram::Histogram::<u64>::new_with_bounds(1_000, 100_000_000_000, 3)?;
+    let mut down = up.clone();
     for r in reports {
-        delay.add(&r.delay)?;
+        up.add(&r.delay_up)?;
+        down.add(&r.delay_down)?;
         for e in r.errors {
             if f.errors.len() < 12 {
                 f.errors.push(e);
             }
         }
     }
-    f.delay_ms = Percentiles::from_hist(&delay);
+    f.delay_up_ms = Percentiles::from_hist(&up);
+    f.delay_down_ms = Percentiles::from_hist(&down);
+    up.add(&down)?;
+    f.delay_ms = Percentiles::from_hist(&up);
     let was_alive = alive(pid);
     target.stop()?;
     f.log_warnings = log_warnings(&target.spec.dir);
     clock.say(&tag, &format!(
-        "active: {:.1} MiB/s, {:.2} CPU-s/GiB, RSS {} MiB, delay p50 {:.2} ms p99 {:.2} ms; {} circuits lost after building, {} log warnings",
-        f.active_mib_per_s, f.cpu_s_per_gib.unwrap_or(f64::NAN), f.rss_active >> 20, f.delay_ms.p50,
+        "active: {:.1} MiB/s (up:down cells {}:{}), {:.2} CPU-s/GiB, RSS {} MiB, delay p50 {:.2} ms p99 {:.2} ms; {} circuits lost after building, {} log warnings",
+        f.active_mib_per_s,
+        f.active_cells.0,
+        f.active_cells.1, f.cpu_s_per_gib.unwrap_or(f64::NAN), f.rss_active >> 20, f.delay_ms.p50,
         f.delay_ms.p99, f.circuits_lost_later, f.log_warnings.0
     ));
     if !was_alive {

@@ -42,7 +42,7 @@ impl Many<'_> {
             gens,
             circs,
             n,
-            delay,
+            delay_down,
             ..
         } = self;
         let gen = &mut gens[g];
@@ -76,7 +76,7 @@ impl Many<'_> {
                                 j,
                                 now,
                                 measure,
-                                delay,
+                                delay_down,
                                 &mut n.corrupt,
                                 ("down", c),
                             );
@@ -193,7 +193,7 @@ impl Many<'_> {
             sink_conns,
             circs,
             n,
-            delay,
+            delay_up,
             ..
         } = self;
         let sc = &mut sink_conns[s];
@@ -221,7 +221,7 @@ impl Many<'_> {
                                     j,
                                     now,
                                     measure,
-                                    delay,
+                                    delay_up,
                                     &mut n.corrupt,
                                     ("up", c),
                                 );
@@ -385,7 +385,7 @@ impl Many<'_> {
                 {
                     let k = circ.up.sent;
                     circ.up.sent += 1;
-                    if k % mark_every == 0 {
+                    if k.is_multiple_of(mark_every) {
                         let mut body = [0u8; BODY_LEN];
                         fill_marked(&mut body, k, stamp);
                         keys.kf.seek((1 + k) * BODY_LEN as u64);
@@ -405,7 +405,7 @@ impl Many<'_> {
                 {
                     let k = circ.down.sent;
                     circ.down.sent += 1;
-                    if k % mark_every == 0 {
+                    if k.is_multiple_of(mark_every) {
                         let mut body = [0u8; BODY_LEN];
                         fill_marked(&mut body, k, stamp);
                         sc.link.queue_cell(sink_id, cmd::RELAY, &body);
