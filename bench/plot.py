@@ -66,6 +66,7 @@ def main():
                     lbl = steps[0][side]["label"] if steps[0].get(side) else side
                     ax.plot([x for x, _ in pts], [y for _, y in pts], "o-", color=color, label=lbl)
             ax.set_xscale("log")
+            ax.set_ylim(bottom=0)
             ax.set_xlabel("circuits (built)")
             ax.set_ylabel(ylabel)
             ax.set_title(title)
