@@ -520,6 +520,12 @@ pub fn run_cli(args: &ScaleArgs, date: &str, stamp: &str) -> Result<()> {
     let started = Instant::now();
     let results = run(&env, &p, &nofile)?;
     let _ = std::fs::remove_dir_all(&dir);
+    if args.dir.is_none() {
+        // The default dir's parent is this process's own; gone if empty.
+        if let Some(parent) = dir.parent() {
+            let _ = std::fs::remove_dir(parent);
+        }
+    }
     let rows = rows(&results);
     let md = plan::markdown(&rows);
     let path = args.results.join(format!(
