@@ -47,6 +47,36 @@ def main():
             print(p)
         return
 
+    if data.get("kind") == "scale":
+        # RSS per idle circuit and CPU-s/GiB against circuits, tor and weft
+        # on the same axes.
+        steps = data["steps"]
+        figs = [
+            ("rss_per_idle_circuit", "RSS per idle circuit, bytes", "scale_rss_per_circuit.png",
+             "RSS per circuit ((idle − connections only) / circuits)"),
+            ("cpu_s_per_gib", "CPU-seconds per GiB (bulk circuits)", "scale_cpu_per_gib.png",
+             "CPU-s/GiB of the %d bulk circuits among idle ones" % data["procedure"]["active"]),
+        ]
+        for key, ylabel, name, title in figs:
+            fig, ax = plt.subplots(figsize=(7.5, 4.5))
+            for side, color in (("tor", "tab:orange"), ("weft", "tab:blue")):
+                pts = [(s[side]["circuits_built"], s[side][key]) for s in steps
+                       if s.get(side) and s[side].get(key) is not None]
+                if pts:
+                    lbl = steps[0][side]["label"] if steps[0].get(side) else side
+                    ax.plot([x for x, _ in pts], [y for _, y in pts], "o-", color=color, label=lbl)
+            ax.set_xscale("log")
+            ax.set_ylim(bottom=0)
+            ax.set_xlabel("circuits (built)")
+            ax.set_ylabel(ylabel)
+            ax.set_title(title)
+            ax.grid(alpha=0.3, which="both")
+            ax.legend()
+            save(fig, name)
+        for p in written:
+            print(p)
+        return
+
     if data.get("kind") == "multipath":
         rows = data["rows"]
         sizes = sorted({r["bytes"] for r in rows})

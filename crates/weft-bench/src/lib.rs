@@ -1,7 +1,8 @@
 //! weft-bench's library: the load generator and sinks ([`load`]), the relay
 //! under test ([`target`]), one measured run ([`run`]), the soak ([`soak`]), the end-to-end mode
 //! on a stock-tor test network ([`e2e`]), the same with the target as
-//! the exit ([`exit`]) and the reports ([`report`]). The `weft-bench` binary is a thin CLI over it; tests drive it
+//! the exit ([`exit`]), growth with connections and circuits ([`scale`]) and
+//! the reports ([`report`]). The `weft-bench` binary is a thin CLI over it; tests drive it
 //! directly.
 #![warn(missing_docs)]
 
@@ -14,5 +15,6 @@ pub mod multipath;
 pub mod output;
 pub mod report;
 pub mod run;
+pub mod scale;
 pub mod soak;
 pub mod target;

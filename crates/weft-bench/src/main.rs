@@ -9,6 +9,7 @@
 //!   allocators), back to back with the same load, then more tor / weft-1
 //!   pairs for the median cost ratio (`--pairs`); writes
 //!   `bench/results/<date>-compare.json`, PNGs, and the table in docs/perf.md.
+//! * `scale`: stock tor and weft as connections and circuits grow.
 //!
 //! The work is done by the `weft_bench` library (load, target, run, report).
 
@@ -187,6 +188,12 @@ enum Cmd {
         #[command(flatten)]
         out: NetworkOutput,
     },
+    /// Stock tor and weft side by side as connections and circuits grow
+    /// (steps of N connections : M circuits, most idle, a few bulk): RSS
+    /// per connection and per circuit, circuit-creation rate at a CPU cap,
+    /// idle CPU and context switches, CPU-s/GiB and node delay of the bulk
+    /// circuits; `<date>-scale.json` and plots.
+    Scale(weft_bench::scale::ScaleArgs),
     /// Karaoglu et al.'s multipath experiment with conflux: weft-bench's
     /// own client links 1–4 circuits through bandwidth-limited stock
     /// relays into one set at weft (the exit) and downloads 300 KB and
@@ -439,6 +446,7 @@ fn main() -> Result<()> {
             });
             out.save("e2e", &date, &stamp, &p, &rs, extra, &md)?;
         }
+        Cmd::Scale(args) => weft_bench::scale::run_cli(&args, &date, &stamp)?,
         Cmd::Multipath { p, out } => {
             let (transfers, rows) =
                 weft_bench::multipath::run(&weft_bench::multipath::default_dir(), &out.weft, &p)?;

@@ -46,6 +46,7 @@ use weft_relay::link_io::{CellFlow, CellIn, IoState, LinkConn};
 use weft_relay::tls::TlsLink;
 
 mod gen;
+pub mod many;
 mod sink;
 
 type Aes128Ctr = ctr::Ctr128BE<Aes128>;
