@@ -249,6 +249,9 @@ pub struct SchedParams {
     /// canonical relay connection without circuits closes after 75% to
     /// 125% of it.
     pub conn_timeout_relays_s: u32,
+    /// The consensus's `HSV3MaxDescriptorSize` (bytes, default 50,000):
+    /// an onion-service descriptor at least this big is refused.
+    pub hs_max_desc_size: usize,
 }
 
 impl Default for SchedParams {
@@ -264,6 +267,7 @@ impl Default for SchedParams {
             cc: Default::default(),
             cfx: Default::default(),
             conn_timeout_relays_s: 3600,
+            hs_max_desc_size: weft_dir::hs_cache::HS_DESC_MAX_LEN,
         }
     }
 }
@@ -345,6 +349,8 @@ pub struct CircuitContext {
     pub cfx: weft_proto::circuit::conflux::CfxParams,
     /// The consensus's `nf_conntimeout_relays`, seconds.
     pub conn_timeout_relays_s: u32,
+    /// The consensus's `HSV3MaxDescriptorSize`.
+    pub hs_max_desc_size: usize,
     /// We are a directory cache (BEGIN_DIR served).
     pub dir_cache: bool,
     /// Source addresses of outbound connections.
@@ -391,6 +397,7 @@ impl SharedContext {
                 cc: sched.cc,
                 cfx: sched.cfx,
                 conn_timeout_relays_s: sched.conn_timeout_relays_s,
+                hs_max_desc_size: sched.hs_max_desc_size,
                 dir_cache: false,
                 hibernating: false,
                 outbound: Default::default(),

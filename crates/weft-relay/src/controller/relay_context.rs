@@ -40,6 +40,13 @@ pub(super) fn sched_params(cfg: &RelayConfig, p: &NetParams) -> SchedParams {
         // [C channelpadding.c channelpadding_new_consensus_params()]
         conn_timeout_relays_s: p.get_clamped("nf_conntimeout_relays", 3600, 60, 7 * 24 * 3600)
             as u32,
+        // [C hs_cache.c hs_cache_get_max_descriptor_size()]
+        hs_max_desc_size: p.get_clamped(
+            "HSV3MaxDescriptorSize",
+            weft_dir::hs_cache::HS_DESC_MAX_LEN as i32,
+            1,
+            i32::MAX,
+        ) as usize,
     }
 }
 
