@@ -11,7 +11,8 @@
 //!
 //! A big answer is a stream like any other: flow-controlled by the
 //! client's SENDMEs, served a round's share at a time, never blocking the
-//! worker.
+//! worker. Onion-service descriptor requests (`/tor/hs/`) go to
+//! [`crate::worker::core::streams::hsdir`].
 
 use std::sync::Arc;
 use std::time::Duration;
