@@ -24,10 +24,15 @@
 //!   count of refused old revisions moves and its store does not (the
 //!   clients still fetch the same descriptors from it).
 //!
-//! Garbage, forged and oversized uploads cannot be sent through stock tor
-//! (its `HSPOST` checks the descriptor itself); the worker's streams answer
-//! them in `weft-relay`'s core tests (`worker/core/tests/hs_dir.rs`), with
-//! the same check and store the controller runs.
+//! * garbage, forged and oversized uploads cannot be sent through stock tor
+//!   (its `HSPOST` checks the descriptor itself), so the test sends them
+//!   as a relay would forward them: over a link that authenticates as a
+//!   relay (weft-bench's identity, weft-relay's `LinkConn`), a circuit to
+//!   weft and BEGIN_DIR. Each gets C's `400 Invalid HS descriptor.
+//!   Rejected.`, weft counts it by cause, and the store keeps what it had
+//!   (the stock descriptor is still served, byte for byte what the
+//!   service uploaded); a good synthetic upload on the same path is 200
+//!   and fetched back.
 
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
@@ -35,7 +40,12 @@ use std::time::{Duration, Instant};
 
 mod common;
 
-use anyhow::{ensure, Context, Result};
+use anyhow::{bail, ensure, Context, Result};
+use weft_proto::cell::{cmd, BODY_LEN};
+use weft_proto::origin::{HopTarget, OriginCircuit};
+use weft_proto::relay::{self, relay_cmd};
+use weft_relay::link_io::{CellFlow, CellIn, IoState, LinkConn};
+use weft_relay::tls::TlsLink;
 use weft_testnet::{pick_base_port, traffic, Role, Sink, Testnet, TestnetConfig, WeftNode};
 
 /// Onion services on the service node.
@@ -81,6 +91,24 @@ fn start() -> Result<(Testnet, PathBuf)> {
 
 fn metric(body: &str, name: &str) -> f64 {
     common::metric_sum(body, name)
+}
+
+/// weft's MetricsPort once `name` is at least `min` (the workers' counters
+/// arrive in their once-a-second report; bounded, 10 s).
+fn metrics_when(net: &Testnet, name: &str, min: f64) -> Result<String> {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let m = common::testnet_metrics(net, metrics_port())?;
+        let v = metric(&m, name);
+        if v >= min {
+            return Ok(m);
+        }
+        ensure!(
+            Instant::now() < deadline,
+            "{name} is {v}, expected at least {min}"
+        );
+        std::thread::sleep(Duration::from_millis(250));
+    }
 }
 
 /// Fetch every onion's descriptor from weft on `client` (HSFETCH with
@@ -191,6 +219,248 @@ fn stale_upload(net: &Testnet, client: &str, onion: &str, fp: &str) -> Result<St
     }
 }
 
+/// A circuit to weft over a link that authenticated as a relay: what an
+/// HSDir sees when an upload or fetch comes through the network.
+struct RelayCircuit {
+    link: LinkConn,
+    circ_id: u32,
+    oc: OriginCircuit,
+    next_stream: u16,
+}
+
+impl RelayCircuit {
+    fn open(ident: &weft_bench::load::Identity, hop: &HopTarget) -> Result<RelayCircuit> {
+        let addr = std::net::SocketAddr::V4(hop.addr);
+        let tcp = mio::net::TcpStream::connect(addr)?;
+        let tls = TlsLink::connect(&ident.connector, tcp)?;
+        let mut link = LinkConn::outbound(
+            tls,
+            ident.link.clone(),
+            addr.ip(),
+            vec![std::net::IpAddr::V4(std::net::Ipv4Addr::LOCALHOST)],
+            Some(hop.rsa_id),
+            hop.ed_id,
+        );
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while link
+            .advance_handshake(std::time::SystemTime::now())
+            .map_err(|e| anyhow::anyhow!("link to weft: {e}"))?
+            .is_none()
+        {
+            let _ = link.flush();
+            ensure!(Instant::now() < deadline, "link to weft: no handshake");
+            std::thread::sleep(Duration::from_millis(2));
+        }
+        let circ_id = 0x8000_0001;
+        let mut oc = OriginCircuit::new();
+        let create2 = oc.create2(hop).map_err(|e| anyhow::anyhow!("{e}"))?;
+        let mut c = RelayCircuit {
+            link,
+            circ_id,
+            oc,
+            next_stream: 1,
+        };
+        c.link.queue_cell(circ_id, cmd::CREATE2, &pad(&create2));
+        for (command, body) in c.cells_until(|k| k == cmd::CREATED2)? {
+            if command == cmd::CREATED2 {
+                c.oc.on_created2(&body)
+                    .map_err(|e| anyhow::anyhow!("CREATED2: {e}"))?;
+            }
+        }
+        Ok(c)
+    }
+
+    /// The cells of our circuit until one of command `until` (bounded).
+    fn cells_until(&mut self, until: impl Fn(u8) -> bool) -> Result<Vec<(u8, [u8; BODY_LEN])>> {
+        let deadline = Instant::now() + Duration::from_secs(30);
+        let mut out = Vec::new();
+        loop {
+            self.link.flush()?;
+            if self.link.fill()? == IoState::Closed {
+                bail!("weft closed the link");
+            }
+            let mut done = false;
+            let circ = self.circ_id;
+            self.link
+                .process_cells(|c| {
+                    if let CellIn::Fixed {
+                        circ_id,
+                        command,
+                        body,
+                    } = c
+                    {
+                        if circ_id == circ {
+                            done |= until(command) || command == cmd::DESTROY;
+                            out.push((command, *body));
+                        }
+                    }
+                    CellFlow::Continue
+                })
+                .map_err(|e| anyhow::anyhow!(e))?;
+            if done {
+                return Ok(out);
+            }
+            ensure!(Instant::now() < deadline, "no answer from weft in 30 s");
+            std::thread::sleep(Duration::from_millis(2));
+        }
+    }
+
+    /// One request on a new BEGIN_DIR stream; the answer's bytes.
+    fn request(&mut self, req: &[u8]) -> Result<String> {
+        let sid = self.next_stream;
+        self.next_stream += 1;
+        let send = |c: &mut RelayCircuit, command: u8, data: &[u8]| {
+            let mut b = [0u8; BODY_LEN];
+            c.oc.send(0, command, sid, data, &mut b);
+            c.link.queue_cell(c.circ_id, cmd::RELAY, &b);
+        };
+        send(self, relay_cmd::BEGIN_DIR, &[]);
+        for chunk in req.chunks(weft_proto::circuit::flow::DATA_MAX) {
+            send(self, relay_cmd::DATA, chunk);
+        }
+        let mut answer = Vec::new();
+        for _ in 0..1000 {
+            let mut ended = false;
+            for (command, mut body) in self.cells_until(|c| c == cmd::RELAY)? {
+                ensure!(command != cmd::DESTROY, "weft destroyed the circuit");
+                let Ok((_, h)) = self.oc.on_backward(&mut body) else {
+                    continue;
+                };
+                if h.stream_id != sid {
+                    continue;
+                }
+                match h.command {
+                    relay_cmd::DATA => answer.extend_from_slice(relay::data(&body, &h)),
+                    relay_cmd::END => ended = true,
+                    _ => {}
+                }
+            }
+            if ended {
+                return Ok(String::from_utf8_lossy(&answer).into_owned());
+            }
+        }
+        bail!("stream {sid} did not end")
+    }
+}
+
+fn pad(data: &[u8]) -> [u8; BODY_LEN] {
+    let mut b = [0u8; BODY_LEN];
+    b[..data.len()].copy_from_slice(data);
+    b
+}
+
+fn post(desc: &[u8]) -> Vec<u8> {
+    let mut r = format!(
+        "POST /tor/hs/3/publish HTTP/1.0\r\nContent-Length: {}\r\n\r\n",
+        desc.len()
+    )
+    .into_bytes();
+    r.extend_from_slice(desc);
+    r
+}
+
+/// weft's first hop: identities from its data directory.
+fn weft_hop(net: &Testnet) -> Result<HopTarget> {
+    let w = net.weft().context("no weft")?;
+    let mut rsa_id = [0u8; 20];
+    hex::decode_to_slice(w.fingerprint()?, &mut rsa_id)?;
+    Ok(HopTarget {
+        rsa_id,
+        ed_id: None,
+        ntor_key: weft_crypto::keys::read_ntor_public(&w.dir)?,
+        addr: std::net::SocketAddrV4::new(
+            std::net::Ipv4Addr::LOCALHOST,
+            w.or_port.context("weft's ORPort")?,
+        ),
+    })
+}
+
+/// Bad uploads sent as a relay would forward them: each refused with C's
+/// 400, counted by cause; the store keeps `onion`'s descriptor (`stock`,
+/// as the client fetched it from weft) and gains only the good one.
+fn bad_uploads(
+    net: &Testnet,
+    work: &std::path::Path,
+    stock: &str,
+    blinded_b64: &str,
+) -> Result<()> {
+    let ident = weft_bench::run::identity(&work.join("fake-relay"), "hsdirTestRelay")?;
+    let mut c = RelayCircuit::open(&ident, &weft_hop(net)?)?;
+    let before = common::testnet_metrics(net, metrics_port())?;
+    let rejected = "HTTP/1.0 400 Invalid HS descriptor. Rejected.";
+    let mut forged = stock.as_bytes().to_vec();
+    // A character of the superencrypted blob: the signature no longer
+    // verifies.
+    let at = stock.find("-----BEGIN MESSAGE-----").context("no blob")? + 30;
+    forged[at] = if forged[at] == b'A' { b'B' } else { b'A' };
+    let now = std::time::SystemTime::now();
+    let mut big = weft_dir::hs_cache::testing::SyntheticDescriptor::new(77, now);
+    big.blob_len = 40_000;
+    let oversize = big.encode();
+    ensure!(oversize.len() > 50_000, "not oversize: {}", oversize.len());
+    let cases: [(&str, Vec<u8>, &str); 4] = [
+        ("garbage", post(b"this is not a descriptor\n"), "malformed"),
+        ("bad signature", post(&forged), "bad_signature"),
+        ("old revision", post(stock.as_bytes()), "old_revision"),
+        ("oversize", post(oversize.as_bytes()), "too_large_announced"),
+    ];
+    for (what, req, _) in &cases {
+        let a = c.request(req)?;
+        let status = a.lines().next().unwrap_or("");
+        ensure!(status == rejected, "{what}: weft answered {status:?}");
+    }
+    let announced = "weft_hsdir_stores_total{result=\"too_large_announced\"}";
+    let after = metrics_when(net, announced, metric(&before, announced) + 1.0)?;
+    for (what, _, label) in &cases {
+        let name = format!("weft_hsdir_stores_total{{result=\"{label}\"}}");
+        ensure!(
+            metric(&after, &name) > metric(&before, &name),
+            "{what}: {name} did not move"
+        );
+    }
+    ensure!(
+        metric(&after, "weft_hsdir_stores_total{result=\"stored\"}")
+            == metric(&before, "weft_hsdir_stores_total{result=\"stored\"}"),
+        "a bad upload was stored"
+    );
+    // The stock descriptor is still there, byte for byte.
+    let a = c.request(format!("GET /tor/hs/3/{blinded_b64} HTTP/1.0\r\n\r\n").as_bytes())?;
+    ensure!(a.starts_with("HTTP/1.0 200 OK\r\n"), "{:.80}", a);
+    let body = a.split_once("\r\n\r\n").map(|x| x.1).unwrap_or("");
+    ensure!(
+        body.trim_end() == stock.trim_end(),
+        "the stock descriptor changed"
+    );
+    // A good one on the same path: 200, then fetched back.
+    let good = weft_dir::hs_cache::testing::SyntheticDescriptor::new(78, now);
+    let a = c.request(&post(good.encode().as_bytes()))?;
+    ensure!(
+        a.starts_with("HTTP/1.0 200 HS descriptor stored successfully."),
+        "good upload: {a:.80}"
+    );
+    use base64::Engine as _;
+    let key = base64::engine::general_purpose::STANDARD_NO_PAD.encode(good.blinded_key());
+    let a = c.request(format!("GET /tor/hs/3/{key} HTTP/1.0\r\n\r\n").as_bytes())?;
+    ensure!(a.ends_with(&good.encode()), "good upload not served back");
+    eprintln!(
+        "[hsdir] garbage, forged, stale and oversized uploads refused with 400; a good one stored"
+    );
+    Ok(())
+}
+
+/// The blinded key (base64) of a descriptor: its certificate's signing
+/// key, as weft reads it.
+fn blinded_key_b64(desc: &str) -> Result<String> {
+    use base64::Engine as _;
+    let d = weft_dir::hs_cache::check_descriptor(
+        desc.as_bytes(),
+        weft_dir::hs_cache::HS_DESC_MAX_LEN,
+        std::time::SystemTime::now(),
+    )
+    .map_err(|e| anyhow::anyhow!("the stock descriptor: {e}"))?;
+    Ok(base64::engine::general_purpose::STANDARD_NO_PAD.encode(d.blinded_key))
+}
+
 #[test]
 fn weft_is_an_hsdir_for_stock_services_and_clients() -> Result<()> {
     let t0 = Instant::now();
@@ -223,12 +493,9 @@ fn weft_is_an_hsdir_for_stock_services_and_clients() -> Result<()> {
     for client in ["client0", "client1"] {
         received += fetch_from_weft(&net, client, &onions, &fp)?;
     }
-    let m = common::testnet_metrics(&net, metrics_port())?;
-    let hits = metric(&m, "weft_hsdir_fetches_total{result=\"hit\"}");
-    ensure!(
-        hits >= received as f64,
-        "weft counts {hits} hits for {received} descriptors received from it"
-    );
+    let hit = "weft_hsdir_fetches_total{result=\"hit\"}";
+    let m = metrics_when(&net, hit, received as f64)?;
+    let hits = metric(&m, hit);
     eprintln!("[hsdir] clients received {received} descriptors from weft ({hits} hits)");
 
     // A stale upload through stock tor: refused as C refuses it.
@@ -245,6 +512,13 @@ fn weft_is_an_hsdir_for_stock_services_and_clients() -> Result<()> {
         old_after > old_before,
         "weft did not count the stale upload"
     );
+
+    // Garbage, forged, stale and oversized uploads as a relay forwards them.
+    let addr = onions[0].trim_end_matches(".onion");
+    let stock = net
+        .control("client0")?
+        .getinfo(&format!("hs/client/desc/id/{addr}"))?;
+    bad_uploads(&net, &base_dir, &stock, &blinded_key_b64(&stock)?)?;
 
     // Connect, with the descriptors fetched from weft.
     let failures = connections(&net, &onions)?;

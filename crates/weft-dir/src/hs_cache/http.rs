@@ -11,6 +11,7 @@
 //! | GET, anything else | 404 "Not found" |
 //! | POST stored | 200 "HS descriptor stored successfully." |
 //! | POST refused (any cause, version not 3, not `/publish`) | 400 "Invalid HS descriptor. Rejected." |
+//! | POST while too many wait for their check (weft's own) | 503 "Directory busy, try again later" |
 
 use std::time::SystemTime;
 
@@ -104,12 +105,43 @@ pub fn short_response(status: u16, reason: &str, now: SystemTime) -> Vec<u8> {
     .into_bytes()
 }
 
-/// The reason C gives with an upload's status.
-pub fn post_reason(status: u16) -> &'static str {
-    match status {
-        200 => "HS descriptor stored successfully.",
-        503 => "Rejecting single hop HS descriptor post",
-        _ => "Invalid HS descriptor. Rejected.",
+/// How an upload is answered.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PostAnswer {
+    /// Stored: 200.
+    Stored,
+    /// Refused, for any cause: 400 (C gives one answer to all).
+    Refused,
+    /// Over a one-hop circuit: 503.
+    SingleHop,
+    /// Too many uploads wait for their check: 503 (weft's own; C checks
+    /// each as it arrives).
+    Busy,
+}
+
+impl PostAnswer {
+    /// The status code.
+    pub fn status(self) -> u16 {
+        match self {
+            PostAnswer::Stored => 200,
+            PostAnswer::Refused => 400,
+            PostAnswer::SingleHop | PostAnswer::Busy => 503,
+        }
+    }
+
+    /// The reason phrase (C's, but for `Busy`).
+    pub fn reason(self) -> &'static str {
+        match self {
+            PostAnswer::Stored => "HS descriptor stored successfully.",
+            PostAnswer::Refused => "Invalid HS descriptor. Rejected.",
+            PostAnswer::SingleHop => "Rejecting single hop HS descriptor post",
+            PostAnswer::Busy => "Directory busy, try again later",
+        }
+    }
+
+    /// The whole answer (C's `write_short_http_response`).
+    pub fn response(self, now: SystemTime) -> Vec<u8> {
+        short_response(self.status(), self.reason(), now)
     }
 }
 

@@ -17,6 +17,7 @@ use std::time::SystemTime;
 
 use tokio::sync::mpsc::UnboundedSender;
 use tracing::{debug, info};
+use weft_dir::hs_cache::http::PostAnswer;
 use weft_dir::hs_cache::parse::REFUSED_LABELS;
 use weft_dir::hs_cache::{
     check_descriptor, CheckedDescriptor, HsDirCache, HsDirUpdate, Refused, OOM_STEP_SECS,
@@ -133,7 +134,7 @@ impl HsDirState {
         if self.waiting.len() >= MAX_WAITING || self.waiting_bytes + body.len() > MAX_WAITING_BYTES
         {
             self.metrics.busy += 1;
-            return answer(workers, reply, 503);
+            return answer(workers, reply, PostAnswer::Busy);
         }
         self.waiting_bytes += body.len();
         self.waiting.push_back((reply, body, max_len));
@@ -171,14 +172,14 @@ impl HsDirState {
                     );
                 }
                 broadcast(workers, update);
-                answer(workers, c.reply, 200);
+                answer(workers, c.reply, PostAnswer::Stored);
             }
             Err(why) => {
                 info!("HS descriptor upload refused: {why}");
                 if let Some(i) = REFUSED_LABELS.iter().position(|l| *l == why.label()) {
                     self.metrics.refused[i] += 1;
                 }
-                answer(workers, c.reply, 400);
+                answer(workers, c.reply, PostAnswer::Refused);
             }
         }
     }
@@ -242,12 +243,12 @@ impl super::Controller {
     }
 }
 
-fn answer(workers: &[WorkerHandle], r: ReplyTo, status: u16) {
+fn answer(workers: &[WorkerHandle], r: ReplyTo, answer: PostAnswer) {
     if let Some(w) = workers.get(r.worker) {
         w.send(CoreMsg::HsDescPosted {
             stream: r.stream,
             tag: r.tag,
-            status,
+            answer,
         });
     }
 }

@@ -137,8 +137,8 @@ pub(crate) enum CoreMsg {
         stream: usize,
         /// Its tag (a reused key is told apart).
         tag: u64,
-        /// The HTTP status (200, 400, 503).
-        status: u16,
+        /// The answer (200, 400, 503).
+        answer: weft_dir::hs_cache::http::PostAnswer,
     },
 }
 
@@ -199,8 +199,8 @@ impl Circuits {
             CoreMsg::HsDescPosted {
                 stream,
                 tag,
-                status,
-            } => self.hs_desc_posted(stream, tag, status),
+                answer,
+            } => self.hs_desc_posted(stream, tag, answer),
         }
         self.flush_destroys();
     }

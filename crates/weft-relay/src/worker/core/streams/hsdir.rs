@@ -14,7 +14,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use tracing::debug;
 use weft_dir::cache::serve::Body;
-use weft_dir::hs_cache::http::{self, HsRequest, PostBody};
+use weft_dir::hs_cache::http::{self, HsRequest, PostAnswer, PostBody};
 use weft_dir::hs_cache::parse::parse_blinded_key;
 use weft_dir::hs_cache::HsDirUpdate;
 
@@ -95,7 +95,7 @@ impl Circuits {
             }
             HsRequest::Publish(version) => {
                 if single_hop {
-                    return self.refuse_post(key, POST_SINGLE_HOP, 503, now);
+                    return self.refuse_post(key, POST_SINGLE_HOP, PostAnswer::SingleHop, now);
                 }
                 let max = self.ctx.hs_max_desc_size;
                 let Some(d) = self
@@ -113,12 +113,12 @@ impl Circuits {
                             "worker {}: onion-service descriptor upload over {max} bytes refused",
                             self.me
                         );
-                        return self.refuse_post(key, POST_TOO_LARGE, 400, now);
+                        return self.refuse_post(key, POST_TOO_LARGE, PostAnswer::Refused, now);
                     }
                     PostBody::Complete(b) => b.to_vec(),
                 };
                 if !version.is_some_and(http::version_supported) {
-                    return self.refuse_post(key, POST_BAD_URL, 400, now);
+                    return self.refuse_post(key, POST_BAD_URL, PostAnswer::Refused, now);
                 }
                 d.request = Vec::new();
                 d.awaiting_post = true;
@@ -134,15 +134,14 @@ impl Circuits {
         }
     }
 
-    fn refuse_post(&mut self, key: usize, counter: usize, status: u16, now: SystemTime) {
+    fn refuse_post(&mut self, key: usize, counter: usize, answer: PostAnswer, now: SystemTime) {
         self.streams.counters.dir.hs_posts_refused[counter] += 1;
-        let head = http::short_response(status, http::post_reason(status), now);
-        self.dir_answer(key, head, Body::Empty);
+        self.dir_answer(key, answer.response(now), Body::Empty);
     }
 
     /// The controller's status for the upload of stream `stream` (`tag`
     /// tells a stream that closed and whose slot was reused meanwhile).
-    pub(crate) fn hs_desc_posted(&mut self, stream: usize, tag: u64, status: u16) {
+    pub(crate) fn hs_desc_posted(&mut self, stream: usize, tag: u64, answer: PostAnswer) {
         let waiting = self
             .streams
             .streams
@@ -151,7 +150,7 @@ impl Circuits {
         if !waiting {
             return;
         }
-        let head = http::short_response(status, http::post_reason(status), self.wall_now());
+        let head = answer.response(self.wall_now());
         self.dir_answer(stream, head, Body::Empty);
     }
 }

@@ -11,6 +11,7 @@
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use base64::Engine as _;
+use weft_dir::hs_cache::http::PostAnswer;
 use weft_dir::hs_cache::testing::SyntheticDescriptor;
 use weft_dir::hs_cache::{check_descriptor, HsDirCache, HS_DESC_MAX_LEN};
 use weft_proto::circuit::flow::DATA_MAX;
@@ -42,7 +43,7 @@ fn open_client_conn(net: &mut Net, conn: usize) {
 
 /// The controller's part: check and store each upload the core handed
 /// over, answer its stream, send the change to the core.
-fn play_controller(net: &mut Net, cache: &mut HsDirCache) -> Vec<u16> {
+fn play_controller(net: &mut Net, cache: &mut HsDirCache) -> Vec<PostAnswer> {
     let mut statuses = Vec::new();
     let now = SystemTime::now();
     let unix = now.duration_since(UNIX_EPOCH).unwrap().as_secs();
@@ -55,18 +56,18 @@ fn play_controller(net: &mut Net, cache: &mut HsDirCache) -> Vec<u16> {
         };
         let result =
             check_descriptor(&body, HS_DESC_MAX_LEN, now).and_then(|d| cache.store(d, unix));
-        let status = match result {
+        let answer = match result {
             Ok(update) => {
                 net.cores[0].handle_msg(CoreMsg::HsDirUpdate(Arc::new(update)));
-                200
+                PostAnswer::Stored
             }
-            Err(_) => 400,
+            Err(_) => PostAnswer::Refused,
         };
-        statuses.push(status);
+        statuses.push(answer);
         net.cores[0].handle_msg(CoreMsg::HsDescPosted {
             stream,
             tag,
-            status,
+            answer,
         });
     }
     statuses
