@@ -257,9 +257,9 @@ pub(crate) fn stock_torrc(
                 let _ = writeln!(a, "{opt} {}", routerset(fps));
             }
             // Strict: nobody outside the list gets the flag, whatever its
-            // descriptor says (weft must never be Guard/Exit/HSDir) —
-            // except Exit when weft is an exit: it earns that flag from
-            // its descriptor's policy.
+            // descriptor says (weft is never Guard/Exit/HSDir unless the
+            // flag is voted by the rules) — except Exit when weft is an
+            // exit: it earns that flag from its descriptor's policy.
             let strict =
                 !by_vote && (opt != "TestingDirAuthVoteExit" || facts.weft_exit_policy.is_empty());
             let _ = writeln!(a, "{opt}IsStrict {}", u8::from(strict));
