@@ -120,6 +120,12 @@ pub struct DescriptorParams {
     /// `hibernating 1`: accounting or a shutdown has us refuse new
     /// circuits (authorities then do not list us Running). [C router.c]
     pub hibernating: bool,
+    /// `hidden-service-dir`: we store and serve v3 onion-service
+    /// descriptors (authorities vote HSDir by their own rules only for
+    /// relays that say so). C writes it in every descriptor; weft writes
+    /// it when it is a directory cache (the HSDir answers over
+    /// BEGIN_DIR). [C router.c router_dump_router_to_string()]
+    pub hidden_service_dir: bool,
     /// `family-cert` objects (encoded Ed25519 certificates of type
     /// FAMILY_V_IDENTITY, one per family key; see
     /// `weft_crypto::family_keys`).
@@ -152,6 +158,7 @@ impl DescriptorParams {
             overload_general: None,
             tunnelled_dir_server: false,
             hibernating: false,
+            hidden_service_dir: false,
             or_address_v6: None,
             family_certs: Vec::new(),
         }
@@ -401,6 +408,9 @@ pub fn build_server_descriptor(
     }
     if p.hibernating {
         d.push_str("hibernating 1\n");
+    }
+    if p.hidden_service_dir {
+        d.push_str("hidden-service-dir\n");
     }
     let _ = writeln!(
         d,

@@ -314,6 +314,19 @@ pub enum ControllerMsg {
         /// Its home.
         worker: u16,
     },
+    /// HSDir: an onion-service descriptor upload on directory stream
+    /// `stream` of worker `worker` (over a multi-hop circuit, body
+    /// complete): check it, store it, answer with `CoreMsg::HsDescPosted`.
+    HsDescPost {
+        /// Which worker.
+        worker: usize,
+        /// The stream's key there.
+        stream: usize,
+        /// The stream's tag.
+        tag: u64,
+        /// The request body (the descriptor).
+        body: Vec<u8>,
+    },
     /// DoS: a CREATE cell came on a client connection from `ip`.
     ClientCreate {
         /// The client's address.

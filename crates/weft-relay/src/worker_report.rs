@@ -109,6 +109,12 @@ pub struct DirCounters {
     pub bytes: u64,
     /// Consensus diffs answered, by flavour (ns, microdesc).
     pub consensus_diffs: [u64; 2],
+    /// Onion-service descriptor fetches: found, not found, refused over a
+    /// one-hop circuit.
+    pub hs_fetches: [u64; 3],
+    /// Descriptor uploads refused by the worker: over a one-hop circuit,
+    /// announced over the size limit, not a v3 `/publish` URL.
+    pub hs_posts_refused: [u64; 3],
 }
 
 impl DirCounters {
@@ -129,6 +135,10 @@ impl DirCounters {
                 f(self.consensus_diffs[0], o.consensus_diffs[0]),
                 f(self.consensus_diffs[1], o.consensus_diffs[1]),
             ],
+            hs_fetches: std::array::from_fn(|i| f(self.hs_fetches[i], o.hs_fetches[i])),
+            hs_posts_refused: std::array::from_fn(|i| {
+                f(self.hs_posts_refused[i], o.hs_posts_refused[i])
+            }),
         }
     }
 }

@@ -315,6 +315,7 @@ impl Testnet {
             exit_torrc: self.config.exit_torrc.clone(),
             authority_torrc: self.config.authority_torrc.clone(),
             guards_by_vote: self.config.guards_by_vote,
+            hsdirs_by_vote: self.config.hsdirs_by_vote,
             weft_exit_policy: self
                 .config
                 .weft

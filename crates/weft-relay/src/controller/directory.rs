@@ -40,8 +40,12 @@ use crate::context::{DirAuthority, RelayConfig};
 ///
 /// `DirCache=2`: consensus diffs served (weft-dir `cache/diffs.rs`,
 /// `cache/diff_store.rs`), as C Tor's `consdiffmgr.c`.
+///
+/// `HSDir=2`: v3 onion-service descriptors stored and served (weft-dir
+/// `hs_cache/`, `controller/hs_dir.rs`, the workers' `streams/hsdir.rs`),
+/// as C Tor's `hs_cache.c`; the descriptor says `hidden-service-dir`.
 pub const PROTO: &str =
-    "Conflux=1 Cons=1-2 Desc=1-2 DirCache=1-2 FlowCtrl=1-2 HSIntro=4-5 HSRend=1-2 Link=4-5 LinkAuth=3 Microdesc=1-2 Relay=2,4";
+    "Conflux=1 Cons=1-2 Desc=1-2 DirCache=1-2 FlowCtrl=1-2 HSDir=2 HSIntro=4-5 HSRend=1-2 Link=4-5 LinkAuth=3 Microdesc=1-2 Relay=2,4";
 
 /// Results of background directory work, handled on the controller.
 #[derive(Debug)]
@@ -174,6 +178,7 @@ impl DirState {
             family: cfg.family.clone(),
             overload_general: None,
             tunnelled_dir_server: dir_cache,
+            hidden_service_dir: dir_cache,
             hibernating: false,
             or_address_v6: cfg.ipv6_or_port.map(|(_, adv)| adv),
             family_certs: Vec::new(),

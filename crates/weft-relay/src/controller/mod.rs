@@ -9,7 +9,8 @@
 //! the self-test's first hops), [`balance`] (worker choice, migration,
 //! bandwidth shares), [`limits`] (DoS table, ConnLimit, file descriptors,
 //! MaxMemInQueues), [`local`] (`ConnectionThreads 0`), [`directory`]
-//! (descriptor upload, consensus fetch), [`metrics`] (MetricsPort),
+//! (descriptor upload, consensus fetch), `hs_dir` (the HSDir's descriptor
+//! store), [`metrics`] (MetricsPort),
 //! [`control_port`] and `control_info` (ControlPort sockets, sessions,
 //! events; what GETINFO reads) and `signals` (reload, heartbeat, dump).
 
@@ -21,6 +22,7 @@ pub mod dir_cache;
 pub mod directory;
 mod exit_metrics;
 mod hibernate;
+pub mod hs_dir;
 mod limits;
 mod local;
 pub mod metrics;
@@ -133,6 +135,8 @@ struct Controller {
     exiting_at: Option<tokio::time::Instant>,
     /// Connection counts for C Tor's MetricsPort families.
     conn_stats: tor_metrics::ConnStats,
+    /// The HSDir's descriptor store.
+    hs_dir: hs_dir::HsDirState,
 }
 
 pub use self::signals::Reloader;
@@ -303,6 +307,8 @@ async fn run_controller(cfg: RelayConfig, mut hooks: RelayHooks) -> anyhow::Resu
     let (cache_tx, mut cache_rx) = unbounded_channel::<dir_cache::CacheEvent>();
     let mut cache = dir_cache::DirCacheState::new(&cfg, cache_tx, ctx.dir_cache);
     let accounting = hibernate::start_accounting(&cfg, keys.fingerprint, &state_path);
+    let (hs_tx, mut hs_rx) = unbounded_channel::<hs_dir::Checked>();
+    let hs_dir = hs_dir::HsDirState::new(hs_tx, cfg.testing_tor_network);
     let mut c = Controller {
         limits: limits::Limits::new(
             sched_params(&cfg, &NetParams::default()).dos,
@@ -341,6 +347,7 @@ async fn run_controller(cfg: RelayConfig, mut hooks: RelayHooks) -> anyhow::Resu
         or_listeners: listeners,
         accounting,
         conn_stats: tor_metrics::ConnStats::default(),
+        hs_dir,
     };
     c.note_or_listeners();
     if let Some(a) = metrics_port.as_ref().and_then(|m| m.local_addr()) {
@@ -406,6 +413,10 @@ async fn run_controller(cfg: RelayConfig, mut hooks: RelayHooks) -> anyhow::Resu
                 }
                 dir.maybe_selftest(c.bw.observed());
             }
+            Some(done) = hs_rx.recv() => {
+                c.hs_dir.on_checked(done, &c.workers);
+                c.check_memory();
+            }
             Some(ev) = cache_rx.recv() => {
                 if let Some(docs) = cache.on_event(ev) {
                     for w in &c.workers {
@@ -450,6 +461,7 @@ async fn run_controller(cfg: RelayConfig, mut hooks: RelayHooks) -> anyhow::Resu
                     c.log_heartbeat();
                 }
                 if secs.is_multiple_of(60) {
+                    c.hs_dir.clean(&c.workers);
                     c.limits.clients.expire(unix_secs());
                     c.save_state(&state_path);
                     c.rotate_if_due(&mut dir);
@@ -529,7 +541,18 @@ impl Controller {
                 self.limits.client_create(ip, unix_secs(), &self.workers)
             }
             ControllerMsg::QueueBytes { worker, bytes } => {
-                self.limits.queue_bytes(worker, bytes, &self.workers)
+                self.limits.set_queued(worker, bytes);
+                self.check_memory();
+            }
+            ControllerMsg::HsDescPost {
+                worker,
+                stream,
+                tag,
+                body,
+            } => {
+                let max = self.ctx.hs_max_desc_size;
+                self.hs_dir
+                    .on_post(worker, stream, tag, body, max, &self.workers)
             }
             ControllerMsg::OomCandidates {
                 round, circuits, ..
@@ -646,8 +669,8 @@ impl Controller {
                 if let Some(t) = self.worker_totals.get_mut(worker) {
                     t.add(&report, cpu_ns);
                 }
-                self.limits
-                    .queue_bytes(worker, report.limits.queued_bytes, &self.workers);
+                self.limits.set_queued(worker, report.limits.queued_bytes);
+                self.check_memory();
                 self.limits.note_onionskins(&report.limits);
             }
         }

@@ -43,6 +43,13 @@ pub(super) fn sched_params(cfg: &RelayConfig, p: &NetParams) -> SchedParams {
         padding: weft_proto::padding::PaddingParams::from_consensus(|name, d, min, max| {
             p.get_clamped(name, d, min, max)
         }),
+        // [C hs_cache.c hs_cache_get_max_descriptor_size()]
+        hs_max_desc_size: p.get_clamped(
+            "HSV3MaxDescriptorSize",
+            weft_dir::hs_cache::HS_DESC_MAX_LEN as i32,
+            1,
+            i32::MAX,
+        ) as usize,
     }
 }
 

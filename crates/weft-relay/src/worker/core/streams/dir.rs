@@ -11,7 +11,8 @@
 //!
 //! A big answer is a stream like any other: flow-controlled by the
 //! client's SENDMEs, served a round's share at a time, never blocking the
-//! worker.
+//! worker. Onion-service descriptor requests (`/tor/hs/`) go to
+//! [`crate::worker::core::streams::hsdir`].
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -38,11 +39,15 @@ pub(crate) const RESOURCES: [Resource; 6] = [
 /// A BEGIN_DIR stream's request and answer.
 pub(crate) struct DirStream {
     /// The request bytes received so far (until its head is complete).
-    request: Vec<u8>,
+    pub(super) request: Vec<u8>,
     /// The answer's head, then its body; `sent` bytes of the two have left.
     head: Vec<u8>,
     body: Body,
     sent: usize,
+    /// An onion-service descriptor upload went to the controller: the
+    /// stream waits for its status (`streams/hsdir.rs`); later DATA is
+    /// ignored.
+    pub(super) awaiting_post: bool,
 }
 
 impl DirStream {
@@ -99,6 +104,7 @@ impl Circuits {
             head: Vec::new(),
             body: Body::Empty,
             sent: 0,
+            awaiting_post: false,
         }));
         self.streams.by_id.insert((owner, stream_id), key);
         self.streams.counters.dir.streams += 1;
@@ -128,6 +134,9 @@ impl Circuits {
             return;
         }
         let Some(d) = s.dir.as_mut() else { return };
+        if d.awaiting_post {
+            return;
+        }
         d.request.extend_from_slice(data);
         let parsed = serve::parse_request(&d.request);
         let req = match parsed {
@@ -143,6 +152,9 @@ impl Circuits {
             }
             Parsed::Request(r) => r,
         };
+        if let Some(hs) = weft_dir::hs_cache::http::classify(&req) {
+            return self.hs_dir_request(owner, key, hs);
+        }
         let peer = Peer {
             addr: match owner {
                 StreamOwner::Circuit { conn, .. } => self.conn(conn).map(|c| c.peer_addr.ip()),
@@ -176,13 +188,22 @@ impl Circuits {
             answer.status,
             answer.body.bytes().len()
         );
-        let s = &mut self.streams.streams[key];
+        self.dir_answer(key, answer.head, answer.body);
+    }
+
+    /// Directory stream `key`'s answer is ready: send it (head, then
+    /// body), then END DONE.
+    pub(super) fn dir_answer(&mut self, key: usize, head: Vec<u8>, body: Body) {
+        let Some(s) = self.streams.streams.get_mut(key) else {
+            return;
+        };
         s.state = State::Open;
         s.waiting_since_ns = self.now_ns.max(1);
         if let Some(d) = s.dir.as_mut() {
             d.request = Vec::new();
-            d.head = answer.head;
-            d.body = answer.body;
+            d.awaiting_post = false;
+            d.head = head;
+            d.body = body;
         }
         self.streams.may_read.push(key);
     }

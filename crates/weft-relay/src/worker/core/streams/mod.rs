@@ -22,6 +22,7 @@
 
 pub(crate) mod dir;
 pub(crate) mod flow;
+pub(crate) mod hsdir;
 pub(crate) mod pump;
 
 use std::collections::{BTreeMap, HashMap, VecDeque};
@@ -183,6 +184,8 @@ pub(crate) struct Streams {
     /// The directory cache's documents (shared, immutable; None before
     /// the first snapshot: requests get 404).
     dir_docs: Option<std::sync::Arc<weft_dir::cache::DirDocuments>>,
+    /// The HSDir's descriptors (this worker's copy; [`hsdir`]).
+    hs_index: weft_dir::hs_cache::HsDirIndex,
 }
 
 impl Streams {

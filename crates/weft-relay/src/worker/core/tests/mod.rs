@@ -32,6 +32,7 @@ mod congestion;
 mod controller;
 mod dir_streams;
 mod explore;
+mod hs_dir;
 mod limits;
 mod migrate;
 mod onion;
