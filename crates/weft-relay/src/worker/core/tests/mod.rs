@@ -36,6 +36,7 @@ mod limits;
 mod migrate;
 mod onion;
 mod pump;
+mod resolve;
 mod streams;
 mod timers;
 
