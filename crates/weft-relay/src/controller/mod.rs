@@ -20,6 +20,7 @@ pub mod control_port;
 pub mod dir_cache;
 pub mod directory;
 mod exit_metrics;
+mod extra_stats;
 mod hibernate;
 mod limits;
 mod local;
@@ -114,6 +115,8 @@ struct Controller {
     /// Connections being opened, by (relay identity, worker to avoid).
     pending: HashMap<([u8; 20], Option<usize>), PendingConnect>,
     bw: BandwidthHistory,
+    /// The extra-info's statistics (byte histories, overload lines).
+    stats: crate::stats::RelayStats,
     extends_same_worker: u64,
     extends_cross_worker: u64,
     /// Introduction circuits by auth key, rendezvous circuits by cookie.
@@ -331,6 +334,7 @@ async fn run_controller(cfg: RelayConfig, mut hooks: RelayHooks) -> anyhow::Resu
         by_identity: HashMap::new(),
         pending: HashMap::new(),
         bw: BandwidthHistory::load(&state_path),
+        stats: crate::stats::RelayStats::load(&state_path, unix_secs()),
         extends_same_worker: 0,
         extends_cross_worker: 0,
         onion: onion::OnionTables::default(),
@@ -352,6 +356,7 @@ async fn run_controller(cfg: RelayConfig, mut hooks: RelayHooks) -> anyhow::Resu
         // DNS could not be set up: no stream is admitted either.
         c.rebuild_context(&dir);
     }
+    dir.set_extra_stats(c.extra_info_chunks());
     dir.start(&c.keys, c.started, c.bw.observed());
     c.notify_ready();
 
@@ -362,7 +367,7 @@ async fn run_controller(cfg: RelayConfig, mut hooks: RelayHooks) -> anyhow::Resu
         tokio::select! {
             a = accept_any(&c.or_listeners), if !c.limits.accept_paused() => match a {
                 Ok((stream, peer)) => c.accept(stream, peer),
-                Err(e) => c.limits.accept_failed(&e),
+                Err(e) => c.accept_failed(&e),
             },
             _ = tokio::time::sleep(Duration::from_millis(50)), if c.limits.accept_paused_until.is_some() => {}
             Some(m) = rx.recv() => match m {
@@ -444,6 +449,7 @@ async fn run_controller(cfg: RelayConfig, mut hooks: RelayHooks) -> anyhow::Resu
                 c.balance(secs);
                 if secs.is_multiple_of(10) {
                     dir.set_overload(c.limits.overload_line());
+                    dir.set_extra_stats(c.extra_info_chunks());
                     dir.maybe_republish(&c.keys, c.started, c.bw.observed());
                 }
                 if c.cfg.heartbeat_period.is_some_and(|p| secs.is_multiple_of(p.as_secs().max(1))) {
@@ -636,6 +642,7 @@ impl Controller {
                 cpu_ns,
             } => {
                 self.bw.add(report.read_bytes, report.written_bytes);
+                self.note_extra_stats(&report);
                 self.bw.total_cells += report.cells_relayed;
                 if let Some(l) = self.worker_load.get_mut(worker) {
                     *l = report;

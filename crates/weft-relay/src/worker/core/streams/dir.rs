@@ -124,6 +124,8 @@ impl Circuits {
             );
             return;
         }
+        self.streams.counters.dir.request_bytes += data.len() as u64;
+        let s = &mut self.streams.streams[key];
         if s.state != State::DirRequest {
             return;
         }
