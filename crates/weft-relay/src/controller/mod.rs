@@ -306,6 +306,7 @@ async fn run_controller(cfg: RelayConfig, mut hooks: RelayHooks) -> anyhow::Resu
     let (cache_tx, mut cache_rx) = unbounded_channel::<dir_cache::CacheEvent>();
     let mut cache = dir_cache::DirCacheState::new(&cfg, cache_tx, ctx.dir_cache);
     let accounting = hibernate::start_accounting(&cfg, keys.fingerprint, &state_path);
+    let stats = extra_stats::load_stats(&cfg, &state_path);
     let mut c = Controller {
         limits: limits::Limits::new(
             sched_params(&cfg, &NetParams::default()).dos,
@@ -334,7 +335,7 @@ async fn run_controller(cfg: RelayConfig, mut hooks: RelayHooks) -> anyhow::Resu
         by_identity: HashMap::new(),
         pending: HashMap::new(),
         bw: BandwidthHistory::load(&state_path),
-        stats: crate::stats::RelayStats::load(&state_path, unix_secs()),
+        stats,
         extends_same_worker: 0,
         extends_cross_worker: 0,
         onion: onion::OnionTables::default(),
@@ -534,6 +535,13 @@ impl Controller {
             ControllerMsg::ClientCreate { ip } => {
                 self.limits.client_create(ip, unix_secs(), &self.workers)
             }
+            ControllerMsg::DirRequest {
+                id,
+                ip,
+                response,
+                size,
+            } => self.note_dir_request(id, ip, response, size),
+            ControllerMsg::DirRequestDone { id } => self.note_dir_request_done(id),
             ControllerMsg::QueueBytes { worker, bytes } => {
                 self.limits.queue_bytes(worker, bytes, &self.workers)
             }

@@ -1,25 +1,33 @@
 //! The statistics a relay's extra-info carries, as C Tor writes them by
 //! default (`ExtraInfoStatistics 1`, in `extrainfo_dump_to_string_stats_helper`):
 //! the byte histories (`write-history`, `read-history`, their `ipv6-`
-//! and `dirreq-` kinds; [`history`]) and the overload lines
-//! (`overload-ratelimits`, `overload-fd-exhausted`; [`overload`]), and
-//! the state-file items that carry the histories across a restart under
-//! C's names. [C router.c extrainfo_dump_to_string_stats_helper();
-//! bwhist.c bwhist_get_bandwidth_lines(); rephist.c
-//! rep_hist_get_overload_stats_lines()]
+//! and `dirreq-` kinds; [`history`]), with a GeoIP database
+//! (`geoip-db-digest`, `geoip6-db-digest`; [`geoip`]) the directory-request
+//! statistics of the last 24-hour interval (`dirreq-stats-end`,
+//! `dirreq-v3-*`; [`dirreq`]), and the overload lines
+//! (`overload-ratelimits`, `overload-fd-exhausted`; [`overload`]), in
+//! C's order; and the state-file items that carry the histories across a
+//! restart under C's names. [C router.c
+//! extrainfo_dump_to_string_stats_helper(); bwhist.c
+//! bwhist_get_bandwidth_lines(); geoip_stats.c geoip_format_dirreq_stats();
+//! rephist.c rep_hist_get_overload_stats_lines()]
 //!
-//! What C writes by default and weft does not: `geoip-db-digest`,
-//! `geoip6-db-digest` and the `dirreq-*` statistics (C needs a GeoIP
-//! database and 24 hours of counting; weft reads no GeoIP file, and C
-//! without one turns `DirReqStatistics` off — so the two agree there),
-//! `hidserv-*` statistics, and `padding-counts` (weft negotiates no
-//! connection padding yet, so it has none to count).
+//! What C writes by default and weft does not: `hidserv-*` statistics, and
+//! `padding-counts` (weft negotiates no connection padding yet, so it has
+//! none to count; C writes the line only once it counted cells over a
+//! 24-hour interval).
 //!
 //! Sans-IO but for [`RelayStats::load`]: times are unix seconds, given.
 
+pub mod dirreq;
+pub mod geoip;
 pub mod history;
 pub mod overload;
 
+use std::net::IpAddr;
+
+use self::dirreq::{DirreqKind, DirreqStats, NsResponse};
+use self::geoip::GeoIp;
 use self::history::ByteHistory;
 use self::overload::OverloadStats;
 
@@ -58,6 +66,18 @@ pub struct RelayStats {
     histories: [ByteHistory; 6],
     /// Overload events.
     pub overload: OverloadStats,
+    /// Directory-request statistics, with a GeoIP database only.
+    dirreq: Option<Dirreq>,
+}
+
+/// The directory-request statistics being counted and the last ones
+/// written.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct Dirreq {
+    geoip: GeoIp,
+    current: DirreqStats,
+    /// The text of `stats/dirreq-stats` (the last interval's), if any.
+    written: Option<String>,
 }
 
 impl RelayStats {
@@ -66,7 +86,66 @@ impl RelayStats {
         RelayStats {
             histories: std::array::from_fn(|_| ByteHistory::new(now)),
             overload: OverloadStats::default(),
+            dirreq: None,
         }
+    }
+
+    /// Count directory requests from `now` on, with `geoip` (C needs its
+    /// IPv4 file); `written`: the `stats/dirreq-stats` a previous run
+    /// left, if any (C puts it in the extra-info while it is fresh).
+    pub fn enable_dirreq(&mut self, geoip: GeoIp, now: u64, written: Option<String>) {
+        self.dirreq = Some(Dirreq {
+            geoip,
+            current: DirreqStats::new(now),
+            written,
+        });
+    }
+
+    /// A consensus request over BEGIN_DIR from `ip` was answered at
+    /// `now_ms` (see [`DirreqStats`]); `id` names it until it is done.
+    pub fn note_dir_request(
+        &mut self,
+        id: u64,
+        ip: Option<IpAddr>,
+        response: NsResponse,
+        size: u64,
+        now_ms: u64,
+    ) {
+        let Some(d) = self.dirreq.as_mut() else {
+            return;
+        };
+        match (response, ip) {
+            (NsResponse::Ok, Some(ip)) => {
+                d.current.note_client(ip, d.geoip.country(ip));
+                d.current.note_response(response);
+                d.current
+                    .start_download(DirreqKind::Tunneled, id, size, now_ms);
+            }
+            // C notes a success only with the client's address.
+            (NsResponse::Ok, None) => {}
+            (r, _) => d.current.note_response(r),
+        }
+    }
+
+    /// The consensus of request `id` was sent whole at `now_ms`.
+    pub fn note_dir_request_done(&mut self, id: u64, now_ms: u64) {
+        if let Some(d) = self.dirreq.as_mut() {
+            d.current
+                .complete_download(DirreqKind::Tunneled, id, now_ms);
+        }
+    }
+
+    /// At the end of a 24-hour interval: the statistics to write into
+    /// `stats/dirreq-stats` (a new interval starts at `now`).
+    pub fn dirreq_due(&mut self, now: u64, now_ms: u64) -> Option<String> {
+        let d = self.dirreq.as_mut()?;
+        if now < d.current.start() + dirreq::INTERVAL {
+            return None;
+        }
+        let text = d.current.format(now, now_ms);
+        d.current = DirreqStats::new(now);
+        d.written = Some(text.clone());
+        Some(text)
     }
 
     /// Bytes moved at `now`. As C notes bytes only when some moved, a
@@ -106,8 +185,21 @@ impl RelayStats {
     /// end): the histories, then the overload lines. `rate`/`burst`: the
     /// relay's `BandwidthRate` and `BandwidthBurst`.
     pub fn extra_info_chunks(&self, now: u64, rate: u64, burst: u64) -> Vec<String> {
+        let (digests, dirreq) = match &self.dirreq {
+            Some(d) => (
+                d.geoip.digest_lines(),
+                d.written
+                    .as_deref()
+                    .and_then(|t| dirreq::fresh_stats(t, "dirreq-stats-end", now))
+                    .unwrap_or_default()
+                    .to_string(),
+            ),
+            None => (String::new(), String::new()),
+        };
         [
             self.history_lines(None),
+            digests,
+            dirreq,
             self.overload.lines(now, rate, burst),
         ]
         .into_iter()
@@ -270,6 +362,49 @@ mod tests {
         let b = RelayStats::from_state(&bad, T0 + INTERVAL + 3600);
         assert!(!b.history_lines(None).contains("\nread-history"));
         assert!(b.history_lines(None).contains("write-history"));
+    }
+
+    #[test]
+    fn directory_requests_are_counted_with_a_geoip_file_only() {
+        let mut s = RelayStats::new(T0);
+        let ip: IpAddr = "1.0.0.7".parse().unwrap();
+        // No GeoIP file: nothing counted, no lines (C turns
+        // DirReqStatistics off).
+        s.note_dir_request(1, Some(ip), NsResponse::Ok, 100, 0);
+        assert_eq!(s.dirreq_due(T0 + 2 * INTERVAL, 0), None);
+        let (v4, _) = geoip::GeoIpTable::parse_v4("16777216,16777471,AU\n");
+        let digest = v4.digest.clone();
+        s.enable_dirreq(
+            GeoIp {
+                v4: Some(v4),
+                v6: None,
+            },
+            T0,
+            None,
+        );
+        s.note_dir_request(1, Some(ip), NsResponse::Ok, 100_000, 1000);
+        s.note_dir_request_done(1, 1500);
+        s.note_dir_request(2, Some("9.9.9.9".parse().unwrap()), NsResponse::Ok, 5, 2000);
+        s.note_dir_request(3, None, NsResponse::NotModified, 0, 2000);
+        // Before the interval ends: only the GeoIP digest.
+        assert_eq!(s.dirreq_due(T0 + INTERVAL - 1, 3000), None);
+        let chunks = s.extra_info_chunks(T0 + 10, 1, 1);
+        assert_eq!(chunks, vec![format!("geoip-db-digest {digest}\n")]);
+        let text = s.dirreq_due(T0 + INTERVAL, 3000).expect("due");
+        // Equal counts: by code, "??" first (C's strcmp).
+        assert!(text.contains("\ndirreq-v3-ips ??=8,au=8\n"), "{text}");
+        assert!(text.contains("\ndirreq-v3-resp ok=8,not-enough-sigs=0,unavailable=0,not-found=0,not-modified=8,busy=0\n"));
+        assert!(
+            text.contains("\ndirreq-v3-tunneled-dl complete=4,timeout=0,running=4\n"),
+            "{text}"
+        );
+        // The new interval starts; what was written goes into extra-infos
+        // for 25 hours.
+        assert_eq!(s.dirreq_due(T0 + INTERVAL + 1, 3001), None);
+        let chunks = s.extra_info_chunks(T0 + INTERVAL + 10, 1, 1);
+        assert_eq!(chunks[1], text);
+        let later = s.extra_info_chunks(T0 + INTERVAL + 25 * 3600 + 1, 1, 1);
+        assert_eq!(later.len(), 1, "{later:?}");
     }
 
     #[test]

@@ -22,8 +22,9 @@ use weft_dir::cache::DirDocuments;
 use weft_dir::consensus::ConsensusFlavor;
 use weft_proto::relay::{end_reason, relay_cmd};
 
+use crate::messages::ControllerMsg;
 use crate::worker::core::streams::{State, StreamOwner};
-use crate::worker::core::Circuits;
+use crate::worker::core::{Circuits, Effect};
 
 /// The metric order of [`Resource`].
 pub(crate) const RESOURCES: [Resource; 6] = [
@@ -43,6 +44,8 @@ pub(crate) struct DirStream {
     head: Vec<u8>,
     body: Body,
     sent: usize,
+    /// A consensus being sent, for the directory statistics: its id.
+    consensus: Option<u64>,
 }
 
 impl DirStream {
@@ -99,6 +102,7 @@ impl Circuits {
             head: Vec::new(),
             body: Body::Empty,
             sent: 0,
+            consensus: None,
         }));
         self.streams.by_id.insert((owner, stream_id), key);
         self.streams.counters.dir.streams += 1;
@@ -151,6 +155,7 @@ impl Circuits {
                 StreamOwner::Set(_) => None,
             },
         };
+        let client = peer.addr;
         let answer = serve::respond(
             self.streams.dir_docs.as_deref(),
             &req,
@@ -170,6 +175,27 @@ impl Circuits {
         } else {
             c.refused[i] += 1;
         }
+        // The directory statistics count consensus requests (C's
+        // handle_get_current_consensus()).
+        let mut consensus = None;
+        if answer.resource == Resource::Consensus {
+            use crate::stats::dirreq::NsResponse;
+            let id = ((self.me as u64) << 48) | key as u64;
+            let response = match answer.status {
+                200 => NsResponse::Ok,
+                304 => NsResponse::NotModified,
+                503 => NsResponse::Busy,
+                _ => NsResponse::NotFound,
+            };
+            consensus = (response == NsResponse::Ok).then_some(id);
+            self.effects
+                .push_back(Effect::Controller(ControllerMsg::DirRequest {
+                    id,
+                    ip: client,
+                    response,
+                    size: (answer.head.len() + answer.body.bytes().len()) as u64,
+                }));
+        }
         debug!(
             "worker {}: directory request {} {} → {} ({} bytes)",
             self.me,
@@ -185,6 +211,7 @@ impl Circuits {
             d.request = Vec::new();
             d.head = answer.head;
             d.body = answer.body;
+            d.consensus = consensus;
         }
         self.streams.may_read.push(key);
     }
@@ -204,6 +231,10 @@ impl Circuits {
                 return false;
             }
             if d.remaining() == 0 {
+                if let Some(id) = d.consensus {
+                    self.effects
+                        .push_back(Effect::Controller(ControllerMsg::DirRequestDone { id }));
+                }
                 self.end_stream(key, &[end_reason::DONE]);
                 return false;
             }
