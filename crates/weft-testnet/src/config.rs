@@ -126,8 +126,8 @@ pub struct WeftNode {
     /// the descriptors, weft's included. Empty: not an exit.
     pub exit_policy: Vec<String>,
     /// Files written into weft's DataDirectory before its first start:
-    /// (name, contents), e.g. a `state` file a previous run would have
-    /// left.
+    /// (relative path, contents), e.g. a `state` file a previous run would
+    /// have left.
     pub data_files: Vec<(String, String)>,
 }
 

@@ -197,6 +197,9 @@ impl Testnet {
                     create_private_dir(&n.dir)?;
                     for (name, text) in &w.data_files {
                         let path = n.dir.join(name);
+                        if let Some(parent) = path.parent() {
+                            fs::create_dir_all(parent)?;
+                        }
                         fs::write(&path, text)
                             .with_context(|| format!("writing {}", path.display()))?;
                     }

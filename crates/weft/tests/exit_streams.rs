@@ -509,6 +509,8 @@ fn stock_clients_use_the_fixed_windows_without_congestion_control() -> Result<()
         &|w| {
             w.extra_torrc.push("IPv6Exit 1".into());
             w.data_files.push(("state".into(), history.state.clone()));
+            w.data_files
+                .push(("stats/dirreq-stats".into(), history.dirreq.clone()));
         },
     )?;
     let fp = weft_fp(&net)?;
@@ -564,9 +566,11 @@ mod stats {
     const DAY: u64 = 86_400;
 
     /// A state file with two finished days per history, and the lines
-    /// the extra-info must carry for it.
+    /// the extra-info must carry for it; and the `stats/dirreq-stats` a
+    /// day of directory requests left an hour ago (weft's own formatter).
     pub struct SeededHistory {
         pub state: String,
+        pub dirreq: String,
         /// (keyword, "YYYY-MM-DD HH:MM:SS", values)
         pub lines: Vec<(&'static str, String, [u64; 2])>,
     }
@@ -608,8 +612,34 @@ mod stats {
                 ));
                 lines.push((keyword, iso(ends - DAY), v));
             }
-            SeededHistory { state, lines }
+            SeededHistory {
+                state,
+                lines,
+                dirreq: dirreq_stats(now - 3600),
+            }
         }
+    }
+
+    /// Directory-request statistics of the day that ended at `end`, as
+    /// weft's formatter writes them: clients from two countries, answers
+    /// of two kinds, twenty tunneled downloads (so the speeds' deciles are
+    /// written) and two still running.
+    fn dirreq_stats(end: u64) -> String {
+        use weft_relay::stats::dirreq::{DirreqKind, DirreqStats, NsResponse};
+        let mut d = DirreqStats::new(end - DAY);
+        for i in 0..9u8 {
+            d.note_client(std::net::IpAddr::from([10, 0, 0, i]), "de");
+            d.note_response(NsResponse::Ok);
+        }
+        d.note_client(std::net::IpAddr::from([10, 0, 1, 1]), "us");
+        d.note_response(NsResponse::NotModified);
+        for i in 0..22u64 {
+            d.start_download(DirreqKind::Tunneled, i, 1000 * (i + 1), 0);
+            if i < 20 {
+                d.complete_download(DirreqKind::Tunneled, i, 1000);
+            }
+        }
+        d.format(end, 1000)
     }
 
     /// GET `path` from a DirPort; the body of a 200.
@@ -656,6 +686,18 @@ mod stats {
             ensure!(ei.contains(&want), "no {want:?} in the extra-info:\n{ei}");
         }
         eprintln!("[stats] auth0 serves weft's extra-info with its six byte histories");
+        // With C's GeoIP file (tor-geoipdb), weft counts directory
+        // requests as C does, and puts the statistics a previous run wrote
+        // (stats/dirreq-stats, an hour old) into its extra-info.
+        let geoip = std::path::Path::new("/usr/share/tor/geoip").exists();
+        if geoip {
+            ensure!(
+                ei.contains(&h.dirreq) && ei.contains("\ngeoip-db-digest "),
+                "no dirreq statistics ({:?}) in the extra-info:\n{ei}",
+                h.dirreq
+            );
+            eprintln!("[stats] and the dirreq statistics weft's last run wrote");
+        }
         let file = tempfile::NamedTempFile::new()?;
         std::fs::write(file.path(), &ei)?;
         let script = r#"
@@ -665,6 +707,12 @@ d = RelayExtraInfoDescriptor(open(sys.argv[1], 'rb').read(), validate=True)
 for name in ['write', 'read', 'dir_write', 'dir_read']:
     print(name, getattr(d, name + '_history_end'), getattr(d, name + '_history_interval'),
           ','.join(str(v) for v in getattr(d, name + '_history_values')))
+if d.dir_stats_end:
+    print('dirreq', d.dir_stats_end, d.dir_stats_interval, sorted(d.dir_v3_ips.items()),
+          sorted(d.dir_v3_requests.items()),
+          sorted((str(k), v) for k, v in d.dir_v3_responses.items()),
+          sorted((str(k), v) for k, v in d.dir_v3_tunneled_dl.items()),
+          d.geoip_db_digest)
 print('unrecognized', d.get_unrecognized_lines())
 "#;
         let out = std::process::Command::new("python3")
@@ -695,6 +743,20 @@ print('unrecognized', d.get_unrecognized_lines())
             ensure!(
                 stdout.lines().any(|l| l == want),
                 "stem read {stdout:?}, want {want:?}"
+            );
+        }
+        if geoip {
+            let l = stdout
+                .lines()
+                .find(|l| l.starts_with("dirreq "))
+                .context("stem read no dirreq statistics")?;
+            ensure!(
+                l.contains("86400 [('de', 16), ('us', 8)]")
+                    && l.contains("('not-modified', 8)")
+                    && l.contains("('ok', 16)")
+                    && l.contains("('complete', 20)")
+                    && l.contains("('d1', 2000)"),
+                "stem's dirreq statistics: {l}"
             );
         }
         Ok(())
