@@ -451,24 +451,61 @@ pub fn build_extra_info(
     nickname: &str,
     published: SystemTime,
 ) -> Result<(String, ExtraInfoDigests), DescError> {
+    build_extra_info_with_stats(keys, nickname, published, &[])
+}
+
+/// [`build_extra_info`] with statistics: `stats` are C's chunks, each one
+/// or more whole lines (`keyword …\n`), written after `published` in
+/// order. As C's `extrainfo_dump_to_string()`, a document over the
+/// authorities' limit loses chunks from the end until it fits. A chunk
+/// that is not printable ASCII lines is refused.
+pub fn build_extra_info_with_stats(
+    keys: &RelayKeys,
+    nickname: &str,
+    published: SystemTime,
+    stats: &[String],
+) -> Result<(String, ExtraInfoDigests), DescError> {
     if !is_valid_nickname(nickname) {
         return Err(DescError::InvalidNickname(nickname.to_owned()));
     }
-    let mut d = String::with_capacity(1024);
-    let _ = writeln!(
-        d,
-        "extra-info {nickname} {}",
-        hex::encode_upper(keys.fingerprint)
-    );
-    identity_ed25519(&mut d, keys);
-    let _ = writeln!(d, "published {}", format_time(published)?);
-    sign_document(keys, &mut d)?;
-    if d.len() > MAX_EXTRA_INFO_SIZE {
-        return Err(DescError::TooLarge {
-            size: d.len(),
-            limit: MAX_EXTRA_INFO_SIZE,
-        });
+    for c in stats {
+        if !c.ends_with('\n') || c.starts_with('\n') || c.contains("\n\n") {
+            return Err(DescError::InvalidField {
+                field: "extra_info_stats",
+                why: "each chunk must be whole lines",
+            });
+        }
+        for l in c.lines() {
+            check_line("extra_info_stats", l)?;
+        }
     }
+    let mut stats = stats;
+    let d = loop {
+        let mut d = String::with_capacity(1024);
+        let _ = writeln!(
+            d,
+            "extra-info {nickname} {}",
+            hex::encode_upper(keys.fingerprint)
+        );
+        identity_ed25519(&mut d, keys);
+        let _ = writeln!(d, "published {}", format_time(published)?);
+        for c in stats {
+            d.push_str(c);
+        }
+        sign_document(keys, &mut d)?;
+        if d.len() <= MAX_EXTRA_INFO_SIZE {
+            break d;
+        }
+        match stats.split_last() {
+            Some((_, rest)) => stats = rest,
+            None => {
+                return Err(DescError::TooLarge {
+                    size: d.len(),
+                    limit: MAX_EXTRA_INFO_SIZE,
+                })
+            }
+        }
+    };
     let digests = extra_info_digests(&d).ok_or(DescError::InvalidField {
         field: "extra_info",
         why: "internal error: no router-signature in what we built",

@@ -135,6 +135,10 @@ pub struct WeftNode {
     /// `ExitPolicyRejectPrivate 0`); the authorities then vote Exit from
     /// the descriptors, weft's included. Empty: not an exit.
     pub exit_policy: Vec<String>,
+    /// Files written into weft's DataDirectory before its first start:
+    /// (relative path, contents), e.g. a `state` file a previous run would
+    /// have left.
+    pub data_files: Vec<(String, String)>,
 }
 
 impl WeftNode {
@@ -146,6 +150,7 @@ impl WeftNode {
             extra_torrc: Vec::new(),
             nickname: "weft".into(),
             exit_policy: Vec::new(),
+            data_files: Vec::new(),
         }
     }
 }

@@ -195,6 +195,14 @@ impl Testnet {
                         .as_ref()
                         .ok_or_else(|| anyhow!("weft node without config"))?;
                     create_private_dir(&n.dir)?;
+                    for (name, text) in &w.data_files {
+                        let path = n.dir.join(name);
+                        if let Some(parent) = path.parent() {
+                            fs::create_dir_all(parent)?;
+                        }
+                        fs::write(&path, text)
+                            .with_context(|| format!("writing {}", path.display()))?;
+                    }
                     torrc::weft_torrc(
                         &n.name,
                         &n.dir,

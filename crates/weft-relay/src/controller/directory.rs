@@ -17,7 +17,9 @@ use weft_dir::consensus::{
     fetch_microdescs, fetch_verified_consensus, ConsensusSummary, FetchOptions, MicrodescKeys,
     NetParams, RelayEntry,
 };
-use weft_dir::descriptor::{build_extra_info, build_server_descriptor, DescriptorParams};
+use weft_dir::descriptor::{
+    build_extra_info_with_stats, build_server_descriptor, DescriptorParams,
+};
 use weft_dir::upload::{post_descriptor, UploadOutcome};
 use weft_proto::origin::HopTarget;
 
@@ -147,6 +149,8 @@ pub struct DirState {
     /// Our last published descriptor and extra-info (the cache serves
     /// them).
     own: Option<(String, String)>,
+    /// The statistics of the next extra-info (`crate::stats` chunks).
+    extra_stats: Vec<String>,
 }
 
 impl DirState {
@@ -202,6 +206,7 @@ impl DirState {
             selftest_last: None,
             selftest_busy: false,
             own: None,
+            extra_stats: Vec::new(),
         }
     }
 
@@ -402,6 +407,12 @@ impl DirState {
         self.desc.overload_general = at;
     }
 
+    /// The statistics chunks the next extra-info carries (not a reason
+    /// to republish by themselves, as in C).
+    pub fn set_extra_stats(&mut self, chunks: Vec<String>) {
+        self.extra_stats = chunks;
+    }
+
     /// Republish if anything calls for it.
     pub fn maybe_republish(&mut self, keys: &RelayKeys, started: Instant, observed: u64) {
         let since = self
@@ -444,7 +455,8 @@ impl DirState {
                     .ok()
             })
             .collect();
-        let (extra, digests) = match build_extra_info(keys, &self.desc.nickname, now) {
+        let built = build_extra_info_with_stats(keys, &self.desc.nickname, now, &self.extra_stats);
+        let (extra, digests) = match built {
             Ok(x) => x,
             Err(e) => {
                 warn!("cannot build extra-info: {e}");

@@ -21,6 +21,7 @@ pub mod control_port;
 pub mod dir_cache;
 pub mod directory;
 mod exit_metrics;
+mod extra_stats;
 mod hibernate;
 pub mod hs_dir;
 mod limits;
@@ -116,6 +117,8 @@ struct Controller {
     /// Connections being opened, by (relay identity, worker to avoid).
     pending: HashMap<([u8; 20], Option<usize>), PendingConnect>,
     bw: BandwidthHistory,
+    /// The extra-info's statistics (byte histories, overload lines).
+    stats: crate::stats::RelayStats,
     extends_same_worker: u64,
     extends_cross_worker: u64,
     /// Introduction circuits by auth key, rendezvous circuits by cookie.
@@ -309,6 +312,7 @@ async fn run_controller(cfg: RelayConfig, mut hooks: RelayHooks) -> anyhow::Resu
     let accounting = hibernate::start_accounting(&cfg, keys.fingerprint, &state_path);
     let (hs_tx, mut hs_rx) = unbounded_channel::<hs_dir::Checked>();
     let hs_dir = hs_dir::HsDirState::new(hs_tx, cfg.testing_tor_network);
+    let stats = extra_stats::load_stats(&cfg, &state_path);
     let mut c = Controller {
         limits: limits::Limits::new(
             sched_params(&cfg, &NetParams::default()).dos,
@@ -337,6 +341,7 @@ async fn run_controller(cfg: RelayConfig, mut hooks: RelayHooks) -> anyhow::Resu
         by_identity: HashMap::new(),
         pending: HashMap::new(),
         bw: BandwidthHistory::load(&state_path),
+        stats,
         extends_same_worker: 0,
         extends_cross_worker: 0,
         onion: onion::OnionTables::default(),
@@ -359,6 +364,7 @@ async fn run_controller(cfg: RelayConfig, mut hooks: RelayHooks) -> anyhow::Resu
         // DNS could not be set up: no stream is admitted either.
         c.rebuild_context(&dir);
     }
+    dir.set_extra_stats(c.extra_info_chunks());
     dir.start(&c.keys, c.started, c.bw.observed());
     c.notify_ready();
 
@@ -369,7 +375,7 @@ async fn run_controller(cfg: RelayConfig, mut hooks: RelayHooks) -> anyhow::Resu
         tokio::select! {
             a = accept_any(&c.or_listeners), if !c.limits.accept_paused() => match a {
                 Ok((stream, peer)) => c.accept(stream, peer),
-                Err(e) => c.limits.accept_failed(&e),
+                Err(e) => c.accept_failed(&e),
             },
             _ = tokio::time::sleep(Duration::from_millis(50)), if c.limits.accept_paused_until.is_some() => {}
             Some(m) = rx.recv() => match m {
@@ -455,6 +461,7 @@ async fn run_controller(cfg: RelayConfig, mut hooks: RelayHooks) -> anyhow::Resu
                 c.balance(secs);
                 if secs.is_multiple_of(10) {
                     dir.set_overload(c.limits.overload_line());
+                    dir.set_extra_stats(c.extra_info_chunks());
                     dir.maybe_republish(&c.keys, c.started, c.bw.observed());
                 }
                 if c.cfg.heartbeat_period.is_some_and(|p| secs.is_multiple_of(p.as_secs().max(1))) {
@@ -540,6 +547,13 @@ impl Controller {
             ControllerMsg::ClientCreate { ip } => {
                 self.limits.client_create(ip, unix_secs(), &self.workers)
             }
+            ControllerMsg::DirRequest {
+                id,
+                ip,
+                response,
+                size,
+            } => self.note_dir_request(id, ip, response, size),
+            ControllerMsg::DirRequestDone { id } => self.note_dir_request_done(id),
             ControllerMsg::QueueBytes { worker, bytes } => {
                 self.limits.set_queued(worker, bytes);
                 self.check_memory();
@@ -659,6 +673,7 @@ impl Controller {
                 cpu_ns,
             } => {
                 self.bw.add(report.read_bytes, report.written_bytes);
+                self.note_extra_stats(&report);
                 self.bw.total_cells += report.cells_relayed;
                 if let Some(l) = self.worker_load.get_mut(worker) {
                     *l = report;

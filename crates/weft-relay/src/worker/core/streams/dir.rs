@@ -23,8 +23,9 @@ use weft_dir::cache::DirDocuments;
 use weft_dir::consensus::ConsensusFlavor;
 use weft_proto::relay::{end_reason, relay_cmd};
 
+use crate::messages::ControllerMsg;
 use crate::worker::core::streams::{State, StreamOwner};
-use crate::worker::core::Circuits;
+use crate::worker::core::{Circuits, Effect};
 
 /// The metric order of [`Resource`].
 pub(crate) const RESOURCES: [Resource; 6] = [
@@ -48,6 +49,8 @@ pub(crate) struct DirStream {
     /// stream waits for its status (`streams/hsdir.rs`); later DATA is
     /// ignored.
     pub(super) awaiting_post: bool,
+    /// A consensus being sent, for the directory statistics: its id.
+    consensus: Option<u64>,
 }
 
 impl DirStream {
@@ -105,6 +108,7 @@ impl Circuits {
             body: Body::Empty,
             sent: 0,
             awaiting_post: false,
+            consensus: None,
         }));
         self.streams.by_id.insert((owner, stream_id), key);
         self.streams.counters.dir.streams += 1;
@@ -130,6 +134,8 @@ impl Circuits {
             );
             return;
         }
+        self.streams.counters.dir.request_bytes += data.len() as u64;
+        let s = &mut self.streams.streams[key];
         if s.state != State::DirRequest {
             return;
         }
@@ -161,6 +167,7 @@ impl Circuits {
                 StreamOwner::Set(_) => None,
             },
         };
+        let client = peer.addr;
         let answer = serve::respond(
             self.streams.dir_docs.as_deref(),
             &req,
@@ -180,6 +187,27 @@ impl Circuits {
         } else {
             c.refused[i] += 1;
         }
+        // The directory statistics count consensus requests (C's
+        // handle_get_current_consensus()).
+        let mut consensus = None;
+        if answer.resource == Resource::Consensus {
+            use crate::stats::dirreq::NsResponse;
+            let id = ((self.me as u64) << 48) | key as u64;
+            let response = match answer.status {
+                200 => NsResponse::Ok,
+                304 => NsResponse::NotModified,
+                503 => NsResponse::Busy,
+                _ => NsResponse::NotFound,
+            };
+            consensus = (response == NsResponse::Ok).then_some(id);
+            self.effects
+                .push_back(Effect::Controller(ControllerMsg::DirRequest {
+                    id,
+                    ip: client,
+                    response,
+                    size: (answer.head.len() + answer.body.bytes().len()) as u64,
+                }));
+        }
         debug!(
             "worker {}: directory request {} {} → {} ({} bytes)",
             self.me,
@@ -189,6 +217,9 @@ impl Circuits {
             answer.body.bytes().len()
         );
         self.dir_answer(key, answer.head, answer.body);
+        if let Some(d) = self.streams.streams.get_mut(key).and_then(|s| s.dir.as_mut()) {
+            d.consensus = consensus;
+        }
     }
 
     /// Directory stream `key`'s answer is ready: send it (head, then
@@ -223,6 +254,10 @@ impl Circuits {
                 return false;
             }
             if d.remaining() == 0 {
+                if let Some(id) = d.consensus {
+                    self.effects
+                        .push_back(Effect::Controller(ControllerMsg::DirRequestDone { id }));
+                }
                 self.end_stream(key, &[end_reason::DONE]);
                 return false;
             }

@@ -37,6 +37,7 @@ mod limits;
 mod migrate;
 mod onion;
 mod pump;
+mod resolve;
 mod streams;
 mod timers;
 
