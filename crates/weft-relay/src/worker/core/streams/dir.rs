@@ -217,7 +217,12 @@ impl Circuits {
             answer.body.bytes().len()
         );
         self.dir_answer(key, answer.head, answer.body);
-        if let Some(d) = self.streams.streams.get_mut(key).and_then(|s| s.dir.as_mut()) {
+        if let Some(d) = self
+            .streams
+            .streams
+            .get_mut(key)
+            .and_then(|s| s.dir.as_mut())
+        {
             d.consensus = consensus;
         }
     }

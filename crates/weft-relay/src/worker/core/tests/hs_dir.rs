@@ -38,6 +38,7 @@ fn open_client_conn(net: &mut Net, conn: usize) {
         we_initiated: false,
         peer_rsa: None,
         canonical: false,
+        link_version: 5,
     });
 }
 
