@@ -312,6 +312,7 @@ async fn run_controller(cfg: RelayConfig, mut hooks: RelayHooks) -> anyhow::Resu
     let accounting = hibernate::start_accounting(&cfg, keys.fingerprint, &state_path);
     let (hs_tx, mut hs_rx) = unbounded_channel::<hs_dir::Checked>();
     let hs_dir = hs_dir::HsDirState::new(hs_tx, cfg.testing_tor_network);
+    let bw = BandwidthHistory::load(&state_path); // before the slow GeoIP files
     let stats = extra_stats::load_stats(&cfg, &state_path);
     let mut c = Controller {
         limits: limits::Limits::new(
@@ -340,7 +341,7 @@ async fn run_controller(cfg: RelayConfig, mut hooks: RelayHooks) -> anyhow::Resu
         conns: HashMap::new(),
         by_identity: HashMap::new(),
         pending: HashMap::new(),
-        bw: BandwidthHistory::load(&state_path),
+        bw,
         stats,
         extends_same_worker: 0,
         extends_cross_worker: 0,
