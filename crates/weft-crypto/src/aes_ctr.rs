@@ -19,14 +19,17 @@ type SoftCtr = ctr::Ctr128BE<Aes128>;
 #[derive(Clone)]
 pub struct Aes128Ctr(Backend);
 
-// A circuit half holds one per direction inline; boxing the larger variant
-// would add an allocation per circuit and a pointer chase per cell.
+// A circuit half holds one per direction. The portable backend (the `aes`
+// crate's, with its fixsliced fallback inline) is several times the size
+// of the VAES one, so it is boxed: a circuit on a VAES processor does not
+// pay for it, and elsewhere it costs one pointer per cell. (The VAES
+// one stays inline: it is the hot path's.)
 #[allow(clippy::large_enum_variant)]
 #[derive(Clone)]
 enum Backend {
     #[cfg(target_arch = "x86_64")]
     Vaes(vaes::VaesCtr),
-    Soft(SoftCtr),
+    Soft(Box<SoftCtr>),
 }
 
 impl Aes128Ctr {
@@ -42,7 +45,7 @@ impl Aes128Ctr {
     /// The portable backend, whatever the processor has (tests, and
     /// processors without VAES).
     pub fn new_soft(key: &[u8; 16], iv: &[u8; 16]) -> Self {
-        Aes128Ctr(Backend::Soft(SoftCtr::new(key.into(), iv.into())))
+        Aes128Ctr(Backend::Soft(Box::new(SoftCtr::new(key.into(), iv.into()))))
     }
 
     /// True if this cipher makes its keystream with VAES.

@@ -27,6 +27,16 @@ fn make_keys() -> (tempfile::TempDir, RelayKeys) {
 }
 
 /// `now` truncated to whole seconds (documents have one-second precision).
+/// `desc` as Arti's parser reads it, its signatures checked (its
+/// validity period is not: some tests build old descriptors).
+fn arti_parsed(desc: &str) -> RouterDesc {
+    RouterDesc::parse(desc)
+        .expect("parse")
+        .check_signature()
+        .expect("signatures")
+        .dangerously_assume_timely()
+}
+
 fn now_secs() -> SystemTime {
     let s = SystemTime::now()
         .duration_since(UNIX_EPOCH)
@@ -480,10 +490,7 @@ fn overload_general_line_placed_as_c_tor_and_expires() {
         line,
         format!("overload-general 1 {}", format_time(hour).unwrap())
     );
-    RouterDesc::parse(&desc)
-        .expect("parse")
-        .check_signature()
-        .expect("signatures");
+    arti_parsed(&desc);
     p.overload_general = Some(now - Duration::from_secs(73 * 3600));
     let (desc, _) = build_descriptor_pair(&k, &p).unwrap();
     assert!(!desc.contains("overload-general"));
@@ -505,11 +512,7 @@ fn family_line() {
         desc.contains("\nfamily $AAAABBBBCCCCDDDDEEEEFFFF0000111122223333 friend\n"),
         "{desc}"
     );
-    let rd: RouterDesc = RouterDesc::parse(&desc)
-        .expect("parse")
-        .check_signature()
-        .expect("signature")
-        .dangerously_assume_timely();
+    let rd = arti_parsed(&desc);
     assert_eq!(rd.family().members().count(), 2);
     p.family = vec!["bad entry\nrouter".into()];
     assert!(build_descriptor_pair(&k, &p).is_err());
@@ -528,10 +531,7 @@ fn hibernating_line() {
     p.hibernating = true;
     let (desc, _) = build_descriptor_pair(&k, &p).unwrap();
     assert!(desc.contains("\nhibernating 1\n"), "{desc}");
-    RouterDesc::parse(&desc)
-        .expect("parse")
-        .check_signature()
-        .expect("signature");
+    arti_parsed(&desc);
     let (plain, _) = build_descriptor_pair(&k, &params(now)).unwrap();
     assert!(!plain.contains("hibernating"));
 }
@@ -545,11 +545,7 @@ fn or_address_line() {
     p.or_address_v6 = Some("[2001:db8::5]:9002".parse().unwrap());
     let (desc, _) = build_descriptor_pair(&k, &p).unwrap();
     assert!(desc.contains("\nor-address [2001:db8::5]:9002\n"), "{desc}");
-    let rd: RouterDesc = RouterDesc::parse(&desc)
-        .expect("parse")
-        .check_signature()
-        .expect("signature")
-        .dangerously_assume_timely();
+    let rd = arti_parsed(&desc);
     assert!(rd.or_ports().any(|a| a
         == "[2001:db8::5]:9002"
             .parse::<std::net::SocketAddr>()
@@ -572,11 +568,7 @@ fn family_cert_lines() {
         desc.contains("\nfamily-cert\n-----BEGIN FAMILY CERT-----\n"),
         "{desc}"
     );
-    let rd: RouterDesc = RouterDesc::parse(&desc)
-        .expect("parse")
-        .check_signature()
-        .expect("signature")
-        .dangerously_assume_timely();
+    let rd = arti_parsed(&desc);
     let ids: Vec<String> = rd
         .family_ids()
         .as_ref()
@@ -616,11 +608,7 @@ fn ipv6_policy_line() {
         desc.contains("\naccept *:80\nreject *:*\nipv6-policy accept 80,443\n"),
         "{desc}"
     );
-    let rd: RouterDesc = RouterDesc::parse(&desc)
-        .expect("parse")
-        .check_signature()
-        .expect("signature")
-        .dangerously_assume_timely();
+    let rd = arti_parsed(&desc);
     assert!(rd.ipv6_policy.allows_port(443));
     assert!(!rd.ipv6_policy.allows_port(22));
     let (plain, _) = build_descriptor_pair(&k, &params(now)).unwrap();

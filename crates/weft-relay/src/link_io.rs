@@ -261,6 +261,10 @@ impl LinkConn {
 
     /// Read once from TLS into the free part of the read buffer.
     pub fn fill(&mut self) -> std::io::Result<IoState> {
+        if self.rbuf.is_empty() {
+            // Released while idle ([`LinkConn::release_idle_buffers`]).
+            self.rbuf = vec![0u8; READ_BUF + MAX_VAR_CELL].into_boxed_slice();
+        }
         if self.rstart == self.rend {
             self.rstart = 0;
             self.rend = 0;
@@ -282,6 +286,34 @@ impl LinkConn {
             TlsIo::WouldBlock => Ok(IoState::WouldBlock),
             TlsIo::Closed => Ok(IoState::Closed),
         }
+    }
+
+    /// Give back the buffers of an open connection that moved no byte for
+    /// a while (the driver asks once a second; issue 37): the read buffer
+    /// if it holds no byte, the write buffer if it is empty, and
+    /// OpenSSL's. Each comes back on the connection's next read or write
+    /// (one allocation when an idle connection wakes; a busy one keeps
+    /// its buffers). C Tor frees an empty buffer's chunks and runs
+    /// OpenSSL with `SSL_MODE_RELEASE_BUFFERS`. Returns the bytes of the
+    /// two buffers released.
+    pub fn release_idle_buffers(&mut self) -> usize {
+        if !matches!(self.phase, Phase::Open) {
+            return 0;
+        }
+        let mut freed = 0;
+        if self.rstart == self.rend && !self.rbuf.is_empty() {
+            freed += self.rbuf.len();
+            self.rbuf = Box::default();
+            self.rstart = 0;
+            self.rend = 0;
+        }
+        if self.wpos == self.wbuf.len() && self.wbuf.capacity() > 0 {
+            freed += self.wbuf.capacity();
+            self.wbuf = Vec::new();
+            self.wpos = 0;
+        }
+        self.tls.release_buffers();
+        freed
     }
 
     /// Bytes read but not yet handed out as cells.
@@ -340,6 +372,10 @@ impl LinkConn {
     /// bytes can be dropped from its front instead.
     #[inline]
     fn room(&mut self, n: usize) {
+        if self.wbuf.capacity() == 0 {
+            // Released while idle ([`LinkConn::release_idle_buffers`]).
+            self.wbuf.reserve(READ_BUF);
+        }
         if self.wpos > 0 && self.wbuf.len() + n > self.wbuf.capacity() {
             self.wbuf.drain(..self.wpos);
             self.wpos = 0;

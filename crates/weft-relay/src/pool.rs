@@ -119,6 +119,24 @@ impl CellPool {
         &mut self.slots[i as usize]
     }
 
+    /// Write a cell into slot `i`: its command, when it was read and
+    /// when it was queued (ns), its body.
+    #[inline]
+    pub fn put(
+        &mut self,
+        i: u32,
+        command: u8,
+        stamp_ns: u64,
+        queued_ns: u64,
+        body: &[u8; BODY_LEN],
+    ) {
+        let c = &mut self.slots[i as usize];
+        c.command = command;
+        c.stamp_ns = stamp_ns;
+        c.queued_ns = queued_ns;
+        c.body = *body;
+    }
+
     /// Return slot `i`.
     pub fn release(&mut self, i: u32) {
         self.free.push(i);

@@ -168,6 +168,32 @@ impl TlsLink {
         self.stream.get_mut()
     }
 
+    /// Give OpenSSL's record buffers back (a connection that moved no
+    /// byte for a second): true if it freed them, false if they hold data
+    /// (or were already free). OpenSSL allocates them again on the next
+    /// read or write. C Tor gets the same with `SSL_MODE_RELEASE_BUFFERS`,
+    /// which frees them whenever they empty, on busy connections too; this
+    /// frees an idle connection's only, so the busy ones allocate nothing.
+    pub fn release_buffers(&mut self) -> bool {
+        use foreign_types::ForeignTypeRef;
+        extern "C" {
+            // OpenSSL ≥ 1.1.1 (ssl.h): frees the SSL's read and write
+            // buffers if they hold no data; 1 if they were freed.
+            fn SSL_free_buffers(ssl: *mut openssl_sys::SSL) -> std::ffi::c_int;
+        }
+        if self.handshaking {
+            return false;
+        }
+        let ssl = self.stream.ssl().as_ptr();
+        // SAFETY: `ssl` is the live SSL this stream owns, used by no other
+        // thread (`&mut self`), and not inside an OpenSSL call;
+        // SSL_free_buffers checks itself that no pending record or write
+        // is in the buffers and leaves them alone otherwise (it is made
+        // for this use, SSL_alloc_buffers(3)). Tested in
+        // `tests::idle_buffers_are_released_and_come_back`.
+        unsafe { SSL_free_buffers(ssl) == 1 }
+    }
+
     /// DER of the peer's certificate.
     pub fn peer_cert_der(&self) -> Option<Vec<u8>> {
         self.stream
@@ -182,4 +208,83 @@ fn is_want(e: &openssl::ssl::Error) -> bool {
         e.code(),
         openssl::ssl::ErrorCode::WANT_READ | openssl::ssl::ErrorCode::WANT_WRITE
     )
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::{Duration, SystemTime};
+
+    use super::*;
+    use weft_crypto::keys::RelayKeys;
+
+    fn pump(f: &mut dyn FnMut() -> bool) {
+        for _ in 0..2000 {
+            if f() {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        panic!("no progress in 2 s");
+    }
+
+    /// A TLS pair on loopback: bytes both ways, the buffers released
+    /// while idle (not while a record waits unread), and bytes both ways
+    /// again.
+    #[test]
+    fn idle_buffers_are_released_and_come_back() {
+        let dir = tempfile::tempdir().unwrap();
+        let now = SystemTime::now();
+        let relay = RelayKeys::load_or_create(
+            &dir.path().join("k"),
+            "tlstest",
+            Duration::from_secs(86400),
+            now,
+        )
+        .unwrap();
+        let link = LinkKeys::generate(&relay, now).unwrap();
+        let (acceptor, connector) = contexts(&link).unwrap();
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = listener.local_addr().unwrap();
+        let client_tcp = std::net::TcpStream::connect(addr).unwrap();
+        let (server_tcp, _) = listener.accept().unwrap();
+        for s in [&client_tcp, &server_tcp] {
+            s.set_nonblocking(true).unwrap();
+        }
+        let mut client =
+            TlsLink::connect(&connector, mio::net::TcpStream::from_std(client_tcp)).unwrap();
+        let mut server =
+            TlsLink::accept(&acceptor, mio::net::TcpStream::from_std(server_tcp)).unwrap();
+        assert!(!server.release_buffers(), "not during the handshake");
+        pump(&mut || {
+            let c = client.handshake().unwrap();
+            let s = server.handshake().unwrap();
+            c && s
+        });
+        let mut buf = [0u8; 1024];
+        for round in 0..3u8 {
+            let msg = [round; 600];
+            assert_eq!(client.write(&msg).unwrap(), TlsIo::Done(600));
+            let mut got = 0;
+            pump(&mut || {
+                if let TlsIo::Done(n) = server.read(&mut buf[got..]).unwrap() {
+                    got += n;
+                }
+                got == 600
+            });
+            assert_eq!(&buf[..600], &msg[..]);
+            assert_eq!(server.write(&msg[..100]).unwrap(), TlsIo::Done(100));
+            // A record waits unread in the client's socket, not in its
+            // buffers: they may go; the server's are idle too.
+            assert!(server.release_buffers(), "round {round}");
+            let mut got = 0;
+            pump(&mut || {
+                if let TlsIo::Done(n) = client.read(&mut buf[got..]).unwrap() {
+                    got += n;
+                }
+                got == 100
+            });
+            assert_eq!(&buf[..100], &msg[..100]);
+            client.release_buffers();
+        }
+    }
 }

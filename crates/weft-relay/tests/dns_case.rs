@@ -64,18 +64,8 @@ fn serve_on(addr: &str, seen: Arc<Mutex<Vec<String>>>, answer: Ipv4Addr) {
 
 /// The query's name as sent, and where its question section ends.
 fn question(q: &[u8]) -> Option<(String, usize)> {
-    let mut i = 12;
-    let mut labels = Vec::new();
-    loop {
-        let len = usize::from(*q.get(i)?);
-        i += 1;
-        if len == 0 {
-            break;
-        }
-        labels.push(String::from_utf8_lossy(q.get(i..i + len)?).to_string());
-        i += len;
-    }
-    Some((labels.join("."), i + 4))
+    let (labels, end) = weft_testnet::dns::question(q)?;
+    Some((labels.join("."), end))
 }
 
 fn resolve(randomize_case: bool, host: &str, dir: &std::path::Path) -> DnsAnswer {

@@ -34,6 +34,7 @@
 
 pub mod config;
 pub mod control;
+pub mod dns;
 pub mod keys;
 mod layout;
 pub mod logs;

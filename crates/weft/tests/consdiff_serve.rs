@@ -12,7 +12,7 @@
 //! weft, its consensus must equal the authorities' of the same
 //! valid-after byte for byte, and weft's MetricsPort must count the diff.
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::time::{Duration, Instant};
 
 mod common;
@@ -21,7 +21,6 @@ use common::isolated_client::IsolatedClient;
 
 use anyhow::{ensure, Context, Result};
 use weft_dir::consdiff;
-use weft_testnet::TestnetConfig;
 
 /// Bound on every wait.
 const BOUND: Duration = Duration::from_secs(300);
@@ -58,14 +57,8 @@ fn file_size(p: &Path) -> u64 {
 #[test]
 fn stock_client_with_an_older_consensus_gets_a_diff_from_weft() -> Result<()> {
     let metrics_port = common::free_port();
-    let base_dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR"))
-        .join(format!("weft-net-consdiff-{}", std::process::id()));
-    let mut cfg = TestnetConfig::new(&base_dir, 0);
-    cfg.relays = 3;
-    cfg.exits = 1;
-    cfg.clients = 0;
-    cfg.guards_by_vote = true;
-    cfg.relay_torrc = vec![vec!["DirCache 0".to_string()]; 3];
+    let mut cfg = common::weft_only_cache_config("consdiff");
+    let base_dir = cfg.base_dir.clone();
     cfg.weft = Some(common::weft_node(2, metrics_port));
     let mut net = common::start_testnet("consdiff", cfg)?;
     let weft = net.weft().context("weft")?;
@@ -73,14 +66,7 @@ fn stock_client_with_an_older_consensus_gets_a_diff_from_weft() -> Result<()> {
     let weft_or_port = weft.or_addr().context("weft ORPort")?.port();
     let weft_dir = weft.dir.clone();
     let auth_md = net.node("auth0")?.dir.join("cached-microdesc-consensus");
-    let stock: Vec<String> = net
-        .nodes()
-        .iter()
-        .filter_map(|n| n.fingerprint.clone())
-        .filter(|f| *f != fp)
-        .collect();
-    net.wait_until_listed(&stock, &["Running", "Valid"], BOUND)?;
-    net.wait_until_listed(&[net.fingerprint("exit0")?], &["Exit"], BOUND)?;
+    common::wait_stock_listed(&mut net, &fp, BOUND)?;
     net.wait_until_listed(&[&fp], &["Running", "Valid", "V2Dir", "Guard"], BOUND)?;
     eprintln!("[consdiff] weft listed V2Dir and Guard");
 

@@ -17,7 +17,6 @@
 //!   guard and build its circuits through it.
 
 use std::net::SocketAddr;
-use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 mod common;
@@ -25,7 +24,7 @@ mod common;
 use common::isolated_client::IsolatedClient;
 
 use anyhow::{bail, ensure, Context, Result};
-use weft_testnet::{pick_base_port, ControlClient, Testnet, TestnetConfig, WeftNode};
+use weft_testnet::{pick_base_port, ControlClient, Testnet, WeftNode};
 
 /// Bound on every wait for flags and bootstrap.
 /// A family member in weft's MyFamily (not in the network: a family line
@@ -55,14 +54,8 @@ fn served(net: &Testnet, port: u16, resource: &str) -> Result<f64> {
 fn stock_client_bootstraps_from_weft_alone_and_uses_it_as_guard() -> Result<()> {
     let metrics_port = common::free_port();
     let control_port = common::free_port();
-    let base_dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR"))
-        .join(format!("weft-net-dircache-{}", std::process::id()));
-    let mut cfg = TestnetConfig::new(&base_dir, 0);
-    cfg.relays = 3;
-    cfg.exits = 1;
-    cfg.clients = 0;
-    cfg.guards_by_vote = true;
-    cfg.relay_torrc = vec![vec!["DirCache 0".to_string()]; 3];
+    let mut cfg = common::weft_only_cache_config("dircache");
+    let base_dir = cfg.base_dir.clone();
     let mut w = WeftNode::new(env!("CARGO_BIN_EXE_weft"));
     w.connection_threads = Some(2);
     w.extra_torrc = vec![
@@ -85,14 +78,7 @@ fn stock_client_bootstraps_from_weft_alone_and_uses_it_as_guard() -> Result<()> 
 
     // The whole network first (a client that starts from a consensus
     // without exits would pick other paths).
-    let stock: Vec<String> = net
-        .nodes()
-        .iter()
-        .filter_map(|n| n.fingerprint.clone())
-        .filter(|f| *f != fp)
-        .collect();
-    net.wait_until_listed(&stock, &["Running", "Valid"], BOUND)?;
-    net.wait_until_listed(&[net.fingerprint("exit0")?], &["Exit"], BOUND)?;
+    common::wait_stock_listed(&mut net, &fp, BOUND)?;
     let t = net.wait_until_listed(&[&fp], &["Running", "Valid", "V2Dir"], BOUND)?;
     eprintln!("[dircache] weft listed V2Dir after {t:?}");
     let t = net.wait_until_listed(&[&fp], &["Guard"], BOUND)?;
@@ -153,27 +139,8 @@ fn stock_client_bootstraps_from_weft_alone_and_uses_it_as_guard() -> Result<()> 
     }
 
     let client = IsolatedClient::start(&net, &fp, weft_or_port, &base_dir.join("isolated"))?;
-    let deadline = Instant::now() + BOUND;
-    let mut ctl = loop {
-        match client.control() {
-            Ok(c) => break c,
-            Err(e) if Instant::now() > deadline => bail!("client control port: {e}"),
-            Err(_) => std::thread::sleep(Duration::from_millis(300)),
-        }
-    };
-    loop {
-        let (pct, summary) = ctl.bootstrap_phase()?;
-        if pct == 100 {
-            break;
-        }
-        if Instant::now() > deadline {
-            bail!(
-                "client stuck at {pct}% ({summary}); its log:\n{}",
-                client.notice_log()
-            );
-        }
-        std::thread::sleep(Duration::from_millis(500));
-    }
+    client.wait_bootstrapped(BOUND)?;
+    let mut ctl = client.control()?;
     eprintln!("[dircache] client bootstrapped to 100% with weft as its only directory");
     let consensus = served(&net, metrics_port, "consensus")?;
     let mds = served(&net, metrics_port, "microdesc")?;

@@ -98,19 +98,10 @@ mod dns {
     /// A response to one query: the A record (TTL 60) of a known name,
     /// NOERROR with no answer for other types, NXDOMAIN for other names.
     fn reply(q: &[u8]) -> Option<(Vec<u8>, Duration)> {
-        let mut i = 12;
-        let mut labels = Vec::new();
-        loop {
-            let len = usize::from(*q.get(i)?);
-            i += 1;
-            if len == 0 {
-                break;
-            }
-            labels.push(String::from_utf8_lossy(q.get(i..i + len)?).to_ascii_lowercase());
-            i += len;
-        }
-        let qtype = u16::from_be_bytes([*q.get(i)?, *q.get(i + 1)?]);
-        let question = q.get(12..i + 4)?;
+        let (labels, end) = weft_testnet::dns::question(q)?;
+        let labels: Vec<String> = labels.iter().map(|l| l.to_ascii_lowercase()).collect();
+        let qtype = u16::from_be_bytes([q[end - 4], q[end - 3]]);
+        let question = &q[12..end];
         let found = answer_for(&labels.join("."));
         let mut r = Vec::new();
         r.extend_from_slice(&q[..2]);

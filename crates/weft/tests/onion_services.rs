@@ -34,8 +34,7 @@ mod common;
 
 use anyhow::{ensure, Context, Result};
 use weft_testnet::{
-    pick_base_port, traffic, ConsensusEntry, HsCircuitCount, Role, Sink, Testnet, TestnetConfig,
-    WeftNode,
+    traffic, ConsensusEntry, HsCircuitCount, Role, Sink, Testnet, TestnetConfig, WeftNode,
 };
 
 /// Onion services on the service node.
@@ -79,13 +78,7 @@ fn start(baseline: bool) -> Result<(Testnet, PathBuf)> {
         w.extra_torrc = metrics_lines();
         cfg.weft = Some(w);
     }
-    cfg.base_port = pick_base_port(cfg.ports_needed())?;
-    eprintln!(
-        "[onion] network in {} from port {}",
-        base_dir.display(),
-        cfg.base_port
-    );
-    Ok((Testnet::start(cfg)?, base_dir))
+    Ok((common::start_testnet("onion", cfg)?, base_dir))
 }
 
 /// The MetricsPort of the weft node (fixed for the test's life).
@@ -234,12 +227,7 @@ fn run(baseline: bool) -> Result<()> {
             .service_port
             .context("service port")?,
     )?;
-    let stock: Vec<String> = net
-        .nodes()
-        .iter()
-        .filter(|n| matches!(n.role, Role::Authority | Role::Relay | Role::Exit))
-        .filter_map(|n| n.fingerprint.clone())
-        .collect();
+    let stock = common::stock_relays(&net);
     net.wait_until_listed(&stock, &["Running", "Valid"], BOUND)?;
     let fp = watched_fp(&net)?;
     net.wait_until_listed(&[&fp], &["Running", "Valid", "Fast"], BOUND)?;

@@ -16,14 +16,13 @@
 //!
 //! Networks live in `target/tmp/weft-net-<test>-<pid>/`, kept on failure.
 
+mod common;
+
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use anyhow::{ensure, Context, Result};
-use weft_testnet::{
-    pick_base_port, traffic, ConsensusEntry, Direction, Role, Sink, Testnet, TestnetConfig,
-    WeftNode,
-};
+use weft_testnet::{traffic, ConsensusEntry, Direction, Sink, Testnet, TestnetConfig, WeftNode};
 
 /// Circuits per round of traffic.
 const CIRCUITS: usize = 30;
@@ -42,13 +41,7 @@ fn start(test: &str, threads: u32, extra: &[&str]) -> Result<(Testnet, PathBuf)>
     w.connection_threads = Some(threads);
     w.extra_torrc = extra.iter().map(|s| s.to_string()).collect();
     cfg.weft = Some(w);
-    cfg.base_port = pick_base_port(cfg.ports_needed())?;
-    eprintln!(
-        "[{test}] network in {} from port {}",
-        base_dir.display(),
-        cfg.base_port
-    );
-    Ok((Testnet::start(cfg)?, base_dir))
+    Ok((common::start_testnet(test, cfg)?, base_dir))
 }
 
 fn weft_fp(net: &Testnet) -> Result<String> {
@@ -63,12 +56,7 @@ fn weft_fp(net: &Testnet) -> Result<String> {
 /// Running, Valid and Fast. Returns how long it took.
 fn wait_listed(net: &mut Testnet) -> Result<Duration> {
     let t0 = Instant::now();
-    let stock: Vec<String> = net
-        .nodes()
-        .iter()
-        .filter(|n| matches!(n.role, Role::Authority | Role::Relay | Role::Exit))
-        .filter_map(|n| n.fingerprint.clone())
-        .collect();
+    let stock = common::stock_relays(net);
     net.wait_until_listed(&stock, &["Running", "Valid"], LISTING_BOUND)?;
     let weft = weft_fp(net)?;
     net.wait_until_listed(&[&weft], &["Running", "Valid", "Fast"], LISTING_BOUND)?;

@@ -27,9 +27,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{ensure, Context, Result};
 use common::{free_port, scrape_metrics, WeftProcess};
-use weft_testnet::{
-    pick_base_port, traffic, Direction, Role, Sink, Testnet, TestnetConfig, WeftNode,
-};
+use weft_testnet::{traffic, Direction, Sink, Testnet, TestnetConfig, WeftNode};
 
 /// One family of a scrape: its type and the label-name sets of its rows.
 #[derive(Debug, Default)]
@@ -256,19 +254,8 @@ fn weft_exports_the_families_tor_exports() -> Result<()> {
         "reject *:*".into(),
     ];
     cfg.weft = Some(w);
-    cfg.base_port = pick_base_port(cfg.ports_needed())?;
-    eprintln!(
-        "network in {} from port {}",
-        base_dir.display(),
-        cfg.base_port
-    );
-    let mut net = Testnet::start(cfg)?;
-    let stock: Vec<String> = net
-        .nodes()
-        .iter()
-        .filter(|n| matches!(n.role, Role::Authority | Role::Relay | Role::Exit))
-        .filter_map(|n| n.fingerprint.clone())
-        .collect();
+    let mut net = common::start_testnet("metrics", cfg)?;
+    let stock = common::stock_relays(&net);
     let bound = Duration::from_secs(240);
     net.wait_until_listed(&stock, &["Running", "Valid"], bound)?;
     let weft_fp = net.weft().context("no weft")?.fingerprint()?.to_string();

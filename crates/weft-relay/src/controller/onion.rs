@@ -187,6 +187,30 @@ mod tests {
         }
     }
 
+    fn intro(half: HalfRef, auth_key: [u8; 32]) -> ControllerMsg {
+        ControllerMsg::IntroEstablished { half, auth_key }
+    }
+
+    fn rendezvous(half: HalfRef, cookie: [u8; 20]) -> ControllerMsg {
+        ControllerMsg::EstablishRendezvous { half, cookie }
+    }
+
+    fn rendezvous1(half: HalfRef, cookie: [u8; 20]) -> ControllerMsg {
+        ControllerMsg::Rendezvous1 {
+            half,
+            cookie,
+            payload: vec![1],
+        }
+    }
+
+    fn introduce1(from: HalfRef, auth_key: [u8; 32]) -> ControllerMsg {
+        ControllerMsg::Introduce1 {
+            from,
+            auth_key,
+            payload: vec![9],
+        }
+    }
+
     /// Feed one message; return what the tables sent.
     fn feed(t: &mut OnionTables, m: ControllerMsg) -> Vec<(usize, CoreMsg)> {
         let mut out = Vec::new();
@@ -201,30 +225,10 @@ mod tests {
         let mut t = OnionTables::default();
         let key = [7; 32];
         let (a, b) = (half(0, 1), half(1, 2));
-        assert!(feed(
-            &mut t,
-            ControllerMsg::IntroEstablished {
-                half: a,
-                auth_key: key
-            }
-        )
-        .is_empty());
+        assert!(feed(&mut t, intro(a, key)).is_empty());
         // The same circuit again (a second ESTABLISH_INTRO): nothing closes.
-        assert!(feed(
-            &mut t,
-            ControllerMsg::IntroEstablished {
-                half: a,
-                auth_key: key
-            }
-        )
-        .is_empty());
-        let out = feed(
-            &mut t,
-            ControllerMsg::IntroEstablished {
-                half: b,
-                auth_key: key,
-            },
-        );
+        assert!(feed(&mut t, intro(a, key)).is_empty());
+        let out = feed(&mut t, intro(b, key));
         assert!(matches!(
             out.as_slice(),
             [(0, CoreMsg::Destroy { half, reason })] if *half == a && *reason == destroy_reason::FINISHED
@@ -265,34 +269,14 @@ mod tests {
     fn introduce1_goes_to_the_service_or_gets_unknown_id() {
         let mut t = OnionTables::default();
         let (svc, client) = (half(1, 3), half(0, 4));
-        let out = feed(
-            &mut t,
-            ControllerMsg::Introduce1 {
-                from: client,
-                auth_key: [1; 32],
-                payload: vec![9],
-            },
-        );
+        let out = feed(&mut t, introduce1(client, [1; 32]));
         assert!(matches!(
             out.as_slice(),
             [(0, CoreMsg::IntroduceAck { to, status })] if *to == client && *status == ack_status::UNKNOWN_ID
         ));
         assert_eq!(t.unknown_service, 1);
-        feed(
-            &mut t,
-            ControllerMsg::IntroEstablished {
-                half: svc,
-                auth_key: [1; 32],
-            },
-        );
-        let out = feed(
-            &mut t,
-            ControllerMsg::Introduce1 {
-                from: client,
-                auth_key: [1; 32],
-                payload: vec![9],
-            },
-        );
+        feed(&mut t, intro(svc, [1; 32]));
+        let out = feed(&mut t, introduce1(client, [1; 32]));
         assert!(matches!(
             out.as_slice(),
             [(1, CoreMsg::Introduce2 { to, from, .. })] if *to == svc && *from == client
@@ -304,36 +288,17 @@ mod tests {
         let mut t = OnionTables::default();
         let (client, svc, other) = (half(0, 1), half(1, 2), half(1, 3));
         let c = [5; 20];
-        let out = feed(
-            &mut t,
-            ControllerMsg::EstablishRendezvous {
-                half: client,
-                cookie: c,
-            },
-        );
+        let out = feed(&mut t, rendezvous(client, c));
         assert!(matches!(
             out.as_slice(),
             [(0, CoreMsg::RendezvousEstablished { ok: true, .. })]
         ));
-        let out = feed(
-            &mut t,
-            ControllerMsg::EstablishRendezvous {
-                half: other,
-                cookie: c,
-            },
-        );
+        let out = feed(&mut t, rendezvous(other, c));
         assert!(matches!(
             out.as_slice(),
             [(1, CoreMsg::RendezvousEstablished { ok: false, .. })]
         ));
-        let out = feed(
-            &mut t,
-            ControllerMsg::Rendezvous1 {
-                half: svc,
-                cookie: c,
-                payload: vec![1],
-            },
-        );
+        let out = feed(&mut t, rendezvous1(svc, c));
         // The service's side first, then the client's with RENDEZVOUS2.
         assert!(matches!(
             out.as_slice(),
@@ -343,14 +308,7 @@ mod tests {
             ] if *a == svc && *b == client && *x == client && *y == svc
         ));
         assert_eq!(t.sizes(), (0, 0));
-        let out = feed(
-            &mut t,
-            ControllerMsg::Rendezvous1 {
-                half: svc,
-                cookie: c,
-                payload: vec![1],
-            },
-        );
+        let out = feed(&mut t, rendezvous1(svc, c));
         assert!(matches!(
             out.as_slice(),
             [(1, CoreMsg::Destroy { reason, .. })] if *reason == destroy_reason::PROTOCOL

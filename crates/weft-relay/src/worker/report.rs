@@ -83,7 +83,7 @@ impl Worker {
             rounds: now.rounds - last.rounds,
             busy_ns: now.busy_ns - last.busy_ns,
             migrations: now.core.migrations - last.core.migrations,
-            top_conns: self.top_conns(),
+            top_conns: self.tally_conns(),
             onion: now.core.onion.since(&last.core.onion),
             exit: now.exit.since(&last.exit),
             relay: now.relay.since(&last.relay),
@@ -112,11 +112,15 @@ impl Worker {
     }
 
     /// The four connections that moved the most bytes since the last call
-    /// (and reset the counts).
-    fn top_conns(&mut self) -> [(ConnId, u64); 4] {
+    /// (and reset the counts). A connection that moved none gives back
+    /// its buffers ([`crate::link_io::LinkConn::release_idle_buffers`]).
+    fn tally_conns(&mut self) -> [(ConnId, u64); 4] {
         let mut top = [(0u64, 0u64); 4];
         for (_, c) in self.conns.iter_mut() {
             let b = std::mem::take(&mut c.bytes_recent);
+            if b == 0 {
+                c.link.release_idle_buffers();
+            }
             if let Some(i) = top.iter().position(|t| b > t.1) {
                 top[i..].rotate_right(1);
                 top[i] = (c.id, b);

@@ -620,3 +620,50 @@ pub fn start_testnet(
     );
     weft_testnet::Testnet::start(cfg)
 }
+
+/// A network in which weft is the only directory cache a client can use:
+/// three stock relays with `DirCache 0` (one an exit), no clients, guard
+/// flags by the authorities' vote; its files under the test target's
+/// temporary directory, named `weft-net-<name>-<pid>`.
+pub fn weft_only_cache_config(name: &str) -> weft_testnet::TestnetConfig {
+    let base_dir = std::path::PathBuf::from(env!("CARGO_TARGET_TMPDIR"))
+        .join(format!("weft-net-{name}-{}", std::process::id()));
+    let mut cfg = weft_testnet::TestnetConfig::new(&base_dir, 0);
+    cfg.relays = 3;
+    cfg.exits = 1;
+    cfg.clients = 0;
+    cfg.guards_by_vote = true;
+    cfg.relay_torrc = vec![vec!["DirCache 0".to_string()]; 3];
+    cfg
+}
+
+/// The fingerprints of the stock relays the authorities vote on
+/// (authorities, relays, exits; not clients, services or weft).
+pub fn stock_relays(net: &weft_testnet::Testnet) -> Vec<String> {
+    use weft_testnet::Role;
+    net.nodes()
+        .iter()
+        .filter(|n| matches!(n.role, Role::Authority | Role::Relay | Role::Exit))
+        .filter_map(|n| n.fingerprint.clone())
+        .collect()
+}
+
+/// Wait (each at most `bound`) until every node but weft (`weft_fp`) is
+/// listed Running and Valid, and exit0 Exit: the whole network first, so
+/// that a client starting from the consensus finds its exits.
+pub fn wait_stock_listed(
+    net: &mut weft_testnet::Testnet,
+    weft_fp: &str,
+    bound: std::time::Duration,
+) -> anyhow::Result<()> {
+    let stock: Vec<String> = net
+        .nodes()
+        .iter()
+        .filter_map(|n| n.fingerprint.clone())
+        .filter(|f| f != weft_fp)
+        .collect();
+    net.wait_until_listed(&stock, &["Running", "Valid"], bound)?;
+    let exit = net.fingerprint("exit0")?;
+    net.wait_until_listed(&[exit], &["Exit"], bound)?;
+    Ok(())
+}

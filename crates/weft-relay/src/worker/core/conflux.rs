@@ -38,7 +38,7 @@ use crate::messages::{ConfluxCounters, ControllerMsg, HalfRef, RingMsg, SetRef, 
 use crate::worker::core::half::HalfRole;
 use crate::worker::core::handoff::Handed;
 use crate::worker::core::streams::StreamOwner;
-use crate::worker::core::{Circuits, Effect};
+use crate::worker::core::Circuits;
 
 /// A leg on this worker.
 struct LegRecord {
@@ -68,6 +68,9 @@ pub(crate) struct ConfluxRoom {
     by_nonce: HashMap<[u8; 32], usize>,
     next_gen: u32,
     counters: ConfluxCounters,
+    /// Bytes in every set's out-of-order queue, kept as messages are
+    /// queued and released, so the round's memory report walks no set.
+    ooo_total: u64,
 }
 
 impl ConfluxRoom {
@@ -78,15 +81,22 @@ impl ConfluxRoom {
 
     /// Bytes in this worker's out-of-order queues.
     pub(crate) fn ooo_bytes(&self) -> u64 {
-        self.sets
-            .iter()
-            .map(|(_, s)| s.set.ooo_bytes() as u64)
-            .sum()
+        #[cfg(test)]
+        assert_eq!(
+            self.ooo_total,
+            self.sets
+                .iter()
+                .map(|(_, s)| s.set.ooo_bytes() as u64)
+                .sum::<u64>(),
+            "the kept out-of-order byte count drifted from the sets'"
+        );
+        self.ooo_total
     }
 
     /// Sets with queued messages: (their streams' owner, age of the
     /// oldest at `now_ns`, bytes), for the memory limit.
     pub(crate) fn oom_candidates(&self, now_ns: u64) -> Vec<(StreamOwner, u64, u64)> {
+        crate::worker::core::walks::visit(self.sets.len());
         self.sets
             .iter()
             .filter_map(|(i, s)| {
@@ -104,6 +114,7 @@ impl ConfluxRoom {
     pub(crate) fn report(&self) -> ConfluxCounters {
         let mut c = self.counters;
         c.sets_open = self.sets.len() as u64;
+        crate::worker::core::walks::visit(self.sets.len());
         c.legs_open = self.sets.iter().map(|(_, s)| s.set.len() as u64).sum();
         c
     }
@@ -201,8 +212,7 @@ impl Circuits {
                 sent_total: 0,
             },
         );
-        self.effects
-            .push_back(Effect::Controller(ControllerMsg::ConfluxLink { leg, link }));
+        self.tell_controller(ControllerMsg::ConfluxLink { leg, link });
     }
 
     fn streams_keyed(&mut self, slot: u32) -> Option<&mut weft_proto::circuit::KeyedHalf> {
@@ -503,6 +513,16 @@ impl Circuits {
         let Some(idx) = self.home_set(set) else {
             return;
         };
+        let before = self.conflux.sets[idx].set.ooo_bytes() as u64;
+        self.home_arrival(idx, leg, stamp_ns, msg);
+        // A set closed meanwhile took its bytes off the total itself.
+        if let Some(hs) = self.conflux.sets.get(idx) {
+            self.conflux.ooo_total = self.conflux.ooo_total + hs.set.ooo_bytes() as u64 - before;
+        }
+    }
+
+    /// [`Circuits::home_cell`] for a live set: deliver, queue or close.
+    fn home_arrival(&mut self, idx: usize, leg: HalfRef, stamp_ns: u64, msg: &RelayMsg) {
         let s = &mut self.conflux.sets[idx].set;
         if msg.header().command == conflux::SWITCH {
             self.conflux.counters.switches_received += 1;
@@ -567,6 +587,7 @@ impl Circuits {
         let Some(hs) = self.conflux.sets.try_remove(idx) else {
             return;
         };
+        self.conflux.ooo_total -= hs.set.ooo_bytes() as u64;
         if self.conflux.by_nonce.get(&hs.nonce) == Some(&idx) {
             self.conflux.by_nonce.remove(&hs.nonce);
         }
@@ -582,11 +603,10 @@ impl Circuits {
             self.destroy_later.push((leg, reason));
         }
         self.forget_streams(StreamOwner::Set(idx));
-        self.effects
-            .push_back(Effect::Controller(ControllerMsg::ConfluxSetGone {
-                nonce: hs.nonce,
-                worker: self.me as u16,
-            }));
+        self.tell_controller(ControllerMsg::ConfluxSetGone {
+            nonce: hs.nonce,
+            worker: self.me as u16,
+        });
     }
 
     /// A message the set's stream room sends toward the client: on the
@@ -641,10 +661,16 @@ impl Circuits {
     }
 
     /// True if connection `conn` carries a leg (it does not migrate).
+    /// (Asked every round while a move waits: the connection's own
+    /// circuits are looked at, not every leg.)
     pub(crate) fn conn_has_leg(&self, conn: usize) -> bool {
-        self.conflux
-            .legs
-            .keys()
-            .any(|&s| self.halves.at(s).is_some_and(|h| h.conn == conn))
+        if self.conflux.legs.is_empty() {
+            return false;
+        }
+        self.conn(conn).is_some_and(|c| {
+            c.circuits
+                .values()
+                .any(|s| self.conflux.legs.contains_key(s))
+        })
     }
 }

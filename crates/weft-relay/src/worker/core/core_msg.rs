@@ -12,7 +12,7 @@ use std::sync::Arc;
 
 use crate::context::CircuitContext;
 use crate::messages::{ConnId, ControllerMsg, HalfRef};
-use crate::worker::core::{Circuits, Effect};
+use crate::worker::core::Circuits;
 
 /// A message for a worker's circuit core.
 #[derive(Debug)]
@@ -182,12 +182,11 @@ impl Circuits {
             CoreMsg::DosMark { ip, secs } => self.dos_mark(ip, secs),
             CoreMsg::OomQuery { round } => {
                 let circuits = self.oom_candidates();
-                self.effects
-                    .push_back(Effect::Controller(ControllerMsg::OomCandidates {
-                        worker: self.me,
-                        round,
-                        circuits,
-                    }));
+                self.tell_controller(ControllerMsg::OomCandidates {
+                    worker: self.me,
+                    round,
+                    circuits,
+                });
             }
             CoreMsg::OomKill { min_age_ns } => {
                 self.oom_kill(min_age_ns);

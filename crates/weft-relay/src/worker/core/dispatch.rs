@@ -26,7 +26,7 @@ use crate::messages::ControllerMsg;
 use crate::worker::core::half::{Half, HalfRole};
 use crate::worker::core::handoff::Handed;
 use crate::worker::core::streams::StreamOwner;
-use crate::worker::core::{Circuits, Effect};
+use crate::worker::core::Circuits;
 
 /// What the connection does after a cell.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -269,12 +269,11 @@ impl Circuits {
             ForwardAction::Extend(req) => {
                 if let (Some(from), Some(c)) = (self.halves.reference(slot), self.conn(conn)) {
                     let from_conn = c.id;
-                    self.effects
-                        .push_back(Effect::Controller(ControllerMsg::Extend {
-                            from,
-                            from_conn,
-                            req,
-                        }));
+                    self.tell_controller(ControllerMsg::Extend {
+                        from,
+                        from_conn,
+                        req,
+                    });
                 }
                 Handed::Done
             }
@@ -451,9 +450,12 @@ impl Circuits {
                     self.streams.note_cc_circuit();
                 }
                 self.queue_urgent(conn, circ_id, reply_cmd, &reply);
-                let r = self
-                    .halves
-                    .insert(Half::new(conn, circ_id, HalfRole::Keyed(half), None));
+                let r = self.halves.insert(Half::new(
+                    conn,
+                    circ_id,
+                    HalfRole::Keyed(Box::new(half)),
+                    None,
+                ));
                 if let Some(c) = self.conn_mut(conn) {
                     c.circuits.insert(circ_id, r.slot);
                 }

@@ -21,12 +21,12 @@ use crate::pool::CellQueue;
 use crate::worker::core::move_state::MoveState;
 
 /// What a half does with cells.
-// Keyed halves (the larger variant) are half of all halves; boxing them
-// would add a pointer chase on every relayed cell.
-#[allow(clippy::large_enum_variant)]
 pub(crate) enum HalfRole {
-    /// Toward the client: removes / adds our onion layer.
-    Keyed(KeyedHalf),
+    /// Toward the client: removes / adds our onion layer. Boxed: the keys
+    /// are most of a half's size, and the relabel half of every relayed
+    /// circuit (half of all halves) has none, so a slot stays small
+    /// (issue 37: an idle circuit costs its slots and this box only).
+    Keyed(Box<KeyedHalf>),
     /// Toward the next relay: relabels. `created` once CREATED2 came back.
     Relabel {
         /// CREATED2 received from the next hop.
@@ -234,5 +234,24 @@ mod tests {
         assert!(t.get(a).is_none(), "old reference stays dead");
         assert_eq!(t.get(b).map(|h| h.conn), Some(2));
         assert_eq!(t.len(), 1);
+    }
+}
+
+#[cfg(test)]
+mod size_tests {
+    /// An idle circuit costs its two slots and the keyed half's box
+    /// (issue 37): a slot must stay a few cache lines, the keys under
+    /// a KiB (the VAES backend; the portable one is boxed).
+    #[test]
+    fn a_slot_is_small_and_the_keys_are_boxed() {
+        use std::mem::size_of;
+        assert!(
+            size_of::<super::Entry>() <= 128,
+            "{}",
+            size_of::<super::Entry>()
+        );
+        assert!(size_of::<super::HalfRole>() <= 16);
+        assert!(size_of::<weft_proto::circuit::KeyedHalf>() <= 1024);
+        assert!(size_of::<weft_crypto::aes_ctr::Aes128Ctr>() <= 256);
     }
 }

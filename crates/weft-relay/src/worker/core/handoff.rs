@@ -200,11 +200,7 @@ impl Circuits {
             let Some(s) = self.pool.alloc() else {
                 return self.close_pool_exhausted(conn, to.slot);
             };
-            let c = self.pool.slot_mut(s);
-            c.command = command;
-            c.stamp_ns = stamp_ns;
-            c.queued_ns = stamp_ns;
-            c.body = *body;
+            self.pool.put(s, command, stamp_ns, stamp_ns, body);
             h.held.push(&mut self.pool, s);
             return;
         }

@@ -17,7 +17,7 @@ use weft_proto::cell::{cmd, destroy_reason, BODY_LEN};
 use crate::messages::ControllerMsg;
 use crate::oom::CELL_COST;
 use crate::worker::core::streams::StreamOwner;
-use crate::worker::core::{Circuits, Effect};
+use crate::worker::core::Circuits;
 
 /// CREATE2 handshakes a worker answers per round before the rest waits.
 pub(crate) const HANDSHAKES_PER_ROUND: u32 = 32;
@@ -95,6 +95,7 @@ impl Circuits {
         let now = self.now_ns;
         self.guards.oom_query_ns = now;
         let mut v = Vec::new();
+        crate::worker::core::walks::visit(self.halves.slots() as usize);
         for slot in 0..self.halves.slots() {
             let Some(h) = self.halves.by_slot(slot) else {
                 continue;
@@ -128,6 +129,7 @@ impl Circuits {
             t => t,
         };
         let mut victims = Vec::new();
+        crate::worker::core::walks::visit(self.halves.slots() as usize);
         for slot in 0..self.halves.slots() {
             let Some(h) = self.halves.by_slot(slot) else {
                 continue;
@@ -198,8 +200,7 @@ impl Circuits {
         }
         let ip = c.peer_addr.ip();
         if self.ctx.dos.cc_enabled {
-            self.effects
-                .push_back(Effect::Controller(ControllerMsg::ClientCreate { ip }));
+            self.tell_controller(ControllerMsg::ClientCreate { ip });
         }
         let now = self.now_ns;
         match self.guards.dos_marked.get(&ip) {

@@ -62,7 +62,7 @@ use crate::messages::{ConnId, ControllerMsg, HalfRef, RingMsg};
 use crate::pool::{CellPool, CellQueue};
 use crate::worker::core::half::{Half, HalfRole};
 use crate::worker::core::move_state::{ForwarderPhase, MoveState, OnSourceDone};
-use crate::worker::core::{Circuits, ConnCircuits, Effect};
+use crate::worker::core::{Circuits, ConnCircuits};
 
 /// How long an old half slot keeps forwarding after its migration
 /// finished, in nanoseconds.
@@ -203,7 +203,8 @@ impl Circuits {
             .circuits
             .values()
             .any(|&s| halves.at(s).is_some_and(|h| h.in_move()));
-        !moving && !self.in_rendezvous(idx) && !self.streams.on_conn(idx) && !self.conn_has_leg(idx)
+        let streams = self.streams.on_conn(idx, c.circuits.values().copied());
+        !moving && !streams && !self.in_rendezvous(idx) && !self.conn_has_leg(idx)
     }
 
     /// Step 1: take connection `idx`'s circuits out of the core. Each half
@@ -526,11 +527,10 @@ impl Circuits {
             if busy {
                 self.adopted.push((conn_id, refs));
             } else {
-                self.effects
-                    .push_back(Effect::Controller(ControllerMsg::MigrationDone {
-                        conn_id,
-                        moved: true,
-                    }));
+                self.tell_controller(ControllerMsg::MigrationDone {
+                    conn_id,
+                    moved: true,
+                });
             }
         }
     }

@@ -55,6 +55,7 @@ pub(crate) mod streams;
 #[cfg(test)]
 mod tests;
 pub(crate) mod timers;
+pub(crate) mod walks;
 
 use std::collections::{HashMap, VecDeque};
 use std::net::SocketAddr;
@@ -313,7 +314,7 @@ pub(crate) struct Circuits {
     next_tick_ns: u64,
     /// Connections with a PADDING cell due within the second: (when, the
     /// driver's slot) ([`crate::worker::core::timers`]).
-    pad_due: Vec<(u64, usize)>,
+    pad_due: std::collections::BinaryHeap<std::cmp::Reverse<(u64, usize)>>,
     /// Connections in their link handshake ([`crate::worker::core::timers`]).
     handshakes: crate::worker::core::timers::Handshakes,
     /// The queued bytes the controller last heard of.
@@ -368,7 +369,7 @@ impl Circuits {
             counters: CoreCounters::default(),
             now_ns: 0,
             next_tick_ns: 0,
-            pad_due: Vec::new(),
+            pad_due: Default::default(),
             handshakes: Default::default(),
             reported_queue_bytes: 0,
             wall_epoch,
@@ -493,6 +494,7 @@ impl Circuits {
     /// A new immutable context (keys rotated, parameters changed).
     pub(crate) fn set_context(&mut self, ctx: Arc<CircuitContext>) {
         if ctx.halflife_s != self.ctx.halflife_s {
+            walks::visit(self.conns.len());
             for c in self.conns.iter_mut().flatten() {
                 c.sched.mux.set_halflife(ctx.halflife_s);
             }
@@ -506,6 +508,11 @@ impl Circuits {
     }
 
     // ----- outputs ------------------------------------------------------------
+
+    /// Queue `m` for the controller ([`Effect::Controller`]).
+    pub(crate) fn tell_controller(&mut self, m: ControllerMsg) {
+        self.effects.push_back(Effect::Controller(m));
+    }
 
     /// The next thing the driver must do for the core.
     /// Halves torn down during the last inputs are finished first (their
@@ -559,16 +566,16 @@ impl Circuits {
         let now = self.queued_bytes();
         if now.abs_diff(self.reported_queue_bytes) >= self.limits.queue_report_step {
             self.reported_queue_bytes = now;
-            self.effects
-                .push_back(Effect::Controller(ControllerMsg::QueueBytes {
-                    worker: self.me,
-                    bytes: now,
-                }));
+            self.tell_controller(ControllerMsg::QueueBytes {
+                worker: self.me,
+                bytes: now,
+            });
         }
     }
 
     /// Cells queued on circuits (the report's gauge).
     pub(crate) fn queued_cells(&self) -> usize {
+        walks::visit(self.conns.len());
         self.conns.iter().flatten().map(|c| c.sched.queued).sum()
     }
 

@@ -69,7 +69,7 @@ impl Circuits {
             },
             _ => return,
         };
-        self.effects.push_back(Effect::Controller(msg));
+        self.tell_controller(msg);
     }
 
     /// From the controller: relay `payload` as INTRODUCE2 on introduction
@@ -242,7 +242,7 @@ impl Circuits {
             }
             _ => return,
         };
-        self.effects.push_back(Effect::Controller(msg));
+        self.tell_controller(msg);
     }
 
     /// True if connection `conn` has a circuit between
@@ -273,12 +273,7 @@ impl Circuits {
         if let HalfRole::Keyed(k) = &h.role {
             if let Purpose::IntroPoint(ip) = &k.purpose {
                 let auth_key = ip.auth_key;
-                self.effects
-                    .push_back(Effect::Controller(ControllerMsg::IntroMoved {
-                        auth_key,
-                        old,
-                        new,
-                    }));
+                self.tell_controller(ControllerMsg::IntroMoved { auth_key, old, new });
             }
         }
     }

@@ -89,11 +89,7 @@ impl Circuits {
             self.close_pool_exhausted(conn, slot);
             return None;
         };
-        let c = self.pool.slot_mut(s);
-        c.command = command;
-        c.stamp_ns = stamp_ns;
-        c.queued_ns = queued_ns;
-        c.body = *body;
+        self.pool.put(s, command, stamp_ns, queued_ns, body);
         h.queue.push(&mut self.pool, s);
         let Some(Some(cc)) = self.conns.get_mut(conn) else {
             return Some(s);

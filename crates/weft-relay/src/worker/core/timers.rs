@@ -9,6 +9,7 @@
 //! [`crate::worker::core::Effect::CloseConn`].
 //! [C connection_or.c, main.c run_connection_housekeeping(), channelpadding.c]
 
+use std::cmp::Reverse;
 use std::collections::HashMap;
 
 use tracing::{debug, info};
@@ -99,7 +100,7 @@ impl Circuits {
         if self.streams.has_dir_work() {
             return self.now_ns;
         }
-        let pad = self.pad_due.iter().map(|&(t, _)| t).min();
+        let pad = self.pad_due.peek().map(|&Reverse((t, _))| t);
         pad.map_or(self.next_tick_ns, |t| t.min(self.next_tick_ns))
     }
 
@@ -133,6 +134,9 @@ impl Circuits {
             pad_due,
             ..
         } = self;
+        // Every connection once a second, as C Tor's
+        // run_connection_housekeeping (never every circuit).
+        crate::worker::core::walks::visit(conns.len());
         for (idx, c) in conns.iter_mut().enumerate() {
             let Some(c) = c else { continue };
             if !c.circuits.is_empty() {
@@ -162,7 +166,7 @@ impl Circuits {
                 c.padding
                     .decide(now, last, queued, c.client, &ctx.padding, rng)
             {
-                pad_due.push((t, idx));
+                pad_due.push(Reverse((t, idx)));
             }
         }
         for idx in keepalive {
@@ -178,14 +182,11 @@ impl Circuits {
     /// [C channelpadding_send_padding_cell_for_callback()]
     pub(crate) fn send_due_padding(&mut self) {
         let now = self.now_ns;
-        let mut i = 0;
-        while i < self.pad_due.len() {
-            let (due, idx) = self.pad_due[i];
+        while let Some(&Reverse((due, idx))) = self.pad_due.peek() {
             if due > now {
-                i += 1;
-                continue;
+                break;
             }
-            self.pad_due.swap_remove(i);
+            self.pad_due.pop();
             let Some(c) = self.conns.get_mut(idx).and_then(Option::as_mut) else {
                 continue;
             };

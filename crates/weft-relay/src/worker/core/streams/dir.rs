@@ -25,7 +25,7 @@ use weft_proto::relay::{end_reason, relay_cmd};
 
 use crate::messages::ControllerMsg;
 use crate::worker::core::streams::{State, StreamOwner};
-use crate::worker::core::{Circuits, Effect};
+use crate::worker::core::Circuits;
 
 /// The metric order of [`Resource`].
 pub(crate) const RESOURCES: [Resource; 6] = [
@@ -111,6 +111,7 @@ impl Circuits {
             consensus: None,
         }));
         self.streams.by_id.insert((owner, stream_id), key);
+        self.streams.dir_keys.push(key);
         self.streams.counters.dir.streams += 1;
         self.streams.opened += 1;
         self.send_on(owner, relay_cmd::CONNECTED, stream_id, &[]);
@@ -200,13 +201,12 @@ impl Circuits {
                 _ => NsResponse::NotFound,
             };
             consensus = (response == NsResponse::Ok).then_some(id);
-            self.effects
-                .push_back(Effect::Controller(ControllerMsg::DirRequest {
-                    id,
-                    ip: client,
-                    response,
-                    size: (answer.head.len() + answer.body.bytes().len()) as u64,
-                }));
+            self.tell_controller(ControllerMsg::DirRequest {
+                id,
+                ip: client,
+                response,
+                size: (answer.head.len() + answer.body.bytes().len()) as u64,
+            });
         }
         debug!(
             "worker {}: directory request {} {} → {} ({} bytes)",
@@ -260,8 +260,7 @@ impl Circuits {
             }
             if d.remaining() == 0 {
                 if let Some(id) = d.consensus {
-                    self.effects
-                        .push_back(Effect::Controller(ControllerMsg::DirRequestDone { id }));
+                    self.tell_controller(ControllerMsg::DirRequestDone { id });
                 }
                 self.end_stream(key, &[end_reason::DONE]);
                 return false;

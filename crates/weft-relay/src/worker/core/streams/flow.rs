@@ -61,6 +61,7 @@ impl Circuits {
             s.waiting_since_ns = now_ns.max(1);
         }
         s.to_dest.extend(data);
+        self.streams.to_dest_bytes += data.len() as u64;
         let over = s.to_dest.len() > cap;
         let sid = s.stream_id;
         self.streams.want_write.push(key);
@@ -225,14 +226,19 @@ impl Circuits {
         }
     }
 
-    /// The bytes waiting for stream `key`'s destination (the driver writes
-    /// from the front and drains what the socket took).
+    /// The bytes stream `key` holds for its destination, taken as the
+    /// driver's socket would (the tests).
     #[cfg(test)]
-    pub(in crate::worker::core) fn stream_output(
-        &mut self,
-        key: usize,
-    ) -> Option<&mut std::collections::VecDeque<u8>> {
-        self.streams.streams.get_mut(key).map(|s| &mut s.to_dest)
+    pub(in crate::worker::core) fn take_stream_output(&mut self, key: usize) -> Option<Vec<u8>> {
+        let s = self.streams.streams.get_mut(key)?;
+        self.streams.to_dest_bytes -= s.to_dest.len() as u64;
+        Some(s.to_dest.drain(..).collect())
+    }
+
+    /// How many bytes stream `key` holds for its destination (the tests).
+    #[cfg(test)]
+    pub(in crate::worker::core) fn stream_output_len(&self, key: usize) -> Option<usize> {
+        self.streams.streams.get(key).map(|s| s.to_dest.len())
     }
 
     /// The driver wrote to stream `key`'s socket: a stream that the client
@@ -269,12 +275,24 @@ impl Circuits {
     /// Bytes this worker's streams hold for their destinations, and the
     /// directory answers made for one request still unsent
     /// (MaxMemInQueues counts them with the cell queues).
+    /// Kept up to date as bytes come and go, so no stream is walked.
     pub(crate) fn stream_buffered_bytes(&self) -> u64 {
-        self.streams
-            .streams
+        let st = &self.streams;
+        let dir: u64 = st
+            .dir_keys
             .iter()
-            .map(|(_, s)| s.to_dest.len() as u64 + s.dir.as_ref().map_or(0, |d| d.held_bytes()))
-            .sum()
+            .filter_map(|&k| st.streams.get(k)?.dir.as_ref().map(|d| d.held_bytes()))
+            .sum();
+        #[cfg(test)]
+        assert_eq!(
+            st.to_dest_bytes + dir,
+            st.streams
+                .iter()
+                .map(|(_, s)| s.to_dest.len() as u64 + s.dir.as_ref().map_or(0, |d| d.held_bytes()))
+                .sum::<u64>(),
+            "the kept byte count drifted from the streams'"
+        );
+        st.to_dest_bytes + dir
     }
 
     /// Every stream with bytes waiting for its destination, for the memory
@@ -285,6 +303,7 @@ impl Circuits {
         &self,
         now_ns: u64,
     ) -> impl Iterator<Item = (StreamOwner, u64, u64)> + '_ {
+        crate::worker::core::walks::visit(self.streams.streams.len());
         self.streams
             .streams
             .iter()

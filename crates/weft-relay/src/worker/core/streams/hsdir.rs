@@ -20,7 +20,7 @@ use weft_dir::hs_cache::HsDirUpdate;
 
 use crate::messages::ControllerMsg;
 use crate::worker::core::streams::StreamOwner;
-use crate::worker::core::{Circuits, Effect};
+use crate::worker::core::Circuits;
 
 /// Index of [`crate::messages::DirCounters::hs_fetches`].
 pub(crate) const FETCH_HIT: usize = 0;
@@ -123,13 +123,12 @@ impl Circuits {
                 d.request = Vec::new();
                 d.awaiting_post = true;
                 let tag = self.streams.streams[key].tag;
-                self.effects
-                    .push_back(Effect::Controller(ControllerMsg::HsDescPost {
-                        worker: self.me,
-                        stream: key,
-                        tag,
-                        body,
-                    }));
+                self.tell_controller(ControllerMsg::HsDescPost {
+                    worker: self.me,
+                    stream: key,
+                    tag,
+                    body,
+                });
             }
         }
     }

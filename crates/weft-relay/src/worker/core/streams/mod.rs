@@ -181,6 +181,15 @@ pub(crate) struct Streams {
     /// Each exit circuit's stream-creation bucket (`DoSStreamCreation*`):
     /// owner → (tokens, second of the last refill).
     limiter: HashMap<StreamOwner, (u32, u64)>,
+    /// Streams that had END from the client and still write what they
+    /// hold (out of `by_id`, still their owner's).
+    flushing: Vec<usize>,
+    /// Bytes in every stream's `to_dest`, kept as they come and go, so
+    /// the round's memory report walks no stream (issue 37).
+    to_dest_bytes: u64,
+    /// The directory streams (few, unlike exit streams): their unsent
+    /// answers are summed for the same report.
+    dir_keys: Vec<usize>,
     /// The directory cache's documents (shared, immutable; None before
     /// the first snapshot: requests get 404).
     dir_docs: Option<std::sync::Arc<weft_dir::cache::DirDocuments>>,
@@ -246,10 +255,20 @@ impl Streams {
 
     /// True if a circuit on connection `conn` has streams (it cannot move
     /// between workers yet).
-    pub(crate) fn on_conn(&self, conn: usize) -> bool {
-        self.streams
+    ///
+    /// `slots` are the connection's circuits: their streams are ranges
+    /// of the index, so no stream is walked but the flushing ones.
+    pub(crate) fn on_conn(&self, conn: usize, mut slots: impl Iterator<Item = u32>) -> bool {
+        if self.streams.is_empty() {
+            return false;
+        }
+        slots.any(|slot| {
+            let owner = StreamOwner::circuit(conn, slot);
+            self.by_id.range(owner.ids()).next().is_some()
+        }) || self
+            .flushing
             .iter()
-            .any(|(_, s)| matches!(s.owner, StreamOwner::Circuit { conn: c, .. } if c == conn))
+            .any(|&k| matches!(self.streams.get(k).map(|s| s.owner), Some(StreamOwner::Circuit { conn: c, .. }) if c == conn))
     }
 }
 
@@ -292,6 +311,7 @@ impl Circuits {
                 self.streams.by_id.remove(&(owner, stream_id));
                 if s.state == State::Open && !s.to_dest.is_empty() {
                     s.state = State::Flushing;
+                    self.streams.flushing.push(key);
                     self.streams.want_write.push(key);
                 } else {
                     self.free_stream(key);
@@ -715,6 +735,13 @@ impl Circuits {
     /// Forget stream `key` and have its socket closed.
     pub(super) fn free_stream(&mut self, key: usize) {
         if let Some(s) = self.streams.streams.try_remove(key) {
+            self.streams.to_dest_bytes -= s.to_dest.len() as u64;
+            if s.dir.is_some() {
+                self.streams.dir_keys.retain(|&k| k != key);
+            }
+            if s.state == State::Flushing {
+                self.streams.flushing.retain(|&k| k != key);
+            }
             if self.streams.by_id.get(&(s.owner, s.stream_id)) == Some(&key) {
                 self.streams.by_id.remove(&(s.owner, s.stream_id));
             }
@@ -730,12 +757,19 @@ impl Circuits {
         if self.streams.streams.is_empty() {
             return;
         }
-        let keys: Vec<usize> = self
-            .streams
-            .streams
-            .iter()
-            .filter(|(_, s)| s.owner == owner)
-            .map(|(k, _)| k)
+        // The owner's range of the index, and its flushing streams: no
+        // walk over every stream when one circuit of many closes.
+        let st = &self.streams;
+        let keys: Vec<usize> = st
+            .by_id
+            .range(owner.ids())
+            .map(|(_, &k)| k)
+            .chain(
+                st.flushing
+                    .iter()
+                    .copied()
+                    .filter(|&k| st.streams.get(k).is_some_and(|s| s.owner == owner)),
+            )
             .collect();
         for k in keys {
             self.free_stream(k);

@@ -86,6 +86,7 @@ impl Circuits {
             match sock.write(front) {
                 Ok(n) => {
                     s.to_dest.drain(..n);
+                    self.streams.to_dest_bytes -= n as u64;
                     p.written += n as u64;
                 }
                 Err(e) if e.kind() == ErrorKind::WouldBlock => {

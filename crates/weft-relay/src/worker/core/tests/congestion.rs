@@ -100,7 +100,7 @@ fn the_exit_acknowledges_every_sendme_inc_cells_and_sends_no_stream_sendmes() {
     assert_eq!(sendmes.len(), 2);
     assert_eq!(sendmes[0].2, sendme_v1_body(&tags[30]));
     assert_eq!(sendmes[1].2, sendme_v1_body(&tags[61]));
-    net.cores[0].stream_output(key).unwrap().clear();
+    net.cores[0].take_stream_output(key).unwrap();
     net.cores[0].stream_wrote(key);
     let (msgs, _) = read(&mut net, 1, 5, &mut c);
     assert!(msgs.is_empty(), "no stream SENDME under congestion control");
@@ -138,7 +138,7 @@ fn xoff_and_xon_both_ways() {
     assert_eq!(xoffs.len(), 1);
     assert_eq!((xoffs[0].1, xoffs[0].2.clone()), (9, vec![0]));
     // The destination takes everything: XON (rate 0, "no limit").
-    net.cores[0].stream_output(key).unwrap().clear();
+    net.cores[0].take_stream_output(key).unwrap();
     net.cores[0].stream_wrote(key);
     let (msgs, _) = read(&mut net, 1, 5, &mut c);
     assert_eq!(msgs.len(), 1);
@@ -160,7 +160,7 @@ fn a_client_that_ignores_xoff_loses_its_circuit_only() {
     let mut destroyed = false;
     for _ in 0..cap / 498 + 2 {
         send(&mut net, 1, 5, &mut c, relay_cmd::DATA, 9, &[1; 498]);
-        if net.cores[0].stream_output(key).is_none() {
+        if net.cores[0].stream_output_len(key).is_none() {
             destroyed = true;
             break;
         }
@@ -213,7 +213,7 @@ fn stream_bytes_count_in_the_memory_limit() {
     assert!(cands.contains(&(2_000_000_000, 4980)), "{cands:?}");
     let (circuits, bytes) = net.cores[0].oom_kill(1_000_000_000);
     assert_eq!((circuits, bytes), (1, 4980));
-    assert!(net.cores[0].stream_output(key).is_none());
+    assert!(net.cores[0].stream_output_len(key).is_none());
     let (_, destroyed) = read(&mut net, 1, 5, &mut c);
     assert!(destroyed);
     let (_, destroyed) = read(&mut net, 1, 7, &mut other);

@@ -105,22 +105,7 @@ impl Run {
     fn new(n: usize, ring: usize, b: usize) -> Run {
         let mut net = Net::new(n, ring);
         let (client, next, circ, relabel) = two_hop(&mut net, 0, b);
-        let mut r = Run {
-            net,
-            at: [0, 0, b],
-            client,
-            next,
-            circ,
-            relabel,
-            sent_fwd: 0,
-            sent_back: 0,
-            fwd: Vec::new(),
-            back: Vec::new(),
-            moving: None,
-            destroyed: false,
-            moves: 0,
-            extend: None,
-        };
+        let mut r = Run::start(net, b, (client, next), (circ, relabel), None);
         // In flight before the first event: queued, on the rings, not yet
         // published.
         for _ in 0..2 {
@@ -151,13 +136,34 @@ impl Run {
         let Some(ControllerMsg::Extend { from, req, .. }) = net.controller.pop() else {
             panic!("no extend request");
         };
+        let extend = PendingExtend {
+            from,
+            create2: req.create2,
+            outbound: false,
+            read: None,
+            answered: false,
+            extended: false,
+        };
+        Run::start(net, b, (client, next), (circ, 0), Some(extend))
+    }
+
+    /// A run of `net` before its first event: conn 2 on worker `b`, the
+    /// circuit's two ends and IDs (the relabel half's 0 while `extend`
+    /// is pending), nothing sent.
+    fn start(
+        net: Net,
+        b: usize,
+        (client, next): (OriginCircuit, NextRelay),
+        (circ, relabel): (u32, u32),
+        extend: Option<PendingExtend>,
+    ) -> Run {
         Run {
             net,
             at: [0, 0, b],
             client,
             next,
             circ,
-            relabel: 0,
+            relabel,
             sent_fwd: 0,
             sent_back: 0,
             fwd: Vec::new(),
@@ -165,14 +171,7 @@ impl Run {
             moving: None,
             destroyed: false,
             moves: 0,
-            extend: Some(PendingExtend {
-                from,
-                create2: req.create2,
-                outbound: false,
-                read: None,
-                answered: false,
-                extended: false,
-            }),
+            extend,
         }
     }
 
@@ -390,16 +389,7 @@ impl Run {
             assert_eq!(c, relay_cmd::DATA, "{}", ctx("forward command"));
             got.push(u32::from_be_bytes(d[..4].try_into().unwrap()));
         }
-        let want: Vec<u32> = (0..got.len() as u32).collect();
-        assert_eq!(got, want, "{}", ctx("forward: once each, in order"));
-        if !self.destroyed {
-            assert_eq!(
-                got.len() as u32,
-                self.sent_fwd,
-                "{}",
-                ctx("forward: every cell")
-            );
-        }
+        in_order(&got, self.sent_fwd, self.destroyed, "forward", &ctx);
         let back = std::mem::take(&mut self.back);
         let mut got = Vec::new();
         let mut after_destroy = false;
@@ -421,16 +411,8 @@ impl Run {
                 relay::data(&b, &h)[..4].try_into().unwrap(),
             ));
         }
-        let want: Vec<u32> = (0..got.len() as u32).collect();
-        assert_eq!(got, want, "{}", ctx("backward: once each, in order"));
-        if !self.destroyed {
-            assert_eq!(
-                got.len() as u32,
-                self.sent_back,
-                "{}",
-                ctx("backward: every cell")
-            );
-        } else {
+        in_order(&got, self.sent_back, self.destroyed, "backward", &ctx);
+        if self.destroyed {
             for w in 0..self.net.cores.len() {
                 assert_eq!(
                     self.net.cores[w].circuit_count(1),
@@ -577,4 +559,15 @@ fn every_order_of_a_move_and_a_destroy_during_an_extend_leaves_nothing_behind() 
     }
     println!("explored {runs} orders");
     assert_eq!(runs, 2 * 2 * 720); // 6! orders, two placements
+}
+
+/// The sequence numbers one direction delivered: each once, in order,
+/// and all `sent` of them unless the circuit was destroyed.
+fn in_order(got: &[u32], sent: u32, destroyed: bool, way: &str, ctx: &dyn Fn(&str) -> String) {
+    let want: Vec<u32> = (0..got.len() as u32).collect();
+    assert_eq!(got, want, "{}", ctx(&format!("{way}: once each, in order")));
+    if !destroyed {
+        let what = format!("{way}: every cell");
+        assert_eq!(got.len() as u32, sent, "{}", ctx(&what));
+    }
 }

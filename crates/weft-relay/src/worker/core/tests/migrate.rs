@@ -10,13 +10,11 @@ use crate::messages::ControllerMsg;
 /// Every cell written toward the next relay (`fwd`) and toward the client
 /// (`back`) arrived once and in order: 0..sent_fwd and 0..sent_back.
 fn assert_in_order(
-    fwd: Vec<Out>,
-    back: Vec<Out>,
+    (fwd, back): (Vec<Out>, Vec<Out>),
     relabel: u32,
     next: &mut NextRelay,
     client: &mut OriginCircuit,
-    sent_fwd: u32,
-    sent_back: u32,
+    (sent_fwd, sent_back): (u32, u32),
 ) {
     let got: Vec<u32> = fwd
         .into_iter()
@@ -89,15 +87,8 @@ fn migration_markers_keep_every_cell_once_and_in_order() {
     fwd.extend(net.written(2, 2));
     back.extend(net.written(0, 1));
     assert!(net.written(1, 2).is_empty() || net.cores[1].conn(2).is_none());
-    assert_in_order(
-        fwd,
-        back,
-        relabel,
-        &mut next,
-        &mut client,
-        sent_fwd,
-        sent_back,
-    );
+    let sent = (sent_fwd, sent_back);
+    assert_in_order((fwd, back), relabel, &mut next, &mut client, sent);
     assert_eq!(net.cores[1].counters.migrations, 1);
     assert!(pool_empty(&net));
     // The circuit is counted once, where its keyed half is (worker 0).
@@ -254,15 +245,8 @@ fn moves_keep_order_on(
     push(&mut net, &at, &mut client, &mut next);
     net.settle();
     drain(&mut net, &at, &mut fwd, &mut back);
-    assert_in_order(
-        fwd,
-        back,
-        relabel,
-        &mut next,
-        &mut client,
-        sent_fwd,
-        sent_back,
-    );
+    let sent = (sent_fwd, sent_back);
+    assert_in_order((fwd, back), relabel, &mut next, &mut client, sent);
 }
 
 #[test]

@@ -38,6 +38,7 @@ mod migrate;
 mod onion;
 mod pump;
 mod resolve;
+mod scale;
 mod streams;
 mod timers;
 

@@ -104,30 +104,35 @@ fn introduce1(key: &[u8; 32], marker: u8) -> Vec<u8> {
     c
 }
 
+/// A service's introduction point on worker 1 (connection 2, circuit
+/// 0x8000_0002) for the key made from `seed`, with the DoS extension's
+/// `burst`: the service's circuit (INTRO_ESTABLISHED waits in it) and the
+/// key.
+fn intro_point(net: &mut Net, seed: u8, burst: Option<u64>) -> (OriginCircuit, [u8; 32]) {
+    let mut service = one_hop(net, 1, 2, 0x8000_0002);
+    let sk = SigningKey::from_bytes(&[seed; 32]);
+    let cell = establish_intro(&sk, service.nonce(0).unwrap(), burst);
+    from_service(net, &mut service, hs_cmd::ESTABLISH_INTRO, &cell);
+    (service, sk.verifying_key().to_bytes())
+}
+
+/// A client's INTRODUCE1 `intro` on worker 0's connection 1, circuit `circ`.
+fn send_introduce1(net: &mut Net, circ: u32, client: &mut OriginCircuit, intro: &[u8]) {
+    send(net, 0, 1, circ, client, hs_cmd::INTRODUCE1, intro);
+}
+
 #[test]
 fn an_introduction_crosses_workers_and_is_acked() {
     let mut net = Net::new(2, 64);
     // The service's introduction circuit on worker 1.
-    let mut service = one_hop(&mut net, 1, 2, 0x8000_0002);
-    let sk = SigningKey::from_bytes(&[7u8; 32]);
-    let key = sk.verifying_key().to_bytes();
-    let cell = establish_intro(&sk, service.nonce(0).unwrap(), None);
-    from_service(&mut net, &mut service, hs_cmd::ESTABLISH_INTRO, &cell);
+    let (mut service, key) = intro_point(&mut net, 7, None);
     let (msgs, _) = read(&mut net, 1, 2, 0x8000_0002, &mut service);
     assert_eq!(msgs, vec![(hs_cmd::INTRO_ESTABLISHED, vec![0])]);
     assert!(net.onion.intro_circuit(&key).is_some());
     // A client on worker 0 introduces itself.
     let mut client = one_hop(&mut net, 0, 1, 0x8000_0001);
     let intro = introduce1(&key, 0xAB);
-    send(
-        &mut net,
-        0,
-        1,
-        0x8000_0001,
-        &mut client,
-        hs_cmd::INTRODUCE1,
-        &intro,
-    );
+    send_introduce1(&mut net, 0x8000_0001, &mut client, &intro);
     net.settle();
     let (msgs, _) = read(&mut net, 1, 2, 0x8000_0002, &mut service);
     assert_eq!(
@@ -138,27 +143,16 @@ fn an_introduction_crosses_workers_and_is_acked() {
     let (msgs, _) = read(&mut net, 0, 1, 0x8000_0001, &mut client);
     assert_eq!(msgs, vec![(hs_cmd::INTRODUCE_ACK, vec![0, 0, 0])]);
     // A second INTRODUCE1 on that circuit: closed, and nothing relayed.
-    send(
-        &mut net,
-        0,
-        1,
-        0x8000_0001,
-        &mut client,
-        hs_cmd::INTRODUCE1,
-        &intro,
-    );
+    send_introduce1(&mut net, 0x8000_0001, &mut client, &intro);
     net.settle();
     assert!(read(&mut net, 0, 1, 0x8000_0001, &mut client).1, "DESTROY");
     assert!(read(&mut net, 1, 2, 0x8000_0002, &mut service).0.is_empty());
     // An unknown service: UNKNOWN_ID.
     let mut other = one_hop(&mut net, 0, 1, 0x8000_0003);
-    send(
+    send_introduce1(
         &mut net,
-        0,
-        1,
         0x8000_0003,
         &mut other,
-        hs_cmd::INTRODUCE1,
         &introduce1(&[1u8; 32], 1),
     );
     net.settle();
@@ -180,26 +174,14 @@ fn an_introduction_crosses_workers_and_is_acked() {
 #[test]
 fn the_intro_dos_extension_limits_introduce2() {
     let mut net = Net::new(2, 64);
-    let mut service = one_hop(&mut net, 1, 2, 0x8000_0002);
-    let sk = SigningKey::from_bytes(&[8u8; 32]);
-    let key = sk.verifying_key().to_bytes();
     // Burst 2: C Tor lets one through, then says UNKNOWN_ID.
-    let cell = establish_intro(&sk, service.nonce(0).unwrap(), Some(2));
-    from_service(&mut net, &mut service, hs_cmd::ESTABLISH_INTRO, &cell);
+    let (mut service, key) = intro_point(&mut net, 8, Some(2));
     read(&mut net, 1, 2, 0x8000_0002, &mut service);
     let mut statuses = Vec::new();
     for i in 0..3u32 {
         let circ = 0x8000_0010 + i;
         let mut c = one_hop(&mut net, 0, 1, circ);
-        send(
-            &mut net,
-            0,
-            1,
-            circ,
-            &mut c,
-            hs_cmd::INTRODUCE1,
-            &introduce1(&key, i as u8),
-        );
+        send_introduce1(&mut net, circ, &mut c, &introduce1(&key, i as u8));
         net.settle();
         let (msgs, _) = read(&mut net, 0, 1, circ, &mut c);
         statuses.push(msgs[0].1[1]);
@@ -307,26 +289,14 @@ fn a_rendezvous1_for_an_unknown_cookie_closes_its_circuit() {
 #[test]
 fn an_introduction_point_moves_and_introductions_follow_it() {
     let mut net = Net::new(3, 64);
-    let mut service = one_hop(&mut net, 1, 2, 0x8000_0002);
-    let sk = SigningKey::from_bytes(&[6u8; 32]);
-    let key = sk.verifying_key().to_bytes();
-    let cell = establish_intro(&sk, service.nonce(0).unwrap(), None);
-    from_service(&mut net, &mut service, hs_cmd::ESTABLISH_INTRO, &cell);
+    let (mut service, key) = intro_point(&mut net, 6, None);
     read(&mut net, 1, 2, 0x8000_0002, &mut service);
     let old = net.onion.intro_circuit(&key).unwrap();
     // An INTRODUCE1 is on its way to the old reference while the service's
     // connection moves from worker 1 to worker 2.
     let mut client = one_hop(&mut net, 0, 1, 0x8000_0001);
     let intro = introduce1(&key, 0x42);
-    send(
-        &mut net,
-        0,
-        1,
-        0x8000_0001,
-        &mut client,
-        hs_cmd::INTRODUCE1,
-        &intro,
-    );
+    send_introduce1(&mut net, 0x8000_0001, &mut client, &intro);
     net.onion_controller();
     let moved = net.cores[1].detach(2).unwrap();
     net.collect(1);

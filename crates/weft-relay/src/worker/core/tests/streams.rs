@@ -307,7 +307,7 @@ fn bytes_flow_both_ways_in_data_cells() {
         9,
         b"GET / HTTP/1.0\r\n\r\n",
     );
-    let out: Vec<u8> = net.cores[0].stream_output(key).unwrap().drain(..).collect();
+    let out: Vec<u8> = net.cores[0].take_stream_output(key).unwrap();
     assert_eq!(out, b"GET / HTTP/1.0\r\n\r\n");
     let reply: Vec<u8> = (0..1200u32).map(|i| i as u8).collect();
     net.cores[0].stream_data_read(key, &reply);
@@ -353,7 +353,7 @@ fn the_exit_sends_sendme_v1_with_the_digest_of_the_hundredth_cell() {
     assert_eq!(sendmes[0].1, 0);
     assert_eq!(sendmes[0].2, sendme_v1_body(&tags[99]));
     // Stream SENDMEs once the destination took the bytes.
-    net.cores[0].stream_output(key).unwrap().clear();
+    net.cores[0].take_stream_output(key).unwrap();
     net.cores[0].stream_wrote(key);
     let (msgs, _) = read(&mut net, 1, 5, &mut c);
     let stream_sendmes = msgs
