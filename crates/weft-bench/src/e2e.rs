@@ -107,7 +107,7 @@ pub struct E2eResult {
     pub ctx_switches_per_s: (f64, f64),
 }
 
-fn pid_of(net: &Testnet, node: &str) -> Result<u32> {
+pub(crate) fn pid_of(net: &Testnet, node: &str) -> Result<u32> {
     let dir = &net.node(node)?.dir;
     let p =
         std::fs::read_to_string(dir.join("pid")).with_context(|| format!("{node}'s PidFile"))?;

@@ -7,6 +7,7 @@
 
 pub mod e2e;
 pub mod exit;
+pub mod idle;
 pub mod load;
 pub mod metrics;
 pub mod multipath;

@@ -178,6 +178,15 @@ enum Cmd {
         #[command(flatten)]
         out: NetworkOutput,
     },
+    /// What a relay with nothing to relay costs: stock relay1 and weft
+    /// (each `--threads` count in turn) side by side in a quiet network,
+    /// CPU share and context switches over the same window.
+    Idle {
+        #[command(flatten)]
+        p: weft_bench::idle::IdleProcedure,
+        #[command(flatten)]
+        out: NetworkOutput,
+    },
     /// Karaoglu et al.'s multipath experiment with conflux: weft-bench's
     /// own client links 1–4 circuits through bandwidth-limited stock
     /// relays into one set at weft (the exit) and downloads 300 KB and
@@ -434,30 +443,23 @@ fn main() -> Result<()> {
             let (transfers, rows) =
                 weft_bench::multipath::run(&weft_bench::multipath::default_dir(), &out.weft, &p)?;
             let md = weft_bench::multipath::markdown(&rows);
-            let path = out.results.join(format!(
-                "{date}-multipath{}.json",
-                out.tag
-                    .as_ref()
-                    .map(|t| format!("-{t}"))
-                    .unwrap_or_default()
-            ));
-            let doc = serde_json::json!({
-                "kind": "multipath",
-                "date": stamp,
-                "command": command_line(),
-                "machine": report::Machine::read(),
+            let body = serde_json::json!({
                 "procedure": p,
                 "transfers": transfers,
                 "rows": rows,
             });
-            report::write_json(&path, &doc)?;
-            print!("{md}");
-            println!("results: {}", path.display());
+            let path = out.write("multipath", &date, &stamp, body, &md)?;
             if !out.no_plots {
                 for f in report::plot(&repo_root(), &path, &path.with_extension(""))? {
                     println!("plot: {}", f.display());
                 }
             }
+        }
+        Cmd::Idle { p, out } => {
+            let ws = weft_bench::idle::run(&weft_bench::idle::default_dir(), &out.weft, &p)?;
+            let md = weft_bench::idle::markdown(&ws);
+            let body = serde_json::json!({ "procedure": p, "windows": ws });
+            out.write("idle", &date, &stamp, body, &md)?;
         }
         Cmd::Exit { p, out } => {
             let rs = weft_bench::exit::run(&weft_bench::exit::default_dir(), &out.weft, &p)?;

@@ -40,6 +40,35 @@ impl NetworkOutput {
         extra: serde_json::Value,
         md: &str,
     ) -> Result<()> {
+        let mut body = serde_json::json!({
+            "procedure": procedure,
+            "results": results,
+        });
+        if let (Some(d), serde_json::Value::Object(e)) = (body.as_object_mut(), extra) {
+            d.extend(e);
+        }
+        let path = self.write(kind, date, stamp, body, md)?;
+        if !self.no_plots {
+            for f in report::plot(&repo_root(), &path, &path.with_extension(""))? {
+                println!("plot: {}", f.display());
+            }
+        }
+        Ok(())
+    }
+}
+
+impl NetworkOutput {
+    /// Write `<results>/<date>-<kind>[-<tag>].json`: `kind`, the date,
+    /// the command line, the machine and `body`'s fields; print the table
+    /// `md` and where the file went. Returns its path.
+    pub fn write(
+        &self,
+        kind: &str,
+        date: &str,
+        stamp: &str,
+        body: serde_json::Value,
+        md: &str,
+    ) -> Result<PathBuf> {
         let path = self.results.join(format!(
             "{date}-{kind}{}.json",
             self.tag
@@ -52,21 +81,14 @@ impl NetworkOutput {
             "date": stamp,
             "command": command_line(),
             "machine": report::Machine::read(),
-            "procedure": procedure,
-            "results": results,
         });
-        if let (Some(d), serde_json::Value::Object(e)) = (doc.as_object_mut(), extra) {
+        if let (Some(d), serde_json::Value::Object(e)) = (doc.as_object_mut(), body) {
             d.extend(e);
         }
         report::write_json(&path, &doc)?;
         print!("{md}");
         println!("results: {}", path.display());
-        if !self.no_plots {
-            for f in report::plot(&repo_root(), &path, &path.with_extension(""))? {
-                println!("plot: {}", f.display());
-            }
-        }
-        Ok(())
+        Ok(path)
     }
 }
 

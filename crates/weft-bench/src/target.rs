@@ -286,6 +286,30 @@ impl CpuCap {
     }
 }
 
+/// On-CPU time of process `pid`'s live threads so far, from
+/// /proc/<pid>/task/*/schedstat (nanoseconds, unlike the 10 ms ticks of
+/// utime + stime: an idle window's CPU is a few ticks), s. None if the
+/// kernel keeps no schedstat.
+pub fn tasks_runtime_s(pid: u32) -> Option<f64> {
+    let rd = fs::read_dir(format!("/proc/{pid}/task")).ok()?;
+    let mut ns = 0u64;
+    let mut any = false;
+    for e in rd.flatten() {
+        let Ok(s) = fs::read_to_string(e.path().join("schedstat")) else {
+            continue;
+        };
+        if let Some(v) = s
+            .split_whitespace()
+            .next()
+            .and_then(|v| v.parse::<u64>().ok())
+        {
+            ns += v;
+            any = true;
+        }
+    }
+    any.then_some(ns as f64 / 1e9)
+}
+
 /// Context switches of every thread of process `pid` so far (voluntary:
 /// the thread slept; involuntary: it was preempted or throttled).
 pub fn context_switches(pid: u32) -> (u64, u64) {

@@ -24,6 +24,14 @@ pub const READ_BUF: usize = 64 * 1024;
 /// Largest variable-length cell we accept after the handshake (VPADDING and
 /// late handshake cells are dropped, but must be framed).
 const MAX_VAR_CELL: usize = 7 + 65535;
+/// A busy connection's read buffer.
+const FULL_READ_BUF: usize = READ_BUF + MAX_VAR_CELL;
+/// The read buffer a connection gets back after it gave its buffers up
+/// while idle ([`LinkConn::release_idle_buffers`]): enough for a TLS
+/// record and more, under the allocator's mmap threshold, so that a
+/// connection that wakes for a few cells now and then costs a small heap
+/// block, not a mapping; one that fills it grows to [`FULL_READ_BUF`].
+const WAKE_READ_BUF: usize = 32 * 1024;
 
 /// What happened to the socket.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -128,7 +136,7 @@ impl LinkConn {
             identity,
             peer_ip,
             our_addrs,
-            rbuf: vec![0u8; READ_BUF + MAX_VAR_CELL].into_boxed_slice(),
+            rbuf: vec![0u8; FULL_READ_BUF].into_boxed_slice(),
             rstart: 0,
             rend: 0,
             wbuf: Vec::with_capacity(READ_BUF),
@@ -261,10 +269,6 @@ impl LinkConn {
 
     /// Read once from TLS into the free part of the read buffer.
     pub fn fill(&mut self) -> std::io::Result<IoState> {
-        if self.rbuf.is_empty() {
-            // Released while idle ([`LinkConn::release_idle_buffers`]).
-            self.rbuf = vec![0u8; READ_BUF + MAX_VAR_CELL].into_boxed_slice();
-        }
         if self.rstart == self.rend {
             self.rstart = 0;
             self.rend = 0;
@@ -272,6 +276,9 @@ impl LinkConn {
             self.rbuf.copy_within(self.rstart..self.rend, 0);
             self.rend -= self.rstart;
             self.rstart = 0;
+        }
+        if self.rbuf.len() < FULL_READ_BUF && self.rbuf.len() - self.rend < CELL_LEN * 4 {
+            self.grow_read_buffer();
         }
         if self.rend >= self.rbuf.len() {
             return Ok(IoState::Progress);
@@ -314,6 +321,24 @@ impl LinkConn {
         }
         self.tls.release_buffers();
         freed
+    }
+
+    /// A read buffer again after an idle spell (small), or the full one
+    /// when the small one filled up; what it held (from `rstart`, which
+    /// is then 0) is kept.
+    #[cold]
+    fn grow_read_buffer(&mut self) {
+        let len = if self.rbuf.is_empty() {
+            WAKE_READ_BUF
+        } else {
+            FULL_READ_BUF
+        };
+        let mut b = vec![0u8; len].into_boxed_slice();
+        let held = self.rend - self.rstart;
+        b[..held].copy_from_slice(&self.rbuf[self.rstart..self.rend]);
+        self.rbuf = b;
+        self.rstart = 0;
+        self.rend = held;
     }
 
     /// Bytes read but not yet handed out as cells.
@@ -433,5 +458,118 @@ impl LinkConn {
             // is made when the next cell would not fit.
             Ok(false)
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::{Duration, SystemTime};
+
+    use weft_crypto::keys::{LinkKeys, RelayKeys};
+
+    use super::*;
+
+    fn identity(
+        dir: &std::path::Path,
+        nick: &str,
+    ) -> (
+        Arc<LinkIdentity>,
+        openssl::ssl::SslAcceptor,
+        openssl::ssl::SslConnector,
+    ) {
+        let now = SystemTime::now();
+        let keys =
+            RelayKeys::load_or_create(&dir.join(nick), nick, Duration::from_secs(86400), now)
+                .unwrap();
+        let link = LinkKeys::generate(&keys, now).unwrap();
+        let (a, c) = crate::tls::contexts(&link).unwrap();
+        (Arc::new(LinkIdentity::from_keys(&keys, &link)), a, c)
+    }
+
+    /// Two open links over loopback (`a` opened the connection to `b`).
+    fn open_pair() -> (LinkConn, LinkConn) {
+        let dir = tempfile::tempdir().unwrap();
+        let (ida, _, conn_a) = identity(dir.path(), "linka");
+        let (idb, acc_b, _) = identity(dir.path(), "linkb");
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let ta = std::net::TcpStream::connect(listener.local_addr().unwrap()).unwrap();
+        let (tb, _) = listener.accept().unwrap();
+        ta.set_nonblocking(true).unwrap();
+        tb.set_nonblocking(true).unwrap();
+        let lo: IpAddr = [127, 0, 0, 1].into();
+        let tls_a = TlsLink::connect(&conn_a, mio::net::TcpStream::from_std(ta)).unwrap();
+        let tls_b = TlsLink::accept(&acc_b, mio::net::TcpStream::from_std(tb)).unwrap();
+        let mut a = LinkConn::outbound(tls_a, ida, lo, vec![lo], None, None);
+        let mut b = LinkConn::inbound(tls_b, idb, lo, vec![lo]);
+        let (mut oa, mut ob) = (false, false);
+        for _ in 0..2000 {
+            let now = SystemTime::now();
+            oa |= a.advance_handshake(now).unwrap().is_some();
+            ob |= b.advance_handshake(now).unwrap().is_some();
+            if oa && ob {
+                return (a, b);
+            }
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        panic!("the link handshake did not finish in 2 s");
+    }
+
+    /// Send `n` cells from `a`; read them at `b` (bounded); their circuit IDs.
+    fn carry(a: &mut LinkConn, b: &mut LinkConn, n: u32) -> Vec<u32> {
+        for i in 0..n {
+            a.queue_cell(i + 1, weft_proto::cell::cmd::RELAY, &[i as u8; BODY_LEN]);
+        }
+        let mut got = Vec::new();
+        for _ in 0..4000 {
+            a.flush().unwrap();
+            let _ = b.fill().unwrap();
+            b.process_cells(|c| {
+                if let CellIn::Fixed { circ_id, .. } = c {
+                    got.push(circ_id);
+                }
+                CellFlow::Continue
+            })
+            .unwrap();
+            if got.len() >= n as usize && b.buffered_in() == 0 && a.pending_out() == 0 {
+                break;
+            }
+            std::thread::sleep(Duration::from_micros(200));
+        }
+        got
+    }
+
+    /// An idle link gives its buffers back and reads on: a few cells in
+    /// the small buffer it gets back, then a burst that makes it grow.
+    #[test]
+    fn an_idle_link_gives_back_its_buffers_and_reads_on() {
+        let (mut a, mut b) = open_pair();
+        assert_eq!(carry(&mut a, &mut b, 3), [1, 2, 3]);
+        let freed = b.release_idle_buffers();
+        assert!(freed >= FULL_READ_BUF, "freed {freed}");
+        assert_eq!(b.rbuf.len(), 0);
+        assert!(a.release_idle_buffers() > 0);
+        assert_eq!(carry(&mut a, &mut b, 3), [1, 2, 3]);
+        assert_eq!(b.rbuf.len(), WAKE_READ_BUF);
+        // 300 cells (150 KiB) read before any is handed out (a reader
+        // that waits for ring room): the small buffer fills and grows,
+        // keeping what it held.
+        for i in 0..300 {
+            a.queue_cell(i + 1, weft_proto::cell::cmd::RELAY, &[1; BODY_LEN]);
+        }
+        for _ in 0..4000 {
+            a.flush().unwrap();
+            let _ = b.fill().unwrap();
+            if b.buffered_in() >= 200 * CELL_LEN {
+                break;
+            }
+            std::thread::sleep(Duration::from_micros(200));
+        }
+        assert_eq!(b.rbuf.len(), FULL_READ_BUF);
+        let got = carry(&mut a, &mut b, 0);
+        assert_eq!(got, (1..=300).collect::<Vec<u32>>());
+        // The read buffer stays while it holds part of a cell.
+        b.rend = b.rstart + 1;
+        b.release_idle_buffers();
+        assert_eq!(b.rbuf.len(), FULL_READ_BUF);
     }
 }

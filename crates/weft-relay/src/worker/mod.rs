@@ -243,6 +243,9 @@ pub struct Worker {
     counters: Counters,
     reported: Counters,
     next_housekeeping: Instant,
+    /// The last report went out while the worker was idle
+    /// ([`Worker::housekeeping_due`]).
+    idle_reported: bool,
     /// When the KIST scheduler runs next.
     next_sched_run: Instant,
     stopping: bool,
@@ -307,6 +310,7 @@ impl Worker {
             counters: Counters::default(),
             reported: Counters::default(),
             next_housekeeping: now + Duration::from_secs(1),
+            idle_reported: false,
             next_sched_run: now,
             stopping: false,
             move_asked: None,
@@ -357,13 +361,23 @@ impl Worker {
             return Some(Duration::ZERO);
         }
         let now = Instant::now();
-        let mut until = self.next_housekeeping.min(self.core_due());
+        let mut until = self.housekeeping_due();
         if let Some(t) = self.next_write() {
-            until = until.min(t);
+            until = Some(until.map_or(t, |u| u.min(t)));
         }
         if kist::cadence_live(self.ctx.kist_interval, self.next_sched_run, now) {
-            until = until.min(self.next_sched_run);
+            until = Some(until.map_or(self.next_sched_run, |u| u.min(self.next_sched_run)));
         }
+        let Some(until) = until else {
+            // Idle: nothing is due until a message or a connection wakes
+            // us (the notifier is told we sleep for ever).
+            self.notifier.going_to_sleep_until(u64::MAX);
+            if self.ins.iter().flatten().any(|c| c.has_pending()) {
+                self.notifier.awake();
+                return Some(Duration::ZERO);
+            }
+            return None;
+        };
         if until <= now {
             return Some(Duration::ZERO);
         }
@@ -378,9 +392,31 @@ impl Worker {
         Some(until - now)
     }
 
-    /// When the core's next timer is due ([`Circuits::poll_timeout`]).
-    fn core_due(&self) -> Instant {
-        self.epoch + Duration::from_nanos(self.core.poll_timeout())
+    /// When the core's next timer is due ([`Circuits::poll_timeout`]);
+    /// None if it has none.
+    fn core_due(&self) -> Option<Instant> {
+        match self.core.poll_timeout() {
+            u64::MAX => None,
+            ns => Some(self.epoch + Duration::from_nanos(ns)),
+        }
+    }
+
+    /// When the worker must next wake for itself (the once-a-second
+    /// report, the core's timers); None when it is idle — no connection,
+    /// no stream socket — and has reported so since: an idle worker
+    /// sleeps without a timer (issue 37) until a message wakes it.
+    fn housekeeping_due(&self) -> Option<Instant> {
+        let idle = self.idle_reported && self.is_idle();
+        let own = (!idle).then_some(self.next_housekeeping);
+        match (own, self.core_due()) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        }
+    }
+
+    /// No connection and no stream socket.
+    pub(crate) fn is_idle(&self) -> bool {
+        self.conns.is_empty() && self.streams.open == [0, 0]
     }
 
     /// True if the worker has work that does not wait for an event or a
@@ -421,7 +457,9 @@ impl Worker {
             now: self.round_start,
             next_run: self.next_sched_run,
             next_write: self.next_write(),
-            next_housekeeping: self.next_housekeeping.min(self.core_due()),
+            next_housekeeping: self
+                .housekeeping_due()
+                .unwrap_or(self.round_start + Duration::from_secs(3600)),
         })
     }
 

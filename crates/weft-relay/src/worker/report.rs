@@ -133,6 +133,7 @@ impl Worker {
     /// [`super::core::timers`].)
     pub(crate) fn housekeeping(&mut self) {
         self.next_housekeeping = Instant::now() + Duration::from_secs(1);
+        self.idle_reported = self.is_idle();
         self.report();
         self.apply_effects();
         self.reap();

@@ -95,13 +95,24 @@ impl Circuits {
     /// When the driver must next call [`Circuits::begin_round`] for the
     /// core's own sake (ns on the workers' clock): now if it has work that
     /// waits for no input (directory answers left over from the last
-    /// round), else its next timer.
+    /// round), else its next timer; `u64::MAX` if it has none (no
+    /// connection, no handshake, no self-test circuit).
     pub(crate) fn poll_timeout(&self) -> u64 {
         if self.streams.has_dir_work() {
             return self.now_ns;
         }
+        // The once-a-second timers have nothing to do without a
+        // connection or a self-test circuit: an idle core has no timer.
+        let tick = if self.conn_ids.is_empty()
+            && self.handshakes.deadlines.is_empty()
+            && self.selftests.is_empty()
+        {
+            u64::MAX
+        } else {
+            self.next_tick_ns
+        };
         let pad = self.pad_due.peek().map(|&Reverse((t, _))| t);
-        pad.map_or(self.next_tick_ns, |t| t.min(self.next_tick_ns))
+        pad.map_or(tick, |t| t.min(tick))
     }
 
     /// The once-a-second timers of the connections, as C Tor's

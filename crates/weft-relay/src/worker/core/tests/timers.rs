@@ -3,7 +3,7 @@
 //! idle time (client and relay), keepalive PADDING after five minutes
 //! without a write, connection padding (proposal 251) on an idle
 //! client's connection and its PADDING_NEGOTIATE, and when the core asks
-//! to be woken.
+//! to be woken (never while it has no connection).
 
 use super::*;
 use crate::worker::core::timers::{HANDSHAKE_TIMEOUT_NS, KEEPALIVE_NS};
@@ -119,12 +119,19 @@ fn keepalive_padding_goes_out_after_five_minutes_without_a_write() {
 }
 
 #[test]
-fn the_core_asks_to_be_woken_for_its_next_timer() {
+fn the_core_asks_to_be_woken_for_its_next_timer_and_an_idle_one_never() {
     let mut net = Net::new(1, 64);
     at(&mut net, 5 * S);
+    assert_eq!(net.cores[0].poll_timeout(), u64::MAX, "no connection");
+    open_client(&mut net, 1);
     assert_eq!(net.cores[0].poll_timeout(), 6 * S);
     at(&mut net, 5 * S + 10);
     assert_eq!(net.cores[0].poll_timeout(), 6 * S, "once a second");
+    net.cores[0].handle_event(CoreEvent::ConnClosed { idx: 1 });
+    net.collect(0);
+    assert_eq!(net.cores[0].poll_timeout(), u64::MAX, "closed");
+    net.cores[0].handle_event(CoreEvent::ConnStarted { idx: 2 });
+    assert_eq!(net.cores[0].poll_timeout(), 6 * S, "a handshake's deadline");
 }
 
 /// Two workers with a two-hop circuit from connection 1 of worker 0 (a
