@@ -120,6 +120,12 @@ pub struct DescriptorParams {
     /// `hibernating 1`: accounting or a shutdown has us refuse new
     /// circuits (authorities then do not list us Running). [C router.c]
     pub hibernating: bool,
+    /// `hidden-service-dir`: we store and serve v3 onion-service
+    /// descriptors (authorities vote HSDir by their own rules only for
+    /// relays that say so). C writes it in every descriptor; weft writes
+    /// it when it is a directory cache (the HSDir answers over
+    /// BEGIN_DIR). [C router.c router_dump_router_to_string()]
+    pub hidden_service_dir: bool,
     /// `family-cert` objects (encoded Ed25519 certificates of type
     /// FAMILY_V_IDENTITY, one per family key; see
     /// `weft_crypto::family_keys`).
@@ -152,6 +158,7 @@ impl DescriptorParams {
             overload_general: None,
             tunnelled_dir_server: false,
             hibernating: false,
+            hidden_service_dir: false,
             or_address_v6: None,
             family_certs: Vec::new(),
         }
@@ -402,6 +409,9 @@ pub fn build_server_descriptor(
     if p.hibernating {
         d.push_str("hibernating 1\n");
     }
+    if p.hidden_service_dir {
+        d.push_str("hidden-service-dir\n");
+    }
     let _ = writeln!(
         d,
         "ntor-onion-key {}",
@@ -441,24 +451,61 @@ pub fn build_extra_info(
     nickname: &str,
     published: SystemTime,
 ) -> Result<(String, ExtraInfoDigests), DescError> {
+    build_extra_info_with_stats(keys, nickname, published, &[])
+}
+
+/// [`build_extra_info`] with statistics: `stats` are C's chunks, each one
+/// or more whole lines (`keyword …\n`), written after `published` in
+/// order. As C's `extrainfo_dump_to_string()`, a document over the
+/// authorities' limit loses chunks from the end until it fits. A chunk
+/// that is not printable ASCII lines is refused.
+pub fn build_extra_info_with_stats(
+    keys: &RelayKeys,
+    nickname: &str,
+    published: SystemTime,
+    stats: &[String],
+) -> Result<(String, ExtraInfoDigests), DescError> {
     if !is_valid_nickname(nickname) {
         return Err(DescError::InvalidNickname(nickname.to_owned()));
     }
-    let mut d = String::with_capacity(1024);
-    let _ = writeln!(
-        d,
-        "extra-info {nickname} {}",
-        hex::encode_upper(keys.fingerprint)
-    );
-    identity_ed25519(&mut d, keys);
-    let _ = writeln!(d, "published {}", format_time(published)?);
-    sign_document(keys, &mut d)?;
-    if d.len() > MAX_EXTRA_INFO_SIZE {
-        return Err(DescError::TooLarge {
-            size: d.len(),
-            limit: MAX_EXTRA_INFO_SIZE,
-        });
+    for c in stats {
+        if !c.ends_with('\n') || c.starts_with('\n') || c.contains("\n\n") {
+            return Err(DescError::InvalidField {
+                field: "extra_info_stats",
+                why: "each chunk must be whole lines",
+            });
+        }
+        for l in c.lines() {
+            check_line("extra_info_stats", l)?;
+        }
     }
+    let mut stats = stats;
+    let d = loop {
+        let mut d = String::with_capacity(1024);
+        let _ = writeln!(
+            d,
+            "extra-info {nickname} {}",
+            hex::encode_upper(keys.fingerprint)
+        );
+        identity_ed25519(&mut d, keys);
+        let _ = writeln!(d, "published {}", format_time(published)?);
+        for c in stats {
+            d.push_str(c);
+        }
+        sign_document(keys, &mut d)?;
+        if d.len() <= MAX_EXTRA_INFO_SIZE {
+            break d;
+        }
+        match stats.split_last() {
+            Some((_, rest)) => stats = rest,
+            None => {
+                return Err(DescError::TooLarge {
+                    size: d.len(),
+                    limit: MAX_EXTRA_INFO_SIZE,
+                })
+            }
+        }
+    };
     let digests = extra_info_digests(&d).ok_or(DescError::InvalidField {
         field: "extra_info",
         why: "internal error: no router-signature in what we built",

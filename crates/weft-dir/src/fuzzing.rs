@@ -1,7 +1,8 @@
 //! Entry points for the cargo-fuzz targets in `fuzz/` that reach this
 //! crate's parsers of network input (HTTP responses from directory servers,
 //! consensus documents, authority certificates; the exit policy of the
-//! torrc; consensus diffs). Compiled on stable so the
+//! torrc; consensus diffs; onion-service descriptor uploads and fetches).
+//! Compiled on stable so the
 //! committed corpora are replayed by unit tests. None may panic.
 
 use std::time::SystemTime;
@@ -113,5 +114,35 @@ pub fn consdiff(data: &[u8]) {
         if !other.contains('\0') {
             assert_eq!(apply(base, &diff).as_deref(), Ok(other));
         }
+    }
+}
+
+/// The HSDir's parsers: an upload's outer layer (checked at a fixed time,
+/// when the committed C Tor descriptor's certificate was valid), stored
+/// and cleaned; the same bytes as an HTTP request (routing, the body's
+/// framing) and as a blinded key.
+pub fn hs_descriptor(data: &[u8]) {
+    use crate::hs_cache::http::{classify, post_body};
+    use crate::hs_cache::{check_descriptor, HsDirCache, HsDirIndex, HS_DESC_MAX_LEN};
+    let now = std::time::UNIX_EPOCH + std::time::Duration::from_secs(1_674_486_000);
+    let unix = 1_674_486_000;
+    if let Ok(d) = check_descriptor(data, HS_DESC_MAX_LEN, now) {
+        let key = d.blinded_key;
+        let mut cache = HsDirCache::default();
+        let mut index = HsDirIndex::default();
+        if let Ok(u) = cache.store(d.clone(), unix) {
+            index.apply(&u);
+        }
+        let _ = cache.store(d, unix);
+        let _ = index.get(&key, unix);
+        let _ = cache.handle_oom(unix + 3600, 1, 120);
+        let _ = cache.clean(unix + 86_400, None);
+    }
+    if let crate::cache::serve::Parsed::Request(r) = crate::cache::serve::parse_request(data) {
+        let _ = classify(&r);
+        let _ = post_body(data, HS_DESC_MAX_LEN);
+    }
+    if let Ok(s) = std::str::from_utf8(data) {
+        let _ = crate::hs_cache::parse::parse_blinded_key(s);
     }
 }

@@ -15,7 +15,10 @@
 //! * [`dirport`] fetches documents from an authority's DirPort;
 //! * [`http`] is the small, bounded HTTP/1.0 client both use;
 //! * [`consdiff`] makes and applies consensus diffs (proposal 140) exactly
-//!   as C Tor's `consdiff.c` does (sans-IO: documents in, text out).
+//!   as C Tor's `consdiff.c` does (sans-IO: documents in, text out);
+//! * [`hs_cache`] is the HSDir's v3 onion-service descriptor cache
+//!   (`HSDir=2`): uploads checked and stored, fetches answered, expiry
+//!   and the OOM handler, as C Tor's `hs_cache.c`.
 //!
 //! Everything read from the network is untrusted: sizes are capped before
 //! parsing, every network operation has a deadline, and no input can make
@@ -36,6 +39,7 @@ pub mod dirport;
 pub mod exit_policy;
 #[doc(hidden)]
 pub mod fuzzing;
+pub mod hs_cache;
 pub mod http;
 pub mod upload;
 

@@ -616,3 +616,38 @@ fn ipv6_policy_line() {
     p.ipv6_policy = Some("accept 80\nreject 1-65535".into());
     assert!(build_descriptor_pair(&k, &p).is_err(), "one line only");
 }
+
+/// Statistics in the extra-info: C's chunks after `published`, before the
+/// signatures, the digests over the whole; a document over the
+/// authorities' limit loses chunks from the end (as C's
+/// `extrainfo_dump_to_string()`); a chunk that is not whole printable
+/// lines is refused.
+#[test]
+fn extra_info_statistics_chunks() {
+    let (_t, k) = make_keys();
+    let now = now_secs();
+    let history = "write-history 2026-11-29 00:00:00 (86400 s) 20480\n\
+                   read-history 2026-11-29 00:00:00 (86400 s) 10240\n"
+        .to_string();
+    let overload = "overload-fd-exhausted 1 2026-11-29 00:00:00\n".to_string();
+    let (ei, digests) =
+        build_extra_info_with_stats(&k, "weftTest", now, &[history.clone(), overload.clone()])
+            .unwrap();
+    let kws = keywords(&ei);
+    let at = |kw: &str| kws.iter().position(|k| *k == kw).unwrap();
+    assert!(at("published") < at("write-history"));
+    assert!(at("read-history") < at("overload-fd-exhausted"));
+    assert!(at("overload-fd-exhausted") < at("router-sig-ed25519"));
+    assert_eq!(extra_info_digests(&ei), Some(digests));
+    // Too large: the last chunk goes first, then the one before.
+    let huge = format!("{}\n", "x".repeat(MAX_EXTRA_INFO_SIZE));
+    let (ei, _) =
+        build_extra_info_with_stats(&k, "weftTest", now, &[history.clone(), huge]).unwrap();
+    assert!(ei.contains(&history) && ei.len() < MAX_EXTRA_INFO_SIZE);
+    for bad in ["no newline", "two\n\nblank\n", "tab\there\n"] {
+        assert!(
+            build_extra_info_with_stats(&k, "weftTest", now, &[bad.to_string()]).is_err(),
+            "{bad:?}"
+        );
+    }
+}

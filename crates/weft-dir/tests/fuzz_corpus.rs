@@ -1,6 +1,6 @@
 //! Replays the committed cargo-fuzz corpora of this crate's network parsers
 //! (`fuzz/corpus/dir_http`, `fuzz/corpus/dir_request`, `fuzz/corpus/dir_documents`,
-//! `fuzz/corpus/exit_policy`, `fuzz/corpus/consdiff`) on stable.
+//! `fuzz/corpus/exit_policy`, `fuzz/corpus/consdiff`, `fuzz/corpus/hs_descriptor`) on stable.
 
 use std::path::Path;
 
@@ -39,4 +39,9 @@ fn exit_policy_corpus() {
 #[test]
 fn consdiff_corpus() {
     each_seed("consdiff", weft_dir::fuzzing::consdiff);
+}
+
+#[test]
+fn hs_descriptor_corpus() {
+    each_seed("hs_descriptor", weft_dir::fuzzing::hs_descriptor);
 }

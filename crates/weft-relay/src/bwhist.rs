@@ -93,8 +93,14 @@ impl BandwidthHistory {
         let mut h = BandwidthHistory::default();
         for (i, line) in text.lines().enumerate() {
             let l = line.trim();
-            // The accounting's lines share the file (crate::accounting).
-            if l.is_empty() || l.starts_with('#') || l.starts_with("Accounting") {
+            // The accounting's lines share the file (crate::accounting), and
+            // so do the extra-info's byte histories (crate::stats).
+            let key = l.split_whitespace().next().unwrap_or("");
+            if l.is_empty()
+                || l.starts_with('#')
+                || l.starts_with("Accounting")
+                || crate::stats::is_state_item(key)
+            {
                 continue;
             }
             let mut t = l.split_whitespace();

@@ -251,6 +251,9 @@ pub struct SchedParams {
     pub conn_timeout_relays_s: u32,
     /// Connection padding (the consensus's `nf_ito_*`, `nf_pad_*`).
     pub padding: weft_proto::padding::PaddingParams,
+    /// The consensus's `HSV3MaxDescriptorSize` (bytes, default 50,000):
+    /// an onion-service descriptor at least this big is refused.
+    pub hs_max_desc_size: usize,
 }
 
 impl Default for SchedParams {
@@ -267,6 +270,7 @@ impl Default for SchedParams {
             cfx: Default::default(),
             conn_timeout_relays_s: 3600,
             padding: Default::default(),
+            hs_max_desc_size: weft_dir::hs_cache::HS_DESC_MAX_LEN,
         }
     }
 }
@@ -350,6 +354,8 @@ pub struct CircuitContext {
     pub conn_timeout_relays_s: u32,
     /// Connection padding parameters (proposal 251).
     pub padding: weft_proto::padding::PaddingParams,
+    /// The consensus's `HSV3MaxDescriptorSize`.
+    pub hs_max_desc_size: usize,
     /// We are a directory cache (BEGIN_DIR served).
     pub dir_cache: bool,
     /// Source addresses of outbound connections.
@@ -397,6 +403,7 @@ impl SharedContext {
                 cfx: sched.cfx,
                 conn_timeout_relays_s: sched.conn_timeout_relays_s,
                 padding: sched.padding,
+                hs_max_desc_size: sched.hs_max_desc_size,
                 dir_cache: false,
                 hibernating: false,
                 outbound: Default::default(),

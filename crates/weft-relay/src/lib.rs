@@ -8,7 +8,7 @@
 //! Layers (a module uses only modules of lower layers; checked by the test
 //! `module_layers`): leaf modules (`accounting`, `bucket`, `bwhist`, `context`, `control`, `dos`,
 //! `ewma`, `histogram`, `kist`, `link_io`, `oom`, `outbound`, `pool`, `privileges`, `ring`,
-//! `sched_slice`, `selftest`, `service_notify`, `tls`, `worker_report`), then `messages`, then
+//! `sched_slice`, `selftest`, `service_notify`, `stats`, `tls`, `worker_report`), then `messages`, then
 //! `worker`, then
 //! `controller`.
 //!
@@ -39,6 +39,7 @@ pub mod ring;
 pub mod sched_slice;
 pub mod selftest;
 pub mod service_notify;
+pub mod stats;
 pub mod tls;
 pub mod worker;
 pub mod worker_report;

@@ -314,6 +314,36 @@ pub enum ControllerMsg {
         /// Its home.
         worker: u16,
     },
+    /// HSDir: an onion-service descriptor upload on directory stream
+    /// `stream` of worker `worker` (over a multi-hop circuit, body
+    /// complete): check it, store it, answer with `CoreMsg::HsDescPosted`.
+    HsDescPost {
+        /// Which worker.
+        worker: usize,
+        /// The stream's key there.
+        stream: usize,
+        /// The stream's tag.
+        tag: u64,
+        /// The request body (the descriptor).
+        body: Vec<u8>,
+    },
+    /// Directory statistics: a consensus request over BEGIN_DIR was
+    /// answered (C's `handle_get_current_consensus` notes).
+    DirRequest {
+        /// The request (worker and stream), for [`Self::DirRequestDone`].
+        id: u64,
+        /// The connection's peer (C's address of the directory request).
+        ip: Option<std::net::IpAddr>,
+        /// How it was answered.
+        response: crate::stats::dirreq::NsResponse,
+        /// Bytes of the answer.
+        size: u64,
+    },
+    /// Directory statistics: the consensus of request `id` was sent whole.
+    DirRequestDone {
+        /// As in [`Self::DirRequest`].
+        id: u64,
+    },
     /// DoS: a CREATE cell came on a client connection from `ip`.
     ClientCreate {
         /// The client's address.

@@ -107,8 +107,16 @@ pub struct DirCounters {
     pub too_large: u64,
     /// Response bytes (head and body) packaged into DATA cells.
     pub bytes: u64,
+    /// Request bytes received (the DATA of BEGIN_DIR streams).
+    pub request_bytes: u64,
     /// Consensus diffs answered, by flavour (ns, microdesc).
     pub consensus_diffs: [u64; 2],
+    /// Onion-service descriptor fetches: found, not found, refused over a
+    /// one-hop circuit.
+    pub hs_fetches: [u64; 3],
+    /// Descriptor uploads refused by the worker: over a one-hop circuit,
+    /// announced over the size limit, not a v3 `/publish` URL.
+    pub hs_posts_refused: [u64; 3],
 }
 
 impl DirCounters {
@@ -125,10 +133,15 @@ impl DirCounters {
             refused,
             too_large: f(self.too_large, o.too_large),
             bytes: f(self.bytes, o.bytes),
+            request_bytes: f(self.request_bytes, o.request_bytes),
             consensus_diffs: [
                 f(self.consensus_diffs[0], o.consensus_diffs[0]),
                 f(self.consensus_diffs[1], o.consensus_diffs[1]),
             ],
+            hs_fetches: std::array::from_fn(|i| f(self.hs_fetches[i], o.hs_fetches[i])),
+            hs_posts_refused: std::array::from_fn(|i| {
+                f(self.hs_posts_refused[i], o.hs_posts_refused[i])
+            }),
         }
     }
 }
@@ -301,6 +314,11 @@ pub struct WorkerReport {
     pub read_bytes: u64,
     /// Bytes written to sockets (TLS plaintext).
     pub written_bytes: u64,
+    /// Bytes read over IPv6: relay connections (as `read_bytes`) and exit
+    /// streams.
+    pub read_v6_bytes: u64,
+    /// Bytes written over IPv6, as `read_v6_bytes`.
+    pub written_v6_bytes: u64,
     /// Relay cells forwarded between halves.
     pub cells_relayed: u64,
     /// Of those, handed to a half on another worker.

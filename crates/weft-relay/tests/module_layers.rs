@@ -14,7 +14,7 @@ fn layer(m: &str) -> Option<u8> {
         "accounting" | "bucket" | "bwhist" | "context" | "control" | "dns_honesty" | "dos"
         | "ewma" | "histogram" | "kist" | "link_io" | "oom" | "outbound" | "pool"
         | "privileges" | "resolver" | "ring" | "sched_slice" | "selftest" | "service_notify"
-        | "tls" | "worker_report" => 0,
+        | "stats" | "tls" | "worker_report" => 0,
         "messages" => 1,
         "worker" => 2,
         "controller" => 3,

@@ -28,7 +28,8 @@ pub struct TestnetConfig {
     /// Default 1.
     pub clients: usize,
     /// The weft relay, if any. It never gets Guard (unless
-    /// `guards_by_vote`), Exit (unless an exit) or HSDir.
+    /// `guards_by_vote`), Exit (unless an exit) or HSDir (unless
+    /// `hsdirs_by_vote`).
     pub weft: Option<WeftNode>,
     /// v3 onion services run by one stock tor node (`hs0`), each
     /// `HiddenServicePort 80` to the same local port
@@ -62,6 +63,14 @@ pub struct TestnetConfig {
     /// `AuthDirGuardBWGuarantee 10 KBytes`,
     /// `AuthDirVoteStableGuaranteeMinUptime 0`). weft can then earn Guard.
     pub guards_by_vote: bool,
+    /// The authorities compute the HSDir flag themselves (C Tor's
+    /// `dirserv_thinks_router_is_hs_dir`: `hidden-service-dir` and
+    /// `tunnelled-dir-server` in the descriptor, Stable, Fast, Running,
+    /// Valid, uptime at least `MinUptimeHidServDirectoryV2`) for every
+    /// relay, weft included, instead of voting it for the stock relays
+    /// only; lowered for a young network: `MinUptimeHidServDirectoryV2 0
+    /// minutes`, `AuthDirVoteStableGuaranteeMinUptime 0`.
+    pub hsdirs_by_vote: bool,
 }
 
 impl TestnetConfig {
@@ -106,6 +115,7 @@ impl Default for TestnetConfig {
             exit_torrc: Vec::new(),
             authority_torrc: Vec::new(),
             guards_by_vote: false,
+            hsdirs_by_vote: false,
         }
     }
 }
@@ -125,6 +135,10 @@ pub struct WeftNode {
     /// `ExitPolicyRejectPrivate 0`); the authorities then vote Exit from
     /// the descriptors, weft's included. Empty: not an exit.
     pub exit_policy: Vec<String>,
+    /// Files written into weft's DataDirectory before its first start:
+    /// (relative path, contents), e.g. a `state` file a previous run would
+    /// have left.
+    pub data_files: Vec<(String, String)>,
 }
 
 impl WeftNode {
@@ -136,6 +150,7 @@ impl WeftNode {
             extra_torrc: Vec::new(),
             nickname: "weft".into(),
             exit_policy: Vec::new(),
+            data_files: Vec::new(),
         }
     }
 }

@@ -232,6 +232,35 @@ impl ControlClient {
         }
     }
 
+    /// A command with a data block (`+KEYWORD args`, then `data`'s lines,
+    /// dot-escaped, then `.`), e.g. `HSPOST`; tor's reply.
+    pub fn command_with_data(&mut self, line: &str, data: &str) -> Result<Reply> {
+        if line.contains(['\r', '\n']) {
+            bail!("control command must be one line: {line:?}");
+        }
+        let mut msg = format!("+{line}\r\n");
+        for l in data.lines() {
+            if l.starts_with('.') {
+                msg.push('.');
+            }
+            msg.push_str(l);
+            msg.push_str("\r\n");
+        }
+        msg.push_str(".\r\n");
+        self.stream
+            .write_all(msg.as_bytes())
+            .with_context(|| format!("writing to control port {}", self.addr))?;
+        let deadline = Instant::now() + REPLY_TIMEOUT;
+        loop {
+            let r = self.read_reply(deadline)?;
+            if r.code == 650 {
+                self.queue_event(r);
+                continue;
+            }
+            return Ok(r);
+        }
+    }
+
     /// `GETINFO key`: the value (multi-line values joined with `\n`).
     pub fn getinfo(&mut self, key: &str) -> Result<String> {
         let r = self

@@ -89,6 +89,7 @@ impl NetArgs {
                 extra_torrc: self.weft_torrc.clone(),
                 nickname: "weft".into(),
                 exit_policy: Vec::new(),
+                data_files: Vec::new(),
             }),
             ..TestnetConfig::default()
         };

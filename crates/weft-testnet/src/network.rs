@@ -195,6 +195,14 @@ impl Testnet {
                         .as_ref()
                         .ok_or_else(|| anyhow!("weft node without config"))?;
                     create_private_dir(&n.dir)?;
+                    for (name, text) in &w.data_files {
+                        let path = n.dir.join(name);
+                        if let Some(parent) = path.parent() {
+                            fs::create_dir_all(parent)?;
+                        }
+                        fs::write(&path, text)
+                            .with_context(|| format!("writing {}", path.display()))?;
+                    }
                     torrc::weft_torrc(
                         &n.name,
                         &n.dir,
@@ -315,6 +323,7 @@ impl Testnet {
             exit_torrc: self.config.exit_torrc.clone(),
             authority_torrc: self.config.authority_torrc.clone(),
             guards_by_vote: self.config.guards_by_vote,
+            hsdirs_by_vote: self.config.hsdirs_by_vote,
             weft_exit_policy: self
                 .config
                 .weft

@@ -100,6 +100,44 @@ impl UploadWatch {
         }
     }
 
+    /// Wait until every address in `onions` has been accepted by the HSDir
+    /// whose fingerprint is `hsdir_fp` (hex, as events name it
+    /// `$FP~nick`); an error after `timeout` naming the ones missing.
+    pub fn wait_uploaded_to(
+        &mut self,
+        onions: &[String],
+        hsdir_fp: &str,
+        timeout: Duration,
+    ) -> Result<Duration> {
+        let t0 = Instant::now();
+        let deadline = t0 + timeout;
+        loop {
+            let missing: Vec<&String> = onions
+                .iter()
+                .filter(|o| {
+                    let key = o.trim_end_matches(".onion");
+                    !self
+                        .uploaded
+                        .get(key)
+                        .is_some_and(|h| h.iter().any(|d| d.contains(hsdir_fp)))
+                })
+                .collect();
+            if missing.is_empty() {
+                return Ok(t0.elapsed());
+            }
+            let now = Instant::now();
+            if now >= deadline {
+                let tail = &self.failed[self.failed.len().saturating_sub(8)..];
+                bail!(
+                    "onion descriptors not uploaded to {hsdir_fp} after {timeout:?}: {missing:?}; failures: {tail:?}"
+                );
+            }
+            if let Some(ev) = self.ctl.next_event(deadline - now)? {
+                self.note(&ev);
+            }
+        }
+    }
+
     /// Upload failures seen so far (`HS_DESC FAILED ...` lines).
     pub fn failures(&self) -> &[String] {
         &self.failed

@@ -55,6 +55,9 @@ pub(crate) struct NetFacts {
     /// The authorities compute Guard themselves (see
     /// `TestnetConfig::guards_by_vote`).
     pub(crate) guards_by_vote: bool,
+    /// The authorities compute HSDir themselves
+    /// (`TestnetConfig::hsdirs_by_vote`).
+    pub(crate) hsdirs_by_vote: bool,
 }
 
 /// The ports one node listens on.
@@ -230,11 +233,14 @@ pub(crate) fn stock_torrc(
         if !facts.consensus_params.is_empty() {
             let _ = writeln!(a, "ConsensusParams {}", facts.consensus_params);
         }
-        if !facts.weft_exit_policy.is_empty() || facts.guards_by_vote {
+        if !facts.weft_exit_policy.is_empty() || facts.guards_by_vote || facts.hsdirs_by_vote {
             // Clients that pick their own circuits sample only Stable
             // guards; in a young network the stock relays are not Stable
             // for a long while, so the clients would have no guard.
             let _ = writeln!(a, "AuthDirVoteStableGuaranteeMinUptime 0");
+        }
+        if facts.hsdirs_by_vote {
+            let _ = writeln!(a, "MinUptimeHidServDirectoryV2 0 minutes");
         }
         if facts.guards_by_vote {
             let _ = writeln!(a, "AuthDirVoteGuardGuaranteeTimeKnown 30 seconds");
@@ -245,14 +251,15 @@ pub(crate) fn stock_torrc(
             ("TestingDirAuthVoteExit", &facts.exit_fps),
             ("TestingDirAuthVoteHSDir", &facts.hsdir_fps),
         ] {
-            let by_vote = facts.guards_by_vote && opt == "TestingDirAuthVoteGuard";
+            let by_vote = (facts.guards_by_vote && opt == "TestingDirAuthVoteGuard")
+                || (facts.hsdirs_by_vote && opt == "TestingDirAuthVoteHSDir");
             if !fps.is_empty() && !by_vote {
                 let _ = writeln!(a, "{opt} {}", routerset(fps));
             }
             // Strict: nobody outside the list gets the flag, whatever its
-            // descriptor says (weft must never be Guard/Exit/HSDir) —
-            // except Exit when weft is an exit: it earns that flag from
-            // its descriptor's policy.
+            // descriptor says (weft is never Guard/Exit/HSDir unless the
+            // flag is voted by the rules) — except Exit when weft is an
+            // exit: it earns that flag from its descriptor's policy.
             let strict =
                 !by_vote && (opt != "TestingDirAuthVoteExit" || facts.weft_exit_policy.is_empty());
             let _ = writeln!(a, "{opt}IsStrict {}", u8::from(strict));

@@ -194,11 +194,17 @@ fn kill_9_during_traffic_keeps_identity_and_keys() -> Result<()> {
         "fingerprint changed"
     );
     ensure!(key_files(&relay.data())? == keys, "key files changed");
-    let log = relay.log();
-    ensure!(
-        log.contains("starting a new bandwidth history"),
-        "no line about the damaged state file"
-    );
+    // The controller reads the state file after the ORPort opens: wait
+    // (bounded) for its line.
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while !relay.log().contains("starting a new bandwidth history") {
+        ensure!(
+            Instant::now() < deadline,
+            "no line about the damaged state file:\n{}",
+            relay.log()
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
     let run = load(&relay, &tmp.path().join("load2"))?;
     std::thread::sleep(Duration::from_secs(2));
     let down = run.sum(|c| c.down_cells.load(Ordering::Relaxed));

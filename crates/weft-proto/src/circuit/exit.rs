@@ -151,6 +151,92 @@ pub fn admit_begin(data: &[u8], ctx: &ExitContext<'_>) -> Admission {
     }
 }
 
+/// What C's `tor_addr_parse_PTR_name(…, AF_UNSPEC, 0)` makes of a
+/// (lower-cased) name: a reverse-lookup name (`4.3.2.1.in-addr.arpa`, or
+/// the 32 nybbles of an `ip6.arpa` name) gives the address it asks
+/// about; a name that ends so but is not well formed is malformed; any
+/// other name (`example.arpa` too) is an ordinary one.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PtrName {
+    /// An ordinary name.
+    NotReverse,
+    /// Ends in `.in-addr.arpa` or `.ip6.arpa` but is not well formed.
+    Malformed,
+    /// A reverse lookup of this address.
+    Reverse(IpAddr),
+}
+
+/// See [`PtrName`]. [C address.c tor_addr_parse_PTR_name(),
+/// inaddr.c tor_inet_aton()]
+pub fn parse_ptr_name(host: &str) -> PtrName {
+    if let Some(v4) = host.strip_suffix(".in-addr.arpa") {
+        // C copies it into a 16-byte buffer (INET_NTOA_BUF_LEN) first.
+        if v4.len() >= 16 {
+            return PtrName::Malformed;
+        }
+        // tor_inet_aton: four dotted decimals of 1-3 digits, no leading
+        // zero, each at most 255.
+        let octets: Vec<&str> = v4.split('.').collect();
+        let ok = |o: &&str| {
+            (1..=3).contains(&o.len())
+                && o.bytes().all(|b| b.is_ascii_digit())
+                && !(o.len() > 1 && o.starts_with('0'))
+        };
+        if octets.len() != 4 || !octets.iter().all(ok) {
+            return PtrName::Malformed;
+        }
+        let mut b = [0u8; 4];
+        for (i, o) in octets.iter().enumerate() {
+            match o.parse::<u8>() {
+                // The name lists the octets in reverse.
+                Ok(v) => b[3 - i] = v,
+                Err(_) => return PtrName::Malformed,
+            }
+        }
+        return PtrName::Reverse(IpAddr::from(b));
+    }
+    if host.ends_with(".ip6.arpa") {
+        // Sixteen bytes, low nybble first, each nybble and its dot, from
+        // the last byte to the first; then "ip6.arpa".
+        let s = host.as_bytes();
+        if s.len() != 16 * 4 + "ip6.arpa".len() {
+            return PtrName::Malformed;
+        }
+        let nybble = |c: u8| (c as char).to_digit(16).map(|d| d as u8);
+        let mut a = [0u8; 16];
+        for i in 0..16 {
+            let q = &s[i * 4..i * 4 + 4];
+            match (nybble(q[0]), q[1], nybble(q[2]), q[3]) {
+                (Some(lo), b'.', Some(hi), b'.') => a[15 - i] = lo | (hi << 4),
+                _ => return PtrName::Malformed,
+            }
+        }
+        return PtrName::Reverse(IpAddr::from(a));
+    }
+    PtrName::NotReverse
+}
+
+/// Why C refuses a RESOLVE for `name` (lower-cased, not an IP literal)
+/// before any lookup, or `None` to look it up: an empty name, one
+/// `address_is_invalid_destination()` refuses, a malformed reverse-lookup
+/// name, a reverse lookup of an address `is_internal` says is internal
+/// (C: "anonymity-compromising"), or any other reverse lookup (C looks it
+/// up; weft's resolver does no PTR lookups). [C dns.c dns_resolve_impl()]
+pub fn resolve_refusal(name: &str, is_internal: impl Fn(IpAddr) -> bool) -> Option<&'static str> {
+    if name.is_empty() {
+        return Some("an empty name");
+    }
+    if !is_rfc953_name(name) {
+        return Some("an invalid destination name");
+    }
+    match parse_ptr_name(name) {
+        PtrName::NotReverse => None,
+        PtrName::Malformed => Some("a malformed reverse-lookup name"),
+        PtrName::Reverse(ip) if is_internal(ip) => Some("a reverse lookup of an internal address"),
+        PtrName::Reverse(_) => Some("a reverse lookup (weft does none)"),
+    }
+}
+
 /// Letters, digits, `-`, `.` and `_` only (`address_is_invalid_destination`).
 pub fn is_rfc953_name(h: &str) -> bool {
     h.bytes()
@@ -458,5 +544,63 @@ mod tests {
         assert_eq!(b.len(), 25);
         assert_eq!(&b[..5], &[0, 0, 0, 0, 6]);
         assert_eq!(&b[21..], &3600u32.to_be_bytes());
+    }
+
+    #[test]
+    fn reverse_lookup_names_are_parsed_as_c_tor_parses_them() {
+        use PtrName::*;
+        assert_eq!(
+            parse_ptr_name("4.3.2.1.in-addr.arpa"),
+            Reverse(IpAddr::from([1, 2, 3, 4]))
+        );
+        assert_eq!(
+            parse_ptr_name("1.0.0.127.in-addr.arpa"),
+            Reverse(IpAddr::from([127, 0, 0, 1]))
+        );
+        for bad in [
+            "4.3.2.in-addr.arpa",
+            "4.3.2.1.0.in-addr.arpa",
+            "04.3.2.1.in-addr.arpa",
+            "256.3.2.1.in-addr.arpa",
+            "1234.3.2.1.in-addr.arpa",
+            "a.3.2.1.in-addr.arpa",
+            "+4.3.2.1.in-addr.arpa",
+            ".in-addr.arpa",
+            "x.ip6.arpa",
+            "1.ip6.arpa",
+        ] {
+            assert_eq!(parse_ptr_name(bad), Malformed, "{bad}");
+        }
+        // 2001:db8::567:89ab, nybbles reversed.
+        let v6 = "b.a.9.8.7.6.5.0.0.0.0.0.0.0.0.0.0.0.0.0.0.0.0.0.8.b.d.0.1.0.0.2.ip6.arpa";
+        assert_eq!(
+            parse_ptr_name(v6),
+            Reverse("2001:db8::567:89ab".parse().unwrap())
+        );
+        assert_eq!(parse_ptr_name(&v6.replace("b.a.9", "g.a.9")), Malformed);
+        assert_eq!(parse_ptr_name(&v6[4..]), Malformed);
+        for plain in ["example.com", "example.arpa", "in-addr.arpa", "arpa"] {
+            assert_eq!(parse_ptr_name(plain), NotReverse, "{plain}");
+        }
+    }
+
+    #[test]
+    fn resolve_names_refused_before_a_lookup() {
+        let internal = |ip: IpAddr| ip.is_loopback();
+        assert_eq!(resolve_refusal("example.com", internal), None);
+        assert_eq!(resolve_refusal("under_score.example", internal), None);
+        for (name, why) in [
+            ("", "an empty name"),
+            ("bad name.example", "an invalid destination name"),
+            ("a;b", "an invalid destination name"),
+            ("1.2.3.04.in-addr.arpa", "a malformed reverse-lookup name"),
+            (
+                "1.0.0.127.in-addr.arpa",
+                "a reverse lookup of an internal address",
+            ),
+            ("4.3.2.1.in-addr.arpa", "a reverse lookup (weft does none)"),
+        ] {
+            assert_eq!(resolve_refusal(name, internal), Some(why), "{name:?}");
+        }
     }
 }

@@ -17,7 +17,9 @@ use weft_dir::consensus::{
     fetch_microdescs, fetch_verified_consensus, ConsensusSummary, FetchOptions, MicrodescKeys,
     NetParams, RelayEntry,
 };
-use weft_dir::descriptor::{build_extra_info, build_server_descriptor, DescriptorParams};
+use weft_dir::descriptor::{
+    build_extra_info_with_stats, build_server_descriptor, DescriptorParams,
+};
 use weft_dir::upload::{post_descriptor, UploadOutcome};
 use weft_proto::origin::HopTarget;
 
@@ -40,8 +42,12 @@ use crate::context::{DirAuthority, RelayConfig};
 ///
 /// `DirCache=2`: consensus diffs served (weft-dir `cache/diffs.rs`,
 /// `cache/diff_store.rs`), as C Tor's `consdiffmgr.c`.
+///
+/// `HSDir=2`: v3 onion-service descriptors stored and served (weft-dir
+/// `hs_cache/`, `controller/hs_dir.rs`, the workers' `streams/hsdir.rs`),
+/// as C Tor's `hs_cache.c`; the descriptor says `hidden-service-dir`.
 pub const PROTO: &str =
-    "Conflux=1 Cons=1-2 Desc=1-2 DirCache=1-2 FlowCtrl=1-2 HSIntro=4-5 HSRend=1-2 Link=4-5 LinkAuth=3 Microdesc=1-2 Relay=2,4";
+    "Conflux=1 Cons=1-2 Desc=1-2 DirCache=1-2 FlowCtrl=1-2 HSDir=2 HSIntro=4-5 HSRend=1-2 Link=4-5 LinkAuth=3 Microdesc=1-2 Relay=2,4";
 
 /// Results of background directory work, handled on the controller.
 #[derive(Debug)]
@@ -143,6 +149,8 @@ pub struct DirState {
     /// Our last published descriptor and extra-info (the cache serves
     /// them).
     own: Option<(String, String)>,
+    /// The statistics of the next extra-info (`crate::stats` chunks).
+    extra_stats: Vec<String>,
 }
 
 impl DirState {
@@ -174,6 +182,7 @@ impl DirState {
             family: cfg.family.clone(),
             overload_general: None,
             tunnelled_dir_server: dir_cache,
+            hidden_service_dir: dir_cache,
             hibernating: false,
             or_address_v6: cfg.ipv6_or_port.map(|(_, adv)| adv),
             family_certs: Vec::new(),
@@ -197,6 +206,7 @@ impl DirState {
             selftest_last: None,
             selftest_busy: false,
             own: None,
+            extra_stats: Vec::new(),
         }
     }
 
@@ -397,6 +407,12 @@ impl DirState {
         self.desc.overload_general = at;
     }
 
+    /// The statistics chunks the next extra-info carries (not a reason
+    /// to republish by themselves, as in C).
+    pub fn set_extra_stats(&mut self, chunks: Vec<String>) {
+        self.extra_stats = chunks;
+    }
+
     /// Republish if anything calls for it.
     pub fn maybe_republish(&mut self, keys: &RelayKeys, started: Instant, observed: u64) {
         let since = self
@@ -439,7 +455,8 @@ impl DirState {
                     .ok()
             })
             .collect();
-        let (extra, digests) = match build_extra_info(keys, &self.desc.nickname, now) {
+        let built = build_extra_info_with_stats(keys, &self.desc.nickname, now, &self.extra_stats);
+        let (extra, digests) = match built {
             Ok(x) => x,
             Err(e) => {
                 warn!("cannot build extra-info: {e}");

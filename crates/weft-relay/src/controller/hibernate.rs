@@ -140,6 +140,7 @@ impl Controller {
     /// Save the bandwidth history and the accounting (0600).
     pub(super) fn save_state(&self, path: &std::path::Path) {
         let mut text = self.bw.to_state();
+        text.push_str(&self.stats.to_state());
         if let Some(a) = &self.accounting {
             text.push_str(&a.to_state());
         }

@@ -59,6 +59,9 @@ pub(super) struct Limits {
     pub(super) max_mem: u64,
     /// Queued bytes per worker, as last reported.
     queued: Vec<u64>,
+    /// Bytes of the HSDir's descriptor cache (counted with the queues, as
+    /// C's `cell_queues_check_size` counts `hs_cache_get_total_allocation`).
+    pub(super) hs_dir_bytes: u64,
     oom: Option<OomRound>,
     next_round: u64,
     /// OOM rounds that closed circuits.
@@ -90,6 +93,7 @@ impl Limits {
             fd_warned: None,
             max_mem,
             queued: vec![0; workers],
+            hs_dir_bytes: 0,
             oom: None,
             next_round: 1,
             oom_rounds: 0,
@@ -209,13 +213,16 @@ impl Limits {
         }
     }
 
-    /// Worker `w` reports `bytes` queued; over the limit, start an OOM
-    /// round.
-    pub(super) fn queue_bytes(&mut self, w: usize, bytes: u64, workers: &[WorkerHandle]) {
+    /// Worker `w` reports `bytes` queued (then [`Limits::check`]).
+    pub(super) fn set_queued(&mut self, w: usize, bytes: u64) {
         if let Some(q) = self.queued.get_mut(w) {
             *q = bytes;
         }
-        let total = self.queued_total();
+    }
+
+    /// Over the limit (queues and descriptors), start an OOM round.
+    pub(super) fn check(&mut self, workers: &[WorkerHandle]) {
+        let total = self.queued_total() + self.hs_dir_bytes;
         let to_recover = oom::to_recover(total, self.max_mem);
         // A round whose answers never all came (a worker stopped) gives way.
         if self
@@ -230,7 +237,7 @@ impl Limits {
         }
         self.note_overload();
         warn!(
-            "we're low on memory: cell queues hold {} MiB, MaxMemInQueues is {} MiB; closing the circuits with the oldest queued cells",
+            "we're low on memory: cell queues and onion-service descriptors hold {} MiB, MaxMemInQueues is {} MiB; closing the circuits with the oldest queued cells",
             total >> 20,
             self.max_mem >> 20
         );

@@ -47,6 +47,8 @@ pub struct MetricsSnapshot {
     /// Consensus diffs of the directory cache (set by the caller: the
     /// cache's state is not the controller's).
     pub dir_diffs: super::dir_cache::DiffMetrics,
+    /// The HSDir's store.
+    pub hs_dir: super::hs_dir::HsDirMetrics,
 }
 
 /// The resource-limit figures of the metrics page.
@@ -351,6 +353,7 @@ pub fn render(m: &MetricsSnapshot, t: &super::tor_metrics::TorSnapshot) -> Strin
     render_limits(&mut o, &m.limits);
     super::exit_metrics::render_exit(&mut o, &m.exit);
     super::dir_cache::render_diffs(&mut o, &m.dir_diffs);
+    super::hs_dir::render(&mut o, &m.hs_dir, &m.exit.dir);
     family(
         &mut o,
         "weft_uptime_seconds",
@@ -532,6 +535,7 @@ impl super::Controller {
             },
             uptime_s: self.started.elapsed().as_secs(),
             dir_diffs: Default::default(),
+            hs_dir: self.hs_dir.metrics(),
         }
     }
 }

@@ -9,7 +9,8 @@
 //! the self-test's first hops), [`balance`] (worker choice, migration,
 //! bandwidth shares), [`limits`] (DoS table, ConnLimit, file descriptors,
 //! MaxMemInQueues), [`local`] (`ConnectionThreads 0`), [`directory`]
-//! (descriptor upload, consensus fetch), [`metrics`] (MetricsPort),
+//! (descriptor upload, consensus fetch), `hs_dir` (the HSDir's descriptor
+//! store), [`metrics`] (MetricsPort),
 //! [`control_port`] and `control_info` (ControlPort sockets, sessions,
 //! events; what GETINFO reads) and `signals` (reload, heartbeat, dump).
 
@@ -20,7 +21,9 @@ pub mod control_port;
 pub mod dir_cache;
 pub mod directory;
 mod exit_metrics;
+mod extra_stats;
 mod hibernate;
+pub mod hs_dir;
 mod limits;
 mod local;
 pub mod metrics;
@@ -114,6 +117,8 @@ struct Controller {
     /// Connections being opened, by (relay identity, worker to avoid).
     pending: HashMap<([u8; 20], Option<usize>), PendingConnect>,
     bw: BandwidthHistory,
+    /// The extra-info's statistics (byte histories, overload lines).
+    stats: crate::stats::RelayStats,
     extends_same_worker: u64,
     extends_cross_worker: u64,
     /// Introduction circuits by auth key, rendezvous circuits by cookie.
@@ -133,6 +138,8 @@ struct Controller {
     exiting_at: Option<tokio::time::Instant>,
     /// Connection counts for C Tor's MetricsPort families.
     conn_stats: tor_metrics::ConnStats,
+    /// The HSDir's descriptor store.
+    hs_dir: hs_dir::HsDirState,
 }
 
 pub use self::signals::Reloader;
@@ -303,6 +310,10 @@ async fn run_controller(cfg: RelayConfig, mut hooks: RelayHooks) -> anyhow::Resu
     let (cache_tx, mut cache_rx) = unbounded_channel::<dir_cache::CacheEvent>();
     let mut cache = dir_cache::DirCacheState::new(&cfg, cache_tx, ctx.dir_cache);
     let accounting = hibernate::start_accounting(&cfg, keys.fingerprint, &state_path);
+    let (hs_tx, mut hs_rx) = unbounded_channel::<hs_dir::Checked>();
+    let hs_dir = hs_dir::HsDirState::new(hs_tx, cfg.testing_tor_network);
+    let bw = BandwidthHistory::load(&state_path); // before the slow GeoIP files
+    let stats = extra_stats::load_stats(&cfg, &state_path);
     let mut c = Controller {
         limits: limits::Limits::new(
             sched_params(&cfg, &NetParams::default()).dos,
@@ -330,7 +341,8 @@ async fn run_controller(cfg: RelayConfig, mut hooks: RelayHooks) -> anyhow::Resu
         conns: HashMap::new(),
         by_identity: HashMap::new(),
         pending: HashMap::new(),
-        bw: BandwidthHistory::load(&state_path),
+        bw,
+        stats,
         extends_same_worker: 0,
         extends_cross_worker: 0,
         onion: onion::OnionTables::default(),
@@ -341,6 +353,7 @@ async fn run_controller(cfg: RelayConfig, mut hooks: RelayHooks) -> anyhow::Resu
         or_listeners: listeners,
         accounting,
         conn_stats: tor_metrics::ConnStats::default(),
+        hs_dir,
     };
     c.note_or_listeners();
     if let Some(a) = metrics_port.as_ref().and_then(|m| m.local_addr()) {
@@ -352,6 +365,7 @@ async fn run_controller(cfg: RelayConfig, mut hooks: RelayHooks) -> anyhow::Resu
         // DNS could not be set up: no stream is admitted either.
         c.rebuild_context(&dir);
     }
+    dir.set_extra_stats(c.extra_info_chunks());
     dir.start(&c.keys, c.started, c.bw.observed());
     c.notify_ready();
 
@@ -362,7 +376,7 @@ async fn run_controller(cfg: RelayConfig, mut hooks: RelayHooks) -> anyhow::Resu
         tokio::select! {
             a = accept_any(&c.or_listeners), if !c.limits.accept_paused() => match a {
                 Ok((stream, peer)) => c.accept(stream, peer),
-                Err(e) => c.limits.accept_failed(&e),
+                Err(e) => c.accept_failed(&e),
             },
             _ = tokio::time::sleep(Duration::from_millis(50)), if c.limits.accept_paused_until.is_some() => {}
             Some(m) = rx.recv() => match m {
@@ -406,6 +420,10 @@ async fn run_controller(cfg: RelayConfig, mut hooks: RelayHooks) -> anyhow::Resu
                 }
                 dir.maybe_selftest(c.bw.observed());
             }
+            Some(done) = hs_rx.recv() => {
+                c.hs_dir.on_checked(done, &c.workers);
+                c.check_memory();
+            }
             Some(ev) = cache_rx.recv() => {
                 if let Some(docs) = cache.on_event(ev) {
                     for w in &c.workers {
@@ -444,12 +462,14 @@ async fn run_controller(cfg: RelayConfig, mut hooks: RelayHooks) -> anyhow::Resu
                 c.balance(secs);
                 if secs.is_multiple_of(10) {
                     dir.set_overload(c.limits.overload_line());
+                    dir.set_extra_stats(c.extra_info_chunks());
                     dir.maybe_republish(&c.keys, c.started, c.bw.observed());
                 }
                 if c.cfg.heartbeat_period.is_some_and(|p| secs.is_multiple_of(p.as_secs().max(1))) {
                     c.log_heartbeat();
                 }
                 if secs.is_multiple_of(60) {
+                    c.hs_dir.clean(&c.workers);
                     c.limits.clients.expire(unix_secs());
                     c.save_state(&state_path);
                     c.rotate_if_due(&mut dir);
@@ -528,8 +548,26 @@ impl Controller {
             ControllerMsg::ClientCreate { ip } => {
                 self.limits.client_create(ip, unix_secs(), &self.workers)
             }
+            ControllerMsg::DirRequest {
+                id,
+                ip,
+                response,
+                size,
+            } => self.note_dir_request(id, ip, response, size),
+            ControllerMsg::DirRequestDone { id } => self.note_dir_request_done(id),
             ControllerMsg::QueueBytes { worker, bytes } => {
-                self.limits.queue_bytes(worker, bytes, &self.workers)
+                self.limits.set_queued(worker, bytes);
+                self.check_memory();
+            }
+            ControllerMsg::HsDescPost {
+                worker,
+                stream,
+                tag,
+                body,
+            } => {
+                let max = self.ctx.hs_max_desc_size;
+                self.hs_dir
+                    .on_post(worker, stream, tag, body, max, &self.workers)
             }
             ControllerMsg::OomCandidates {
                 round, circuits, ..
@@ -636,6 +674,7 @@ impl Controller {
                 cpu_ns,
             } => {
                 self.bw.add(report.read_bytes, report.written_bytes);
+                self.note_extra_stats(&report);
                 self.bw.total_cells += report.cells_relayed;
                 if let Some(l) = self.worker_load.get_mut(worker) {
                     *l = report;
@@ -646,8 +685,8 @@ impl Controller {
                 if let Some(t) = self.worker_totals.get_mut(worker) {
                     t.add(&report, cpu_ns);
                 }
-                self.limits
-                    .queue_bytes(worker, report.limits.queued_bytes, &self.workers);
+                self.limits.set_queued(worker, report.limits.queued_bytes);
+                self.check_memory();
                 self.limits.note_onionskins(&report.limits);
             }
         }

@@ -33,17 +33,30 @@ pub(super) fn sched_params(cfg: &RelayConfig, p: &NetParams) -> SchedParams {
         }),
         sendme_accept_min: p.get_clamped("sendme_accept_min_version", 0, 0, 255) as u8,
         cc: CcParams::from_consensus(|name, d, min, max| p.get_clamped(name, d, min, max)),
-        cfx: weft_proto::circuit::conflux::CfxParams::from_consensus(
-            |name, d, min, max| p.get_clamped(name, d, min, max),
-            weft_proto::circuit::conflux::DEFAULT_MAX_OOO_BYTES,
-        ),
+        cfx: cfx_params(p),
         // [C channelpadding.c channelpadding_new_consensus_params()]
         conn_timeout_relays_s: p.get_clamped("nf_conntimeout_relays", 3600, 60, 7 * 24 * 3600)
             as u32,
         padding: weft_proto::padding::PaddingParams::from_consensus(|name, d, min, max| {
             p.get_clamped(name, d, min, max)
         }),
+        // [C hs_cache.c hs_cache_get_max_descriptor_size()]
+        hs_max_desc_size: p.get_clamped(
+            "HSV3MaxDescriptorSize",
+            weft_dir::hs_cache::HS_DESC_MAX_LEN as i32,
+            1,
+            i32::MAX,
+        ) as usize,
     }
+}
+
+/// The conflux parameters of the consensus (`cfx_enabled`, the kill switch
+/// the core checks on every conflux cell, and the set limits).
+fn cfx_params(p: &NetParams) -> weft_proto::circuit::conflux::CfxParams {
+    weft_proto::circuit::conflux::CfxParams::from_consensus(
+        |name, d, min, max| p.get_clamped(name, d, min, max),
+        weft_proto::circuit::conflux::DEFAULT_MAX_OOO_BYTES,
+    )
 }
 
 /// The exit settings workers admit streams with, if the policy accepts
@@ -88,4 +101,23 @@ pub(super) fn our_addrs(cfg: &RelayConfig) -> Vec<IpAddr> {
     let mut a = vec![cfg.advertised.ip()];
     a.extend(cfg.ipv6_or_port.map(|(_, adv)| IpAddr::V6(*adv.ip())));
     a
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A consensus's `params` line with `cfx_enabled=0` turns conflux off
+    /// in what the workers' context is built from (the core then refuses
+    /// every LINK: `worker/core/tests/conflux.rs`); without it, or with 1,
+    /// it stays on.
+    #[test]
+    fn the_consensus_kill_switch_reaches_the_context() {
+        let off = NetParams::parse_line("cc_alg=2 cfx_enabled=0 cfx_max_legs_set=4");
+        assert!(!cfx_params(&off).enabled);
+        assert!(cfx_params(&NetParams::parse_line("cfx_enabled=1")).enabled);
+        assert!(cfx_params(&NetParams::default()).enabled);
+        // Out of range: clamped into 0..=1, as C clamps parameters.
+        assert!(cfx_params(&NetParams::parse_line("cfx_enabled=7")).enabled);
+    }
 }

@@ -64,6 +64,9 @@ impl Worker {
                 Ok(IoState::Progress) => {
                     let n = c.link.read_total - before;
                     self.counters.read += n;
+                    if c.peer_addr.is_ipv6() {
+                        self.counters.read_v6 += n;
+                    }
                     c.bytes_recent += n;
                     self.read_bucket.consume(n);
                     budget = budget.saturating_sub(n.max(1));
@@ -216,6 +219,9 @@ impl Worker {
         let n = c.link.written_total - before;
         if n > 0 {
             counters.written += n;
+            if c.peer_addr.is_ipv6() {
+                counters.written_v6 += n;
+            }
             c.bytes_recent += n;
         }
         if !flushed {

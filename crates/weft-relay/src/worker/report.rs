@@ -16,6 +16,10 @@ pub(crate) struct Counters {
     pub(crate) outq_tick: u32,
     pub(crate) read: u64,
     pub(crate) written: u64,
+    /// Of `read` and `written`, over IPv6 (relay connections and exit
+    /// streams; the extra-info's `ipv6-*-history`).
+    pub(crate) read_v6: u64,
+    pub(crate) written_v6: u64,
     /// Bytes read from and written to exit streams' sockets.
     pub(crate) stream_read: u64,
     pub(crate) stream_written: u64,
@@ -66,6 +70,8 @@ impl Worker {
             outq: now.outq.since(&last.outq),
             read_bytes: now.read - last.read,
             written_bytes: now.written - last.written,
+            read_v6_bytes: now.read_v6 - last.read_v6,
+            written_v6_bytes: now.written_v6 - last.written_v6,
             cells_relayed: now.core.cells - last.core.cells,
             cells_cross_worker: now.core.cross - last.core.cross,
             connections: self.conns.len() as u64,

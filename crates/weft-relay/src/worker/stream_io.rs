@@ -224,6 +224,10 @@ impl Worker {
             }
             self.counters.stream_read += p.read;
             self.counters.stream_written += p.written;
+            if s.family == 1 {
+                self.counters.read_v6 += p.read;
+                self.counters.written_v6 += p.written;
+            }
         }
         list.clear();
         self.streams.list = list;

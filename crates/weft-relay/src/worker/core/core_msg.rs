@@ -1,7 +1,7 @@
 //! The messages the circuit core takes from outside its worker: from the
 //! controller (an extend's connection found, onion-service meetings,
 //! conflux homes, DoS marks, memory pressure, new keys or documents, the
-//! resolver's answers) and from other workers' cores (a peer half gone).
+//! resolver's answers, the HSDir's store changes and upload statuses) and from other workers' cores (a peer half gone).
 //! They are plain data — no socket, no connection object — so the core can
 //! emit them too ([`crate::worker::core::Effect::Worker`]). The driver hands each
 //! to [`Circuits::handle_msg`] untouched; the messages only a driver can
@@ -128,6 +128,18 @@ pub(crate) enum CoreMsg {
     },
     /// The resolver's answer for one of our exit streams.
     Resolved(crate::resolver::DnsAnswer),
+    /// The HSDir's store changed (every worker gets each change).
+    HsDirUpdate(Arc<weft_dir::hs_cache::HsDirUpdate>),
+    /// The status of the descriptor upload of directory stream `stream`
+    /// (`ControllerMsg::HsDescPost`).
+    HsDescPosted {
+        /// The stream's key.
+        stream: usize,
+        /// Its tag (a reused key is told apart).
+        tag: u64,
+        /// The answer (200, 400, 503).
+        answer: weft_dir::hs_cache::http::PostAnswer,
+    },
 }
 
 impl Circuits {
@@ -182,6 +194,12 @@ impl Circuits {
                 self.report_queue_change();
             }
             CoreMsg::Resolved(a) => self.stream_resolved(a),
+            CoreMsg::HsDirUpdate(u) => self.apply_hs_dir_update(&u),
+            CoreMsg::HsDescPosted {
+                stream,
+                tag,
+                answer,
+            } => self.hs_desc_posted(stream, tag, answer),
         }
         self.flush_destroys();
     }

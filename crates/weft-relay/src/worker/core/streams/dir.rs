@@ -11,7 +11,8 @@
 //!
 //! A big answer is a stream like any other: flow-controlled by the
 //! client's SENDMEs, served a round's share at a time, never blocking the
-//! worker.
+//! worker. Onion-service descriptor requests (`/tor/hs/`) go to
+//! [`crate::worker::core::streams::hsdir`].
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -22,6 +23,7 @@ use weft_dir::cache::DirDocuments;
 use weft_dir::consensus::ConsensusFlavor;
 use weft_proto::relay::{end_reason, relay_cmd};
 
+use crate::messages::ControllerMsg;
 use crate::worker::core::streams::{State, StreamOwner};
 use crate::worker::core::Circuits;
 
@@ -38,11 +40,17 @@ pub(crate) const RESOURCES: [Resource; 6] = [
 /// A BEGIN_DIR stream's request and answer.
 pub(crate) struct DirStream {
     /// The request bytes received so far (until its head is complete).
-    request: Vec<u8>,
+    pub(super) request: Vec<u8>,
     /// The answer's head, then its body; `sent` bytes of the two have left.
     head: Vec<u8>,
     body: Body,
     sent: usize,
+    /// An onion-service descriptor upload went to the controller: the
+    /// stream waits for its status (`streams/hsdir.rs`); later DATA is
+    /// ignored.
+    pub(super) awaiting_post: bool,
+    /// A consensus being sent, for the directory statistics: its id.
+    consensus: Option<u64>,
 }
 
 impl DirStream {
@@ -99,6 +107,8 @@ impl Circuits {
             head: Vec::new(),
             body: Body::Empty,
             sent: 0,
+            awaiting_post: false,
+            consensus: None,
         }));
         self.streams.by_id.insert((owner, stream_id), key);
         self.streams.dir_keys.push(key);
@@ -125,10 +135,15 @@ impl Circuits {
             );
             return;
         }
+        self.streams.counters.dir.request_bytes += data.len() as u64;
+        let s = &mut self.streams.streams[key];
         if s.state != State::DirRequest {
             return;
         }
         let Some(d) = s.dir.as_mut() else { return };
+        if d.awaiting_post {
+            return;
+        }
         d.request.extend_from_slice(data);
         let parsed = serve::parse_request(&d.request);
         let req = match parsed {
@@ -144,12 +159,16 @@ impl Circuits {
             }
             Parsed::Request(r) => r,
         };
+        if let Some(hs) = weft_dir::hs_cache::http::classify(&req) {
+            return self.hs_dir_request(owner, key, hs);
+        }
         let peer = Peer {
             addr: match owner {
                 StreamOwner::Circuit { conn, .. } => self.conn(conn).map(|c| c.peer_addr.ip()),
                 StreamOwner::Set(_) => None,
             },
         };
+        let client = peer.addr;
         let answer = serve::respond(
             self.streams.dir_docs.as_deref(),
             &req,
@@ -169,6 +188,26 @@ impl Circuits {
         } else {
             c.refused[i] += 1;
         }
+        // The directory statistics count consensus requests (C's
+        // handle_get_current_consensus()).
+        let mut consensus = None;
+        if answer.resource == Resource::Consensus {
+            use crate::stats::dirreq::NsResponse;
+            let id = ((self.me as u64) << 48) | key as u64;
+            let response = match answer.status {
+                200 => NsResponse::Ok,
+                304 => NsResponse::NotModified,
+                503 => NsResponse::Busy,
+                _ => NsResponse::NotFound,
+            };
+            consensus = (response == NsResponse::Ok).then_some(id);
+            self.tell_controller(ControllerMsg::DirRequest {
+                id,
+                ip: client,
+                response,
+                size: (answer.head.len() + answer.body.bytes().len()) as u64,
+            });
+        }
         debug!(
             "worker {}: directory request {} {} → {} ({} bytes)",
             self.me,
@@ -177,13 +216,30 @@ impl Circuits {
             answer.status,
             answer.body.bytes().len()
         );
-        let s = &mut self.streams.streams[key];
+        self.dir_answer(key, answer.head, answer.body);
+        if let Some(d) = self
+            .streams
+            .streams
+            .get_mut(key)
+            .and_then(|s| s.dir.as_mut())
+        {
+            d.consensus = consensus;
+        }
+    }
+
+    /// Directory stream `key`'s answer is ready: send it (head, then
+    /// body), then END DONE.
+    pub(super) fn dir_answer(&mut self, key: usize, head: Vec<u8>, body: Body) {
+        let Some(s) = self.streams.streams.get_mut(key) else {
+            return;
+        };
         s.state = State::Open;
         s.waiting_since_ns = self.now_ns.max(1);
         if let Some(d) = s.dir.as_mut() {
             d.request = Vec::new();
-            d.head = answer.head;
-            d.body = answer.body;
+            d.awaiting_post = false;
+            d.head = head;
+            d.body = body;
         }
         self.streams.may_read.push(key);
     }
@@ -203,6 +259,9 @@ impl Circuits {
                 return false;
             }
             if d.remaining() == 0 {
+                if let Some(id) = d.consensus {
+                    self.tell_controller(ControllerMsg::DirRequestDone { id });
+                }
                 self.end_stream(key, &[end_reason::DONE]);
                 return false;
             }

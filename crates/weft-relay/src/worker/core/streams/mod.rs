@@ -22,6 +22,7 @@
 
 pub(crate) mod dir;
 pub(crate) mod flow;
+pub(crate) mod hsdir;
 pub(crate) mod pump;
 
 use std::collections::{BTreeMap, HashMap, VecDeque};
@@ -192,6 +193,8 @@ pub(crate) struct Streams {
     /// The directory cache's documents (shared, immutable; None before
     /// the first snapshot: requests get 404).
     dir_docs: Option<std::sync::Arc<weft_dir::cache::DirDocuments>>,
+    /// The HSDir's descriptors (this worker's copy; [`hsdir`]).
+    hs_index: weft_dir::hs_cache::HsDirIndex,
 }
 
 impl Streams {
@@ -586,23 +589,24 @@ impl Circuits {
         let body = match weft_proto::circuit::edge::parse_ip(&name) {
             Some(IpAddr::V4(a)) => resolved_body(Ok((a, DEFAULT_DNS_TTL)), Err(false), false),
             Some(IpAddr::V6(a)) => resolved_body(Err(false), Ok((a, DEFAULT_DNS_TTL)), true),
-            None if name.ends_with(".arpa") || name.is_empty() => resolved_error(false),
-            // C's dns_resolve_impl(): "Rejecting invalid destination
-            // address" (address_is_invalid_destination), RESOLVED error.
-            None if !exit::is_rfc953_name(&name) => {
-                debug!(
-                    "worker {}: RESOLVE for an invalid destination name; refused",
-                    self.me
-                );
-                resolved_error(false)
-            }
-            None => {
-                // Known by its ID while it waits, as C's resolving_streams
-                // are: a second RESOLVE, BEGIN or END finds it.
-                let key = self.new_stream(owner, stream_id, State::ResolveOnly);
-                self.streams.by_id.insert((owner, stream_id), key);
-                return self.look_up(key, name, v6_ok);
-            }
+            // C's dns_resolve_impl(): an invalid name, a malformed
+            // reverse-lookup name or one asking about an internal address is
+            // an error before any lookup (so is a public reverse lookup:
+            // weft's resolver does none).
+            None => match exit::resolve_refusal(&name, weft_dir::exit_policy::is_internal) {
+                Some(why) => {
+                    debug!("worker {}: RESOLVE for {why}; refused", self.me);
+                    resolved_error(false)
+                }
+                None => {
+                    // Known by its ID while it waits, as C's
+                    // resolving_streams are: a second RESOLVE, BEGIN or END
+                    // finds it.
+                    let key = self.new_stream(owner, stream_id, State::ResolveOnly);
+                    self.streams.by_id.insert((owner, stream_id), key);
+                    return self.look_up(key, name, v6_ok);
+                }
+            },
         };
         self.send_on(owner, relay_cmd::RESOLVED, stream_id, &body);
     }

@@ -173,6 +173,30 @@ fn a_big_consensus_flows_under_the_windows_and_ends_done() {
     assert!(got[head_end..].starts_with(b"network-status-version 3"));
     assert_eq!(net.cores[0].report().exit.open, 0, "the stream is gone");
     assert!(pool_empty(&net));
+    // The directory statistics heard of it: answered OK with its size,
+    // then sent whole (C's geoip_start_dirreq, then the download's end).
+    let dirreq: Vec<_> = net
+        .controller
+        .iter()
+        .filter_map(|m| match m {
+            ControllerMsg::DirRequest {
+                id, response, size, ..
+            } => Some((*id, Some((*response, *size)))),
+            ControllerMsg::DirRequestDone { id } => Some((*id, None)),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(dirreq.len(), 2, "{dirreq:?}");
+    assert_eq!(
+        dirreq[0].1,
+        Some((crate::stats::dirreq::NsResponse::Ok, got.len() as u64))
+    );
+    assert_eq!((dirreq[1].0, dirreq[1].1), (dirreq[0].0, None));
+    // The request's bytes were counted for dirreq-read-history.
+    assert_eq!(
+        net.cores[0].report().exit.dir.request_bytes,
+        req.len() as u64
+    );
 }
 
 #[test]

@@ -1,0 +1,134 @@
+//! The controller's side of the extra-info statistics ([`crate::stats`]):
+//! the workers' once-a-second reports feed the byte histories and the
+//! rate-limit overloads, the ORPort's accept failures the descriptor
+//! exhaustion, the directory streams' consensus requests the
+//! directory-request statistics (with C's GeoIP files only, written to
+//! `DataDirectory/stats/dirreq-stats` once a day as C does), and the
+//! directory duties get the statistics' lines for each extra-info they
+//! build.
+
+use std::net::IpAddr;
+use std::path::{Path, PathBuf};
+
+use tracing::{info, warn};
+
+use super::{unix_secs, Controller};
+use crate::context::RelayConfig;
+use crate::messages::WorkerReport;
+use crate::stats::dirreq::NsResponse;
+use crate::stats::geoip::{GeoIp, GeoIpTable};
+use crate::stats::{ByteCounts, RelayStats};
+
+/// Where C Tor's Debian package (tor-geoipdb) keeps its GeoIP files: C's
+/// default `GeoIPFile` and `GeoIPv6File` there.
+const GEOIP_FILES: (&str, &str) = ("/usr/share/tor/geoip", "/usr/share/tor/geoip6");
+
+fn dirreq_file(data_dir: &Path) -> PathBuf {
+    data_dir.join("stats").join("dirreq-stats")
+}
+
+/// The statistics at start-up: the byte histories from the state file;
+/// with C's IPv4 GeoIP file, directory requests are counted from now (and
+/// a `stats/dirreq-stats` a previous run wrote goes into the extra-info
+/// while fresh), as C's `options_act_relay_stats` does.
+pub(super) fn load_stats(cfg: &RelayConfig, state_path: &Path) -> RelayStats {
+    let now = unix_secs();
+    let mut stats = RelayStats::load(state_path, now);
+    let Ok(v4) = std::fs::read_to_string(GEOIP_FILES.0) else {
+        info!(
+            "no GeoIP file at {}: no directory request statistics (as C Tor without one)",
+            GEOIP_FILES.0
+        );
+        return stats;
+    };
+    let (v4, bad) = GeoIpTable::parse_v4(&v4);
+    let v6 = std::fs::read_to_string(GEOIP_FILES.1)
+        .ok()
+        .map(|t| GeoIpTable::parse_v6(&t).0);
+    info!(
+        "GeoIP: {} IPv4 ranges ({bad} lines skipped), {} IPv6 ranges; counting directory requests",
+        v4.len(),
+        v6.as_ref().map_or(0, GeoIpTable::len)
+    );
+    let written = std::fs::read_to_string(dirreq_file(&cfg.data_dir)).ok();
+    stats.enable_dirreq(GeoIp { v4: Some(v4), v6 }, now, written);
+    stats
+}
+
+impl Controller {
+    /// A worker's report: its bytes into the histories (relay connections
+    /// and exit streams, as C counts every rate-limited connection), its
+    /// empty token buckets into `overload-ratelimits`.
+    pub(super) fn note_extra_stats(&mut self, r: &WorkerReport) {
+        let now = unix_secs();
+        self.stats.add_bytes(
+            now,
+            &ByteCounts {
+                read: r.read_bytes + r.exit.bytes_from_dest,
+                written: r.written_bytes + r.exit.bytes_to_dest,
+                read_v6: r.read_v6_bytes,
+                written_v6: r.written_v6_bytes,
+                dir_read: r.exit.dir.request_bytes,
+                dir_written: r.exit.dir.bytes,
+            },
+        );
+        let [read, write] = r.relay.rate_limit_reached;
+        if read > 0 || write > 0 {
+            self.stats
+                .overload
+                .note_rate_limited(now, read > 0, write > 0);
+        }
+        if let Some(text) = self.stats.dirreq_due(now, self.millis()) {
+            let path = dirreq_file(&self.cfg.data_dir);
+            let written = path
+                .parent()
+                .map_or(Ok(()), std::fs::create_dir_all)
+                .and_then(|()| std::fs::write(&path, text));
+            if let Err(e) = written {
+                warn!("cannot write {}: {e}", path.display());
+            }
+        }
+    }
+
+    /// Milliseconds since the controller started (the directory
+    /// downloads' clock).
+    fn millis(&self) -> u64 {
+        self.started.elapsed().as_millis() as u64
+    }
+
+    /// A worker answered a consensus request over BEGIN_DIR.
+    pub(super) fn note_dir_request(
+        &mut self,
+        id: u64,
+        ip: Option<IpAddr>,
+        response: NsResponse,
+        size: u64,
+    ) {
+        let now = self.millis();
+        self.stats.note_dir_request(id, ip, response, size, now);
+    }
+
+    /// The consensus of request `id` was sent whole.
+    pub(super) fn note_dir_request_done(&mut self, id: u64) {
+        let now = self.millis();
+        self.stats.note_dir_request_done(id, now);
+    }
+
+    /// The ORPort's accept failed: out of file descriptors is noted for
+    /// `overload-fd-exhausted` (C's `socket_failed_from_fd_exhaustion`).
+    pub(super) fn accept_failed(&mut self, e: &std::io::Error) {
+        if matches!(e.raw_os_error(), Some(libc::EMFILE | libc::ENFILE)) {
+            self.stats.overload.note_fd_exhausted(unix_secs());
+        }
+        self.limits.accept_failed(e);
+    }
+
+    /// The statistics chunks of the next extra-info.
+    pub(super) fn extra_info_chunks(&self) -> Vec<String> {
+        self.stats.extra_info_chunks(
+            unix_secs(),
+            self.cfg.bandwidth_rate,
+            self.cfg.bandwidth_burst,
+        )
+    }
+}
