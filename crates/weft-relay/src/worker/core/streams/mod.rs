@@ -21,6 +21,7 @@
 //! (it stays on its worker).
 
 pub(crate) mod dir;
+pub(crate) mod ending;
 pub(crate) mod flow;
 pub(crate) mod hsdir;
 pub(crate) mod pump;
@@ -700,80 +701,6 @@ impl Circuits {
         );
         let reason = end_reason_for(err);
         self.end_stream(key, &[reason]);
-    }
-
-    /// Stream `key`'s socket reached EOF: END DONE.
-    pub(super) fn stream_eof(&mut self, key: usize) {
-        self.end_stream(key, &[end_reason::DONE]);
-    }
-
-    /// Send END with `body` for stream `key` (unless the client ended it)
-    /// and forget it.
-    pub(super) fn end_stream(&mut self, key: usize, body: &[u8]) {
-        let Some(s) = self.streams.streams.get(key) else {
-            return;
-        };
-        let (owner, sid, state) = (s.owner, s.stream_id, s.state);
-        if state != State::Flushing {
-            self.streams.by_id.remove(&(owner, sid));
-            self.count_end(body);
-            self.send_on(owner, relay_cmd::END, sid, body);
-        }
-        self.free_stream(key);
-    }
-
-    /// Count an END we send (its reason is the body's first byte).
-    pub(super) fn count_end(&mut self, body: &[u8]) {
-        if let Some(r) = body
-            .first()
-            .and_then(|&r| self.streams.counters.end_reasons.get_mut(usize::from(r)))
-        {
-            *r += 1;
-        }
-    }
-
-    /// Forget stream `key` and have its socket closed.
-    pub(super) fn free_stream(&mut self, key: usize) {
-        if let Some(s) = self.streams.streams.try_remove(key) {
-            self.streams.to_dest_bytes -= s.to_dest.len() as u64;
-            if s.dir.is_some() {
-                self.streams.dir_keys.retain(|&k| k != key);
-            }
-            if s.state == State::Flushing {
-                self.streams.flushing.retain(|&k| k != key);
-            }
-            if self.streams.by_id.get(&(s.owner, s.stream_id)) == Some(&key) {
-                self.streams.by_id.remove(&(s.owner, s.stream_id));
-            }
-            self.streams.io.push_back(StreamIo::Close { key });
-        }
-    }
-
-    /// `owner` (a circuit, or a conflux set) is gone: so are its streams.
-    pub(crate) fn forget_streams(&mut self, owner: StreamOwner) {
-        if !self.streams.limiter.is_empty() {
-            self.streams.limiter.remove(&owner);
-        }
-        if self.streams.streams.is_empty() {
-            return;
-        }
-        // The owner's range of the index, and its flushing streams: no
-        // walk over every stream when one circuit of many closes.
-        let st = &self.streams;
-        let keys: Vec<usize> = st
-            .by_id
-            .range(owner.ids())
-            .map(|(_, &k)| k)
-            .chain(
-                st.flushing
-                    .iter()
-                    .copied()
-                    .filter(|&k| st.streams.get(k).is_some_and(|s| s.owner == owner)),
-            )
-            .collect();
-        for k in keys {
-            self.free_stream(k);
-        }
     }
 }
 
