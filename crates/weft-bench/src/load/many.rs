@@ -504,22 +504,12 @@ impl Many<'_> {
         // if it retries).
         for _ in 0..1024 {
             match self.listeners[sink].accept() {
-                Ok((mut tcp, peer)) => {
-                    tcp.set_nodelay(true)?;
+                Ok((tcp, peer)) => {
                     let idx = self.sink_conns.len();
-                    poll.registry().register(
-                        &mut tcp,
-                        Token(SINK_BASE + idx),
-                        Interest::READABLE | Interest::WRITABLE,
-                    )?;
-                    let ident = &self.sinks[sink].ident;
-                    let tls = TlsLink::accept(&ident.acceptor, tcp)?;
-                    let link = LinkConn::inbound(
-                        tls,
-                        ident.link.clone(),
-                        peer.ip(),
-                        vec![IpAddr::V4(*self.sinks[sink].hop.addr.ip())],
-                    );
+                    let s = &self.sinks[sink];
+                    let token = Token(SINK_BASE + idx);
+                    let addr = *s.hop.addr.ip();
+                    let link = super::accept_link(poll, tcp, peer, token, &s.ident, addr)?;
                     self.sink_conns.push(Sink {
                         link,
                         open: false,

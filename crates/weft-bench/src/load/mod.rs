@@ -490,6 +490,29 @@ fn note(errors: &mut Vec<String>, e: String) {
     }
 }
 
+/// The sink's side of a connection the target opened: TCP_NODELAY,
+/// registered under `token`, TLS accepted with the sink's identity, its
+/// link handshake to come.
+pub(crate) fn accept_link(
+    poll: &Poll,
+    mut tcp: TcpStream,
+    peer: SocketAddr,
+    token: Token,
+    ident: &Identity,
+    addr: Ipv4Addr,
+) -> Result<LinkConn> {
+    tcp.set_nodelay(true)?;
+    poll.registry()
+        .register(&mut tcp, token, Interest::READABLE | Interest::WRITABLE)?;
+    let tls = TlsLink::accept(&ident.acceptor, tcp)?;
+    Ok(LinkConn::inbound(
+        tls,
+        ident.link.clone(),
+        peer.ip(),
+        vec![IpAddr::V4(addr)],
+    ))
+}
+
 impl LoadThread<'_> {
     fn now_ns(&self) -> u64 {
         self.epoch.elapsed().as_nanos() as u64
@@ -498,22 +521,11 @@ impl LoadThread<'_> {
     fn accept(&mut self, poll: &Poll, sink: usize) -> Result<()> {
         loop {
             match self.listeners[sink].accept() {
-                Ok((mut tcp, peer)) => {
-                    tcp.set_nodelay(true)?;
+                Ok((tcp, peer)) => {
                     let idx = self.sink_conns.len();
-                    poll.registry().register(
-                        &mut tcp,
-                        Token(SINK_TOKEN + idx),
-                        Interest::READABLE | Interest::WRITABLE,
-                    )?;
-                    let ident = &self.sinks[sink].ident;
-                    let tls = TlsLink::accept(&ident.acceptor, tcp)?;
-                    let link = LinkConn::inbound(
-                        tls,
-                        ident.link.clone(),
-                        peer.ip(),
-                        vec![IpAddr::V4(*self.sinks[sink].addr.ip())],
-                    );
+                    let s = &self.sinks[sink];
+                    let token = Token(SINK_TOKEN + idx);
+                    let link = accept_link(poll, tcp, peer, token, &s.ident, *s.addr.ip())?;
                     self.sink_conns.push(SinkConn {
                         link,
                         by_id: HashMap::new(),
