@@ -5,6 +5,8 @@ set -euo pipefail
 need=()
 command -v tor >/dev/null 2>&1 || need+=(tor)
 command -v tor-gencert >/dev/null 2>&1 || need+=(tor)
+# C's GeoIP files (the statistics' tests read them; tor only recommends them).
+dpkg -s tor-geoipdb >/dev/null 2>&1 || need+=(tor-geoipdb)
 dpkg -s libssl-dev >/dev/null 2>&1 || need+=(libssl-dev)
 dpkg -s pkg-config >/dev/null 2>&1 || need+=(pkg-config)
 # openssl-src (the default vendored-openssl feature) builds OpenSSL with perl and make.

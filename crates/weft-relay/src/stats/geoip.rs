@@ -65,52 +65,55 @@ impl<A: Ord + Copy> GeoIpTable<A> {
     }
 }
 
-impl GeoIpTable<u32> {
-    /// The IPv4 file's text. Lines that do not parse are skipped (C logs
-    /// and skips them); the number skipped is returned too.
-    pub fn parse_v4(text: &str) -> (Self, usize) {
-        let mut bad = 0;
-        let mut v = Vec::new();
-        for l in text.lines() {
-            let l = l.trim_start();
-            if l.is_empty() || l.starts_with('#') {
-                continue;
-            }
-            let f: Vec<&str> = l.split(',').map(|f| f.trim().trim_matches('"')).collect();
-            match (
-                f.first().and_then(|x| x.parse::<u32>().ok()),
-                f.get(1).and_then(|x| x.parse::<u32>().ok()),
-                f.get(2).and_then(|x| code(x)),
-            ) {
-                (Some(lo), Some(hi), Some(cc)) if lo <= hi => v.push((lo, hi, cc)),
-                _ => bad += 1,
-            }
+/// The entries of a GeoIP file's text, each line read by `line` (low,
+/// high, country); comments and blank lines passed over, lines that do
+/// not parse (or whose range is backwards) skipped and counted, as C
+/// logs and skips them.
+fn parse_lines<A: Ord + Copy>(
+    text: &str,
+    line: impl Fn(&str) -> Option<(A, A, [u8; 2])>,
+) -> (GeoIpTable<A>, usize) {
+    let mut bad = 0;
+    let mut v = Vec::new();
+    for l in text.lines() {
+        let l = l.trim_start();
+        if l.is_empty() || l.starts_with('#') {
+            continue;
         }
-        (GeoIpTable::from_entries(v, digest(text)), bad)
+        match line(l) {
+            Some((lo, hi, cc)) if lo <= hi => v.push((lo, hi, cc)),
+            _ => bad += 1,
+        }
+    }
+    (GeoIpTable::from_entries(v, digest(text)), bad)
+}
+
+impl GeoIpTable<u32> {
+    /// The IPv4 file's text (`"lo","hi","CC"` as integers). Lines that do
+    /// not parse are skipped (C logs and skips them); the number skipped
+    /// is returned too.
+    pub fn parse_v4(text: &str) -> (Self, usize) {
+        parse_lines(text, |l| {
+            let f: Vec<&str> = l.split(',').map(|f| f.trim().trim_matches('"')).collect();
+            Some((
+                f.first()?.parse().ok()?,
+                f.get(1)?.parse().ok()?,
+                code(f.get(2)?)?,
+            ))
+        })
     }
 }
 
 impl GeoIpTable<u128> {
-    /// The IPv6 file's text (see [`GeoIpTable::parse_v4`]).
+    /// The IPv6 file's text (`lo,hi,CC` as addresses; see
+    /// [`GeoIpTable::parse_v4`]).
     pub fn parse_v6(text: &str) -> (Self, usize) {
-        let mut bad = 0;
-        let mut v = Vec::new();
-        for l in text.lines() {
-            let l = l.trim_start();
-            if l.is_empty() || l.starts_with('#') {
-                continue;
-            }
+        parse_lines(text, |l| {
             let mut f = l.splitn(3, ',');
-            match (
-                f.next().and_then(|x| x.parse::<Ipv6Addr>().ok()),
-                f.next().and_then(|x| x.parse::<Ipv6Addr>().ok()),
-                f.next().and_then(|x| code(x.trim_end())),
-            ) {
-                (Some(lo), Some(hi), Some(cc)) if lo <= hi => v.push((lo.into(), hi.into(), cc)),
-                _ => bad += 1,
-            }
-        }
-        (GeoIpTable::from_entries(v, digest(text)), bad)
+            let lo: Ipv6Addr = f.next()?.parse().ok()?;
+            let hi: Ipv6Addr = f.next()?.parse().ok()?;
+            Some((lo.into(), hi.into(), code(f.next()?.trim_end())?))
+        })
     }
 }
 
@@ -195,5 +198,28 @@ mod tests {
         assert_eq!(g.country("2001:db8::100".parse().unwrap()), UNKNOWN);
         assert_eq!(g.country("1.2.3.4".parse().unwrap()), UNKNOWN);
         assert!(!g.has_v4());
+    }
+
+    /// Debian's tor-geoipdb files, as C reads them (the CI machine has
+    /// them: stock tor's package depends on tor-geoipdb).
+    #[test]
+    fn debians_files_parse_whole() {
+        let (Ok(v4), Ok(v6)) = (
+            std::fs::read_to_string("/usr/share/tor/geoip"),
+            std::fs::read_to_string("/usr/share/tor/geoip6"),
+        ) else {
+            panic!("tor-geoipdb is not installed (apt-get install -y tor)");
+        };
+        let (t4, bad4) = GeoIpTable::parse_v4(&v4);
+        let (t6, bad6) = GeoIpTable::parse_v6(&v6);
+        assert_eq!((bad4, bad6), (0, 0));
+        assert!(t4.len() > 10_000 && t6.len() > 10_000);
+        let g = GeoIp {
+            v4: Some(t4),
+            v6: Some(t6),
+        };
+        assert_eq!(g.country("127.0.0.1".parse().unwrap()), UNKNOWN);
+        assert_ne!(g.country("8.8.8.8".parse().unwrap()), UNKNOWN);
+        assert_ne!(g.country("2001:4860:4860::8888".parse().unwrap()), UNKNOWN);
     }
 }
