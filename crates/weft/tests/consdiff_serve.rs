@@ -11,6 +11,9 @@
 //! The client must then log C's "Applied consensus diff" for a diff from
 //! weft, its consensus must equal the authorities' of the same
 //! valid-after byte for byte, and weft's MetricsPort must count the diff.
+//! weft's diff must equal, byte for byte, the diff stock tor's own
+//! `consdiffmgr.c` made for the same two consensuses (the authorities are
+//! directory caches and store theirs in `diff-cache`).
 
 use std::path::Path;
 use std::time::{Duration, Instant};
@@ -46,6 +49,32 @@ fn weft_diffs_from(weft_dir: &Path, base: &[u8; 32]) -> Vec<(String, String)> {
         .filter_map(|n| {
             let text = read(&weft_dir.join("diff-cache").join(&n));
             text.lines().nth(1)?.starts_with(&want).then_some((n, text))
+        })
+        .collect()
+}
+
+/// The identity-compressed microdesc diffs stock tor's `consdiffmgr.c`
+/// stored under `data_dir/diff-cache` (C's storage-dir format: `key value`
+/// label lines, a NUL, the body; no `compression` label) from the consensus whose digest as signed
+/// is `base` to the one whose full digest is `target`.
+fn stock_diffs(data_dir: &Path, base: &[u8; 32], target: &[u8; 32]) -> Vec<Vec<u8>> {
+    let want = [
+        "document-type consensus-diff".to_owned(),
+        "consensus-flavor microdesc".to_owned(),
+        format!("from-sha3-digest {}", hex::encode_upper(base)),
+        format!("target-sha3-digest {}", hex::encode_upper(target)),
+    ];
+    let Ok(rd) = std::fs::read_dir(data_dir.join("diff-cache")) else {
+        return Vec::new();
+    };
+    rd.filter_map(|e| std::fs::read(e.ok()?.path()).ok())
+        .filter_map(|bytes| {
+            let nul = bytes.iter().position(|b| *b == 0)?;
+            let labels = String::from_utf8_lossy(&bytes[..nul]);
+            let has = |l: &String| labels.lines().any(|x| x.eq_ignore_ascii_case(l));
+            // NO_METHOD has no `compression` label.
+            let identity = !labels.lines().any(|x| x.starts_with("compression "));
+            (identity && want.iter().all(has)).then(|| bytes[nul + 1..].to_vec())
         })
         .collect()
 }
@@ -113,6 +142,36 @@ fn stock_client_with_an_older_consensus_gets_a_diff_from_weft() -> Result<()> {
         ),
         target.len(),
         valid_after(&target).unwrap_or("?"),
+    );
+    // The same diff made by stock tor's own code: the authorities are
+    // directory caches and keep their diffs in `diff-cache`.
+    let target_digest = consdiff::digest(target.as_bytes());
+    let auths: Vec<_> = ["auth0", "auth1", "auth2"]
+        .iter()
+        .map(|a| net.node(a).map(|n| n.dir.clone()))
+        .collect::<Result<_>>()?;
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let theirs = loop {
+        if let Some(d) = auths
+            .iter()
+            .find_map(|a| stock_diffs(a, &base, &target_digest).pop())
+        {
+            break d;
+        }
+        ensure!(
+            Instant::now() < deadline,
+            "no authority stored a microdesc diff from {old_va} to weft's target"
+        );
+        std::thread::sleep(Duration::from_secs(1));
+    };
+    ensure!(
+        theirs == stored.as_bytes(),
+        "weft's diff differs from stock tor's for the same consensuses:\n--- weft\n{stored}\n--- tor\n{}",
+        String::from_utf8_lossy(&theirs)
+    );
+    eprintln!(
+        "[consdiff] weft's diff equals stock tor's (an authority's consdiffmgr), byte for byte ({} bytes)",
+        theirs.len()
     );
     // Let weft's workers receive the snapshot with the diffs.
     std::thread::sleep(Duration::from_secs(2));
