@@ -236,7 +236,7 @@ fn hop_target(data: &Path, or_port: Option<u16>, weft: bool) -> Result<HopTarget
         rsa_id,
         ed_id: Some(ed),
         ntor_key,
-        addr: SocketAddrV4::new(Ipv4Addr::LOCALHOST, or_port.context("no ORPort")?),
+        addr: SocketAddrV4::new(Ipv4Addr::LOCALHOST, or_port.context("no ORPort")?).into(),
     })
 }
 
@@ -281,7 +281,7 @@ struct ClientLink {
 
 impl ClientLink {
     fn open(ident: &Identity, hop: &HopTarget) -> Result<ClientLink> {
-        let addr = SocketAddr::V4(hop.addr);
+        let addr = hop.addr;
         let tcp = mio::net::TcpStream::connect(addr)?;
         let tls = TlsLink::connect(&ident.connector, tcp)?;
         let mut link = LinkConn::outbound(

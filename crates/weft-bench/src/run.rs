@@ -371,7 +371,7 @@ fn sink_spec(dir: &Path, i: usize) -> Result<SinkSpec> {
         rsa_id: ident.handshake.rsa_fp,
         ed_id: Some(ident.handshake.ed_id),
         ntor_key: ident.handshake.ntor[0].public.to_bytes(),
-        addr,
+        addr: addr.into(),
     };
     Ok(SinkSpec { ident, addr, hop })
 }

@@ -6,7 +6,7 @@
 //! key) and samples its CPU time per thread and memory from /proc.
 
 use std::fs;
-use std::net::{Ipv4Addr, SocketAddrV4, TcpStream};
+use std::net::{Ipv4Addr, TcpStream};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
@@ -398,7 +398,7 @@ impl Target {
                 rsa_id: [0; 20],
                 ed_id: None,
                 ntor_key: [0; 32],
-                addr: SocketAddrV4::new(Ipv4Addr::LOCALHOST, spec.port),
+                addr: (Ipv4Addr::LOCALHOST, spec.port).into(),
             },
             spec,
             child,
@@ -428,7 +428,7 @@ impl Target {
                 );
             }
             let listening =
-                TcpStream::connect_timeout(&t.hop.addr.into(), Duration::from_millis(200)).is_ok();
+                TcpStream::connect_timeout(&t.hop.addr, Duration::from_millis(200)).is_ok();
             if listening {
                 if let Ok((rsa, ed)) = read_fp(&data) {
                     let ntor = match t.spec.kind {

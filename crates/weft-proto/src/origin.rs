@@ -5,7 +5,7 @@
 //! use it; it never touches a socket or a clock.
 //! [tor-spec §5.1, §5.3, §5.5; protocol-notes §4.2, §6.1]
 
-use std::net::SocketAddrV4;
+use std::net::{SocketAddr, SocketAddrV4, SocketAddrV6};
 
 use weft_crypto::ntor::{self, NtorClientState, KEY_MATERIAL_LEN};
 use weft_crypto::relay_crypto::Tor1ClientLayer;
@@ -23,8 +23,21 @@ pub struct HopTarget {
     pub ed_id: Option<[u8; 32]>,
     /// Current ntor onion key.
     pub ntor_key: [u8; 32],
-    /// ORPort address (for EXTEND2).
-    pub addr: SocketAddrV4,
+    /// The ORPort to reach it at: the first hop's connection goes there, and
+    /// an EXTEND2 to it names only this address (an IPv6 one makes an
+    /// IPv6-only extend, as C's IPv6 reachability self-test sends).
+    pub addr: SocketAddr,
+}
+
+impl HopTarget {
+    /// The IPv4 and IPv6 link specifiers an EXTEND2 to this relay carries:
+    /// only the family of [`HopTarget::addr`].
+    pub fn link_addrs(&self) -> (Option<SocketAddrV4>, Option<SocketAddrV6>) {
+        match self.addr {
+            SocketAddr::V4(a) => (Some(a), None),
+            SocketAddr::V6(a) => (None, Some(a)),
+        }
+    }
 }
 
 /// Why an origin-circuit step failed.
@@ -217,9 +230,10 @@ impl OriginCircuit {
         create2: Vec<u8>,
         body: &mut [u8; BODY_LEN],
     ) -> Vec<u8> {
+        let (ipv4, ipv6) = next.link_addrs();
         let e = Extend2 {
-            ipv4: Some(next.addr),
-            ipv6: None,
+            ipv4,
+            ipv6,
             rsa_id: next.rsa_id,
             ed_id: next.ed_id,
             create2,
@@ -352,9 +366,33 @@ mod tests {
             rsa_id: hk.rsa_fp,
             ed_id: Some(hk.ed_id),
             ntor_key: hk.ntor[0].public.to_bytes(),
-            addr: SocketAddrV4::new([127, 0, 0, 1].into(), port),
+            addr: SocketAddr::from(([127, 0, 0, 1], port)),
         };
         (hk, t)
+    }
+
+    /// An EXTEND2 to a relay known by its IPv6 ORPort names only that
+    /// address (an IPv6-only extend, as C's IPv6 reachability self-test
+    /// sends).
+    #[test]
+    fn an_ipv6_hop_is_extended_to_by_ipv6_only() {
+        let (d1, d2) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+        let (k1, t1) = relay(d1.path(), 1);
+        let (_, mut t2) = relay(d2.path(), 2);
+        t2.addr = "[2001:db8::7]:9001".parse().unwrap();
+        let mut c = OriginCircuit::new();
+        let create = c.create2(&t1).unwrap();
+        let (created, mut h1, _) = circuit::answer_create2(&k1, &create, None).unwrap();
+        c.on_created2(&created).unwrap();
+        let mut body = [0u8; BODY_LEN];
+        c.extend2(&t2, &mut body).unwrap();
+        let ForwardAction::Extend(req) =
+            h1.on_forward(cmd::RELAY_EARLY, &mut body, &Default::default())
+        else {
+            panic!("not an extend");
+        };
+        assert_eq!(req.ipv4, None);
+        assert_eq!(req.ipv6, Some("[2001:db8::7]:9001".parse().unwrap()));
     }
 
     /// A two-hop circuit against two keyed halves: CREATE2, EXTEND2 through
@@ -379,6 +417,8 @@ mod tests {
             panic!("not an extend");
         };
         assert_eq!((req.rsa_id, req.ed_id), (t2.rsa_id, t2.ed_id));
+        assert_eq!((req.ipv4, req.ipv6), t2.link_addrs());
+        assert!(req.ipv6.is_none());
         let (created2, mut h2, _) = circuit::answer_create2(&k2, &req.create2, None).unwrap();
         let mut back = [0u8; BODY_LEN];
         h1.extended(&mut back, &created2);

@@ -53,6 +53,9 @@ pub struct RelayConfig {
     pub testing_tor_network: bool,
     /// AssumeReachable.
     pub assume_reachable: bool,
+    /// AssumeReachableIPv6 (None: `auto`, which follows AssumeReachable
+    /// and the consensus's `assume-reachable-ipv6`).
+    pub assume_reachable_ipv6: Option<bool>,
     /// Worker threads (0 = everything on the main thread).
     pub connection_threads: usize,
     /// WorkerSchedSlice: the scheduler time slice worker threads ask the

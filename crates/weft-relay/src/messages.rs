@@ -201,6 +201,13 @@ pub enum ControllerMsg {
     /// The exit's name servers redirect most test addresses
     /// ([`crate::dns_honesty`]): stop being an exit.
     DnsUseless,
+    /// A CREATE was answered on an inbound IPv6 connection whose NETINFO
+    /// gave our IPv6 address: our IPv6 ORPort is reachable from `peer`
+    /// (`controller/reachability.rs`; once per such connection).
+    CreateOverIpv6 {
+        /// The TCP peer.
+        peer: SocketAddr,
+    },
     /// A connection finished its link handshake.
     ConnOpened {
         /// Its identifier.

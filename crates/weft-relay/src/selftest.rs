@@ -152,7 +152,7 @@ pub fn hop(r: &RelayEntry, keys: &MicrodescKeys) -> HopTarget {
         rsa_id: r.rsa_identity,
         ed_id: Some(keys.ed_id),
         ntor_key: keys.ntor_key,
-        addr: std::net::SocketAddrV4::new(r.address, r.or_port),
+        addr: std::net::SocketAddrV4::new(r.address, r.or_port).into(),
     }
 }
 
@@ -179,7 +179,7 @@ mod tests {
                 rsa_id: k.rsa_fp,
                 ed_id: Some(k.ed_id),
                 ntor_key: k.ntor[0].public.to_bytes(),
-                addr: std::net::SocketAddrV4::new([127, 0, 0, 1].into(), 9000 + i as u16),
+                addr: ([127, 0, 0, 1], 9000 + i as u16).into(),
             })
             .collect();
         let (mut t, create2) = SelfTestCircuit::new(&hops[0], hops[1..].to_vec(), 5, 0).unwrap();

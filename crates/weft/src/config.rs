@@ -280,6 +280,7 @@ pub fn parse_lines(
     let mut authorities = Vec::new();
     let mut testing = false;
     let mut assume_reachable = false;
+    let mut assume_reachable_ipv6 = None;
     let mut threads: Option<usize> = None;
     let mut sched_slice_ms: u64 = DEFAULT_WORKER_SCHED_SLICE_MS;
     let mut pid_file = None;
@@ -368,6 +369,10 @@ pub fn parse_lines(
                 .push(parse_dir_authority(val).map_err(|m| err(format!("DirAuthority: {m}")))?),
             "testingtornetwork" => testing = parse_bool(val).map_err(err)?,
             "assumereachable" => assume_reachable = parse_bool(val).map_err(err)?,
+            "assumereachableipv6" if val.eq_ignore_ascii_case("auto") => {
+                assume_reachable_ipv6 = None
+            }
+            "assumereachableipv6" => assume_reachable_ipv6 = Some(parse_bool(val).map_err(err)?),
             "dircache" => dir_cache = parse_bool(val).map_err(err)?,
             "outboundbindaddress" | "outboundbindaddressor" | "outboundbindaddressexit" => {
                 let ip: IpAddr = val
@@ -623,6 +628,7 @@ pub fn parse_lines(
             authorities,
             testing_tor_network: testing,
             assume_reachable,
+            assume_reachable_ipv6,
             connection_threads: threads,
             worker_sched_slice: (sched_slice_ms > 0)
                 .then(|| std::time::Duration::from_millis(sched_slice_ms)),

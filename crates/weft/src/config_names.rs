@@ -22,6 +22,7 @@ pub static OPTIONS: &[OptionInfo] = &[
     o("AccountingStart", "String", ""),
     o("Address", "String", ""),
     o("AssumeReachable", "Boolean", "0"),
+    o("AssumeReachableIPv6", "Autobool", "auto"),
     o("BandwidthBurst", "DataSize", "1073741824"),
     o("BandwidthRate", "DataSize", "1073741824"),
     o("CircuitPriorityHalflife", "Float", "-1"),

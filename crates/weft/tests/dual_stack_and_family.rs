@@ -16,6 +16,8 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
+mod common;
+
 use anyhow::{ensure, Context, Result};
 use weft_testnet::{pick_base_port, traffic, Direction, Sink, Testnet, TestnetConfig, WeftNode};
 
@@ -47,11 +49,17 @@ fn dual_stack_weft_in_a_stock_network() -> Result<()> {
     let key_dir = format!("FamilyKeyDirectory {}", keys.path().display());
     let mut cfg = TestnetConfig::new(&base_dir, 0);
     cfg.exits = 1;
+    cfg.exit_torrc = vec![vec![format!("ORPort [::1]:{}", free_port_v6()?)]];
     let weft_v6 = free_port_v6()?;
+    let hidden_v6 = free_port_v6()?;
     let mut w = WeftNode::new(env!("CARGO_BIN_EXE_weft"));
     w.connection_threads = Some(2);
     w.extra_torrc = vec![
         format!("ORPort [::1]:{weft_v6}"),
+        // The testnet says AssumeReachable 1, which (as in C) skips the
+        // IPv6 ORPort's self-test too; weft has no IPv4 self-test, so
+        // this only makes it test the IPv6 ORPort before publishing it.
+        "AssumeReachable 0".into(),
         family_line.clone(),
         key_dir.clone(),
     ];
@@ -63,7 +71,20 @@ fn dual_stack_weft_in_a_stock_network() -> Result<()> {
             key_dir.clone(),
         ],
         vec![format!("ORPort [::1]:{}", free_port_v6()?)],
+        // A relay nobody knows of (unpublished: no self-tests, no
+        // circuits through it; it fetches from the authorities and builds
+        // no circuits), so weft's connection to it can only come from the
+        // test's IPv6-only extend.
+        vec![
+            format!("ORPort [::1]:{hidden_v6}"),
+            "PublishServerDescriptor 0".into(),
+            // Its directory fetches go to the authorities, not to weft
+            // (a cache), and it builds no circuits of its own.
+            "FetchDirInfoEarly 1".into(),
+            "__DisablePredictedCircuits 1".into(),
+        ],
     ];
+    cfg.relays = 3;
     // Authorities that test IPv6 ORPorts (and list only reachable ones).
     // The client bootstraps only with a Stable guard; in a young network
     // whether the stock relays are Stable depends on their uptimes against
@@ -87,20 +108,87 @@ fn dual_stack_weft_in_a_stock_network() -> Result<()> {
     net.wait_until_listed(&[&weft], &["Running", "Valid"], BOUND)?;
     net.wait_for_bootstrap(BOUND)?;
 
-    // The authorities list weft's IPv6 ORPort.
-    let consensus = std::fs::read_to_string(net.node("auth0")?.dir.join("cached-consensus"))
-        .context("auth0's cached-consensus")?;
-    let name = format!("{} ", net.weft().context("weft")?.name);
-    let entry: Vec<&str> = consensus
-        .split("\nr ")
-        .find(|e| e.starts_with(&name))
-        .context("weft's entry in the consensus")?
-        .lines()
-        .collect();
+    // weft's IPv6 self-test: a CREATE over IPv6 to its published address
+    // (C's rule), then the IPv6 ORPort in its descriptor, then the
+    // authorities list it (the `a` line, only for a reachable one).
+    let reachable = format!("Self-testing indicates your ORPort [::1]:{weft_v6} is reachable");
+    let weft_log = net.weft().context("weft")?.dir.join("notice.log");
+    let t0 = std::time::Instant::now();
+    let found = |t: Duration| -> bool {
+        let deadline = std::time::Instant::now() + t;
+        loop {
+            if std::fs::read_to_string(&weft_log)
+                .unwrap_or_default()
+                .contains(&reachable)
+            {
+                return true;
+            }
+            if std::time::Instant::now() >= deadline {
+                return false;
+            }
+            std::thread::sleep(Duration::from_secs(1));
+        }
+    };
+    // The stock relay before weft on a testing circuit completes the
+    // IPv6-only extend with weft's IPv4 address from the consensus and
+    // picks one of the two at random (C's circuit_extend_add_ipv4_helper,
+    // circuit_choose_ip_ap_for_extend), or reuses a connection it has:
+    // each attempt proves the IPv6 ORPort with probability 1/2 at best.
+    // If none did in 150 s, a CREATE over IPv6 from the test (what a
+    // client that prefers IPv6 sends) proves it by the same rule.
+    if !found(Duration::from_secs(150)) {
+        eprintln!(
+            "[ipv6] weft's own testing circuits reached it over IPv4 only (stock relays choose at random); a CREATE over IPv6 from the test"
+        );
+        let weft = net.weft().context("weft")?;
+        let fp = weft.fingerprint()?.to_string();
+        let md = net.control("client0")?.getinfo(&format!("md/id/{fp}"))?;
+        let hop =
+            common::origin_client::hop_from_md(&md, &fp, format!("[::1]:{weft_v6}").parse()?)?;
+        let dir = tempfile::tempdir()?;
+        let ident = weft_bench::run::identity(dir.path(), "ipv6Prover")?;
+        let _c = common::origin_client::OriginClient::open(&ident, &hop)?;
+        ensure!(
+            found(Duration::from_secs(20)),
+            "weft's IPv6 ORPort not found reachable after a CREATE over IPv6"
+        );
+    }
+    let notices = std::fs::read_to_string(&weft_log)?;
+    let checking = format!("Now checking whether IPv6 ORPort [::1]:{weft_v6} is reachable");
     ensure!(
-        entry.iter().any(|l| *l == format!("a [::1]:{weft_v6}")),
-        "no IPv6 ORPort in weft's consensus entry: {entry:?}"
+        matches!((notices.find(&checking), notices.find(&reachable)), (Some(a), Some(b)) if a < b),
+        "weft found its IPv6 ORPort reachable without testing it"
     );
+    eprintln!(
+        "[ipv6] weft: {checking}; {reachable} (after {:.1?})",
+        t0.elapsed()
+    );
+    let name = format!("{} ", net.weft().context("weft")?.name);
+    let t0 = std::time::Instant::now();
+    let (consensus, entry) = loop {
+        let consensus = std::fs::read_to_string(net.node("auth0")?.dir.join("cached-consensus"))
+            .context("auth0's cached-consensus")?;
+        let entry: Vec<String> = consensus
+            .split("\nr ")
+            .find(|e| e.starts_with(&name))
+            .context("weft's entry in the consensus")?
+            .lines()
+            .map(str::to_owned)
+            .collect();
+        if entry.iter().any(|l| *l == format!("a [::1]:{weft_v6}")) {
+            break (consensus, entry);
+        }
+        ensure!(
+            t0.elapsed() < BOUND,
+            "no IPv6 ORPort in weft's consensus entry: {entry:?}"
+        );
+        std::thread::sleep(Duration::from_secs(2));
+    };
+    eprintln!(
+        "[ipv6] the authorities list weft's IPv6 ORPort after {:.1?} more",
+        t0.elapsed()
+    );
+    protocols_cover_stock_lists(&consensus, &entry)?;
 
     // The family: both microdescriptors carry its ID (the authorities
     // checked both family-certs); relay1's does not.
@@ -172,6 +260,8 @@ relay0: {r0}"
     eprintln!(
         "[ipv6] {moved} bytes through weft (first hop over IPv6); weft opened {to_v6} relay connections over IPv6 and {to_v4} over IPv4"
     );
+    ipv6_only_extend_through_weft(&net, hidden_v6)?;
+
     // relay0 lists a FamilyId without MyFamily, which tor warns about
     // (the fingerprints are not known before the network starts). And
     // relay0's reachability self-test circuits (relay1, a middle, itself)
@@ -196,4 +286,156 @@ relay0: {r0}"
     net.stop()?;
     drop(net);
     std::fs::remove_dir_all(&base_dir).with_context(|| format!("removing {}", base_dir.display()))
+}
+
+/// Issue 35, acceptance 4: weft's `pr` line in a consensus the stock
+/// authorities made holds every protocol of their
+/// `required-relay-protocols` and `recommended-relay-protocols` except
+/// Padding (connection and circuit padding's issue) and Relay=5-6.
+fn protocols_cover_stock_lists(consensus: &str, weft_entry: &[String]) -> Result<()> {
+    use std::str::FromStr;
+    use tor_protover::Protocols;
+    let list = |key: &str| -> Result<Protocols> {
+        let l = consensus
+            .lines()
+            .find_map(|l| l.strip_prefix(key))
+            .with_context(|| format!("no {key} in the consensus"))?;
+        Protocols::from_str(l.trim()).map_err(|e| anyhow::anyhow!("{key}: {e}"))
+    };
+    let pr = weft_entry
+        .iter()
+        .find_map(|l| l.strip_prefix("pr "))
+        .context("no pr line for weft")?;
+    let ours = Protocols::from_str(pr).map_err(|e| anyhow::anyhow!("pr: {e}"))?;
+    let exempt = Protocols::from_str("Padding=1-2 Relay=5-6").expect("static");
+    for key in ["required-relay-protocols ", "recommended-relay-protocols "] {
+        let wanted = list(key)?;
+        let missing = wanted.difference(&ours).difference(&exempt);
+        ensure!(
+            missing.is_empty(),
+            "weft's pr line ({pr}) lacks {missing} of the consensus's {key}"
+        );
+        eprintln!(
+            "[ipv6] weft's pr line covers the stock {}({wanted}) but for {}",
+            key.trim_end(),
+            wanted.difference(&ours)
+        );
+    }
+    Ok(())
+}
+
+/// Issue 35, acceptance 3: a circuit the test builds itself — stock
+/// relay1 (over IPv4), weft, then an EXTEND2 that names only relay2's
+/// IPv6 ORPort — and a directory request at relay2 (BEGIN_DIR): weft must
+/// carry the extend over a new IPv6 connection (relay2 is unpublished, so
+/// weft has no other connection to it) and the consensus relay2 serves
+/// must come back byte for byte.
+fn ipv6_only_extend_through_weft(net: &Testnet, hidden_v6: u16) -> Result<()> {
+    use common::origin_client::{hop_from_md, OriginClient};
+    use weft_proto::relay::{self, relay_cmd};
+    let mut ctl = net.control("client0")?;
+    let md = |ctl: &mut weft_testnet::ControlClient, fp: &str| -> Result<String> {
+        ctl.getinfo(&format!("md/id/{fp}"))
+    };
+    let relay1 = net.fingerprint("relay1")?;
+    let r1 = net.node("relay1")?;
+    let first = hop_from_md(
+        &md(&mut ctl, &relay1)?,
+        &relay1,
+        r1.or_addr().context("relay1")?,
+    )?;
+    let weft = net.weft().context("weft")?;
+    let weft_fp = weft.fingerprint()?.to_string();
+    let middle = hop_from_md(
+        &md(&mut ctl, &weft_fp)?,
+        &weft_fp,
+        weft.or_addr().context("weft")?,
+    )?;
+    // relay2 is in no consensus: its keys from its data directory.
+    let r2 = net.node("relay2")?;
+    let mut rsa_id = [0u8; 20];
+    hex::decode_to_slice(r2.fingerprint()?, &mut rsa_id)?;
+    let ed = std::fs::read_to_string(r2.dir.join("fingerprint-ed25519"))?;
+    let ed = ed
+        .split_whitespace()
+        .nth(1)
+        .context("fingerprint-ed25519")?;
+    use base64::Engine as _;
+    let ed = base64::engine::general_purpose::STANDARD_NO_PAD.decode(ed.trim_end_matches('='))?;
+    let last = weft_proto::origin::HopTarget {
+        rsa_id,
+        ed_id: Some(ed.try_into().ok().context("ed25519 length")?),
+        ntor_key: tor_ntor_public(&r2.dir.join("keys").join("secret_onion_key_ntor"))?,
+        addr: format!("[::1]:{hidden_v6}").parse()?,
+    };
+    let dir = tempfile::tempdir()?;
+    let ident = weft_bench::run::identity(dir.path(), "ipv6TestRelay")?;
+    let mut c = OriginClient::open(&ident, &first)?;
+    c.extend(&middle)?;
+    c.extend(&last)?;
+    let log = std::fs::read_to_string(weft.dir.join("info.log"))?;
+    ensure!(
+        log.lines()
+            .any(|l| l.contains("opening connection")
+                && l.contains(&format!(" to [::1]:{hidden_v6}"))),
+        "weft did not open an IPv6 connection to relay2's [::1]:{hidden_v6}"
+    );
+    // A consensus from relay2, through weft, against the authorities'.
+    let auth_md = net.node("auth0")?.dir.join("cached-microdesc-consensus");
+    for attempt in 0..3 {
+        let sid = c.new_stream();
+        c.send(2, relay_cmd::BEGIN_DIR, sid, &[]);
+        c.send(
+            2,
+            relay_cmd::DATA,
+            sid,
+            b"GET /tor/status-vote/current/consensus-microdesc HTTP/1.0\r\n\r\n",
+        );
+        let mut answer = Vec::new();
+        let mut ended = false;
+        while !ended {
+            for (_, h, body) in c.relay_cells()? {
+                if h.stream_id == sid {
+                    match h.command {
+                        relay_cmd::DATA => answer.extend_from_slice(relay::data(&body, &h)),
+                        relay_cmd::END => ended = true,
+                        _ => {}
+                    }
+                }
+            }
+        }
+        let text = String::from_utf8_lossy(&answer);
+        let body = text.split_once("\r\n\r\n").map(|x| x.1).unwrap_or("");
+        let theirs = std::fs::read_to_string(&auth_md)?;
+        if body == theirs {
+            eprintln!(
+                "[ipv6] an EXTEND2 naming only [::1]:{hidden_v6}: weft opened an IPv6 connection to relay2; its consensus ({} bytes) came back intact",
+                body.len()
+            );
+            return Ok(());
+        }
+        ensure!(
+            text.starts_with("HTTP/1.0 200"),
+            "relay2 answered: {:.200}",
+            text
+        );
+        eprintln!(
+            "[ipv6] relay2's consensus is not auth0's (a new one in between?); again ({attempt})"
+        );
+        std::thread::sleep(Duration::from_secs(3));
+    }
+    anyhow::bail!("relay2's consensus never matched auth0's")
+}
+
+/// The public key in stock tor's `secret_onion_key_ntor` (C's
+/// `curve25519_keypair_write_to_file`: a 32-byte tag block
+/// `== c25519v1: onion ==`, the secret key, the public key).
+fn tor_ntor_public(p: &std::path::Path) -> Result<[u8; 32]> {
+    let b = std::fs::read(p)?;
+    ensure!(
+        b.len() == 96 && b.starts_with(b"== c25519v1: onion =="),
+        "{}: not a tor curve25519 key file",
+        p.display()
+    );
+    Ok(b[64..96].try_into().expect("32 bytes"))
 }

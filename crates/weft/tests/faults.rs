@@ -124,7 +124,7 @@ impl Relay {
             rsa_id,
             ed_id: None,
             ntor_key: weft_crypto::keys::read_ntor_public(&self.data())?,
-            addr: std::net::SocketAddrV4::new(std::net::Ipv4Addr::LOCALHOST, self.port),
+            addr: (std::net::Ipv4Addr::LOCALHOST, self.port).into(),
         })
     }
 }

@@ -41,12 +41,11 @@ use std::time::{Duration, Instant};
 
 mod common;
 
+use common::origin_client::OriginClient;
+
 use anyhow::{bail, ensure, Context, Result};
-use weft_proto::cell::{cmd, BODY_LEN};
-use weft_proto::origin::{HopTarget, OriginCircuit};
+use weft_proto::origin::HopTarget;
 use weft_proto::relay::{self, relay_cmd};
-use weft_relay::link_io::{CellFlow, CellIn, IoState, LinkConn};
-use weft_relay::tls::TlsLink;
 use weft_testnet::{pick_base_port, traffic, Role, Sink, Testnet, TestnetConfig, WeftNode};
 
 /// Onion services on the service node.
@@ -231,134 +230,33 @@ fn stale_upload(net: &Testnet, client: &str, onion: &str, fp: &str) -> Result<St
     }
 }
 
-/// A circuit to weft over a link that authenticated as a relay: what an
-/// HSDir sees when an upload or fetch comes through the network.
-struct RelayCircuit {
-    link: LinkConn,
-    circ_id: u32,
-    oc: OriginCircuit,
-    next_stream: u16,
-}
-
-impl RelayCircuit {
-    fn open(ident: &weft_bench::load::Identity, hop: &HopTarget) -> Result<RelayCircuit> {
-        let addr = std::net::SocketAddr::V4(hop.addr);
-        let tcp = mio::net::TcpStream::connect(addr)?;
-        let tls = TlsLink::connect(&ident.connector, tcp)?;
-        let mut link = LinkConn::outbound(
-            tls,
-            ident.link.clone(),
-            addr.ip(),
-            vec![std::net::IpAddr::V4(std::net::Ipv4Addr::LOCALHOST)],
-            Some(hop.rsa_id),
-            hop.ed_id,
-        );
-        let deadline = Instant::now() + Duration::from_secs(20);
-        while link
-            .advance_handshake(std::time::SystemTime::now())
-            .map_err(|e| anyhow::anyhow!("link to weft: {e}"))?
-            .is_none()
-        {
-            let _ = link.flush();
-            ensure!(Instant::now() < deadline, "link to weft: no handshake");
-            std::thread::sleep(Duration::from_millis(2));
-        }
-        let circ_id = 0x8000_0001;
-        let mut oc = OriginCircuit::new();
-        let create2 = oc.create2(hop).map_err(|e| anyhow::anyhow!("{e}"))?;
-        let mut c = RelayCircuit {
-            link,
-            circ_id,
-            oc,
-            next_stream: 1,
-        };
-        c.link.queue_cell(circ_id, cmd::CREATE2, &pad(&create2));
-        for (command, body) in c.cells_until(|k| k == cmd::CREATED2)? {
-            if command == cmd::CREATED2 {
-                c.oc.on_created2(&body)
-                    .map_err(|e| anyhow::anyhow!("CREATED2: {e}"))?;
-            }
-        }
-        Ok(c)
+/// One request on a new BEGIN_DIR stream at `c`'s last hop; the answer's
+/// bytes.
+fn request(c: &mut OriginClient, req: &[u8]) -> Result<String> {
+    let sid = c.new_stream();
+    let last = c.oc.len() - 1;
+    c.send(last, relay_cmd::BEGIN_DIR, sid, &[]);
+    for chunk in req.chunks(weft_proto::circuit::flow::DATA_MAX) {
+        c.send(last, relay_cmd::DATA, sid, chunk);
     }
-
-    /// The cells of our circuit until one of command `until` (bounded).
-    fn cells_until(&mut self, until: impl Fn(u8) -> bool) -> Result<Vec<(u8, [u8; BODY_LEN])>> {
-        let deadline = Instant::now() + Duration::from_secs(30);
-        let mut out = Vec::new();
-        loop {
-            self.link.flush()?;
-            if self.link.fill()? == IoState::Closed {
-                bail!("weft closed the link");
+    let mut answer = Vec::new();
+    for _ in 0..1000 {
+        let mut ended = false;
+        for (_, h, body) in c.relay_cells()? {
+            if h.stream_id != sid {
+                continue;
             }
-            let mut done = false;
-            let circ = self.circ_id;
-            self.link
-                .process_cells(|c| {
-                    if let CellIn::Fixed {
-                        circ_id,
-                        command,
-                        body,
-                    } = c
-                    {
-                        if circ_id == circ {
-                            done |= until(command) || command == cmd::DESTROY;
-                            out.push((command, *body));
-                        }
-                    }
-                    CellFlow::Continue
-                })
-                .map_err(|e| anyhow::anyhow!(e))?;
-            if done {
-                return Ok(out);
+            match h.command {
+                relay_cmd::DATA => answer.extend_from_slice(relay::data(&body, &h)),
+                relay_cmd::END => ended = true,
+                _ => {}
             }
-            ensure!(Instant::now() < deadline, "no answer from weft in 30 s");
-            std::thread::sleep(Duration::from_millis(2));
+        }
+        if ended {
+            return Ok(String::from_utf8_lossy(&answer).into_owned());
         }
     }
-
-    /// One request on a new BEGIN_DIR stream; the answer's bytes.
-    fn request(&mut self, req: &[u8]) -> Result<String> {
-        let sid = self.next_stream;
-        self.next_stream += 1;
-        let send = |c: &mut RelayCircuit, command: u8, data: &[u8]| {
-            let mut b = [0u8; BODY_LEN];
-            c.oc.send(0, command, sid, data, &mut b);
-            c.link.queue_cell(c.circ_id, cmd::RELAY, &b);
-        };
-        send(self, relay_cmd::BEGIN_DIR, &[]);
-        for chunk in req.chunks(weft_proto::circuit::flow::DATA_MAX) {
-            send(self, relay_cmd::DATA, chunk);
-        }
-        let mut answer = Vec::new();
-        for _ in 0..1000 {
-            let mut ended = false;
-            for (command, mut body) in self.cells_until(|c| c == cmd::RELAY)? {
-                ensure!(command != cmd::DESTROY, "weft destroyed the circuit");
-                let Ok((_, h)) = self.oc.on_backward(&mut body) else {
-                    continue;
-                };
-                if h.stream_id != sid {
-                    continue;
-                }
-                match h.command {
-                    relay_cmd::DATA => answer.extend_from_slice(relay::data(&body, &h)),
-                    relay_cmd::END => ended = true,
-                    _ => {}
-                }
-            }
-            if ended {
-                return Ok(String::from_utf8_lossy(&answer).into_owned());
-            }
-        }
-        bail!("stream {sid} did not end")
-    }
-}
-
-fn pad(data: &[u8]) -> [u8; BODY_LEN] {
-    let mut b = [0u8; BODY_LEN];
-    b[..data.len()].copy_from_slice(data);
-    b
+    bail!("stream {sid} did not end")
 }
 
 fn post(desc: &[u8]) -> Vec<u8> {
@@ -380,10 +278,11 @@ fn weft_hop(net: &Testnet) -> Result<HopTarget> {
         rsa_id,
         ed_id: None,
         ntor_key: weft_crypto::keys::read_ntor_public(&w.dir)?,
-        addr: std::net::SocketAddrV4::new(
+        addr: (
             std::net::Ipv4Addr::LOCALHOST,
             w.or_port.context("weft's ORPort")?,
-        ),
+        )
+            .into(),
     })
 }
 
@@ -397,7 +296,7 @@ fn bad_uploads(
     blinded_b64: &str,
 ) -> Result<()> {
     let ident = weft_bench::run::identity(&work.join("fake-relay"), "hsdirTestRelay")?;
-    let mut c = RelayCircuit::open(&ident, &weft_hop(net)?)?;
+    let mut c = OriginClient::open(&ident, &weft_hop(net)?)?;
     let before = common::testnet_metrics(net, metrics_port())?;
     let rejected = "HTTP/1.0 400 Invalid HS descriptor. Rejected.";
     let mut forged = stock.as_bytes().to_vec();
@@ -417,7 +316,7 @@ fn bad_uploads(
         ("oversize", post(oversize.as_bytes()), "too_large_announced"),
     ];
     for (what, req, _) in &cases {
-        let a = c.request(req)?;
+        let a = request(&mut c, req)?;
         let status = a.lines().next().unwrap_or("");
         ensure!(status == rejected, "{what}: weft answered {status:?}");
     }
@@ -436,7 +335,10 @@ fn bad_uploads(
         "a bad upload was stored"
     );
     // The stock descriptor is still there, byte for byte.
-    let a = c.request(format!("GET /tor/hs/3/{blinded_b64} HTTP/1.0\r\n\r\n").as_bytes())?;
+    let a = request(
+        &mut c,
+        format!("GET /tor/hs/3/{blinded_b64} HTTP/1.0\r\n\r\n").as_bytes(),
+    )?;
     ensure!(a.starts_with("HTTP/1.0 200 OK\r\n"), "{:.80}", a);
     let body = a.split_once("\r\n\r\n").map(|x| x.1).unwrap_or("");
     ensure!(
@@ -445,14 +347,17 @@ fn bad_uploads(
     );
     // A good one on the same path: 200, then fetched back.
     let good = weft_dir::hs_cache::testing::SyntheticDescriptor::new(78, now);
-    let a = c.request(&post(good.encode().as_bytes()))?;
+    let a = request(&mut c, &post(good.encode().as_bytes()))?;
     ensure!(
         a.starts_with("HTTP/1.0 200 HS descriptor stored successfully."),
         "good upload: {a:.80}"
     );
     use base64::Engine as _;
     let key = base64::engine::general_purpose::STANDARD_NO_PAD.encode(good.blinded_key());
-    let a = c.request(format!("GET /tor/hs/3/{key} HTTP/1.0\r\n\r\n").as_bytes())?;
+    let a = request(
+        &mut c,
+        format!("GET /tor/hs/3/{key} HTTP/1.0\r\n\r\n").as_bytes(),
+    )?;
     ensure!(a.ends_with(&good.encode()), "good upload not served back");
     eprintln!(
         "[hsdir] garbage, forged, stale and oversized uploads refused with 400; a good one stored"

@@ -235,7 +235,7 @@ struct Many<'a> {
 
 /// A non-blocking TCP connection to `to` from `source` (bound first, so
 /// that the target sees many peers).
-fn connect_from(source: Ipv4Addr, to: SocketAddrV4) -> Result<TcpStream> {
+fn connect_from(source: Ipv4Addr, to: SocketAddr) -> Result<TcpStream> {
     let s = socket2::Socket::new(
         socket2::Domain::IPV4,
         socket2::Type::STREAM,
@@ -245,7 +245,7 @@ fn connect_from(source: Ipv4Addr, to: SocketAddrV4) -> Result<TcpStream> {
         .with_context(|| format!("binding to {source}"))?;
     s.set_nonblocking(true)?;
     s.set_tcp_nodelay(true)?;
-    match s.connect(&SocketAddr::V4(to).into()) {
+    match s.connect(&to.into()) {
         Ok(()) => {}
         Err(e) if e.raw_os_error() == Some(libc::EINPROGRESS) => {}
         Err(e) => return Err(e).with_context(|| format!("connecting {source} → {to}")),
@@ -317,7 +317,7 @@ pub fn run_many(
         delay_down: histogram(),
     };
     for (i, s) in t.sinks.iter().enumerate() {
-        let mut l = TcpListener::bind(SocketAddr::V4(s.hop.addr))
+        let mut l = TcpListener::bind(s.hop.addr)
             .with_context(|| format!("sink listener {}", s.hop.addr))?;
         poll.registry()
             .register(&mut l, Token(LISTEN_BASE + i), Interest::READABLE)?;
@@ -478,7 +478,7 @@ impl Many<'_> {
             let link = LinkConn::outbound(
                 tls,
                 spec.ident.link.clone(),
-                IpAddr::V4(*self.cfg.target.addr.ip()),
+                self.cfg.target.addr.ip(),
                 vec![IpAddr::V4(spec.source)],
                 Some(self.cfg.target.rsa_id),
                 self.cfg.target.ed_id,
@@ -508,7 +508,9 @@ impl Many<'_> {
                     let idx = self.sink_conns.len();
                     let s = &self.sinks[sink];
                     let token = Token(SINK_BASE + idx);
-                    let addr = *s.hop.addr.ip();
+                    let IpAddr::V4(addr) = s.hop.addr.ip() else {
+                        anyhow::bail!("the scale bench sinks listen on IPv4");
+                    };
                     let link = super::accept_link(poll, tcp, peer, token, &s.ident, addr)?;
                     self.sink_conns.push(Sink {
                         link,

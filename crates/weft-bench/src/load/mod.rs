@@ -378,7 +378,7 @@ pub fn run_thread(
     }
     for (ident, sink) in gens {
         let (addr, hop) = match &cfg.target {
-            Some(h) => (SocketAddr::V4(h.addr), h.clone()),
+            Some(h) => (h.addr, h.clone()),
             None => (
                 SocketAddr::V4(t.sinks[sink].addr),
                 t.sinks[sink].hop.clone(),

@@ -338,7 +338,7 @@ pub(super) fn measure(
             rsa_id: ident.handshake.rsa_fp,
             ed_id: Some(ident.handshake.ed_id),
             ntor_key: ident.handshake.ntor[0].public.to_bytes(),
-            addr: std::net::SocketAddrV4::new(std::net::Ipv4Addr::LOCALHOST, free_port()?),
+            addr: (std::net::Ipv4Addr::LOCALHOST, free_port()?).into(),
         };
         per_thread[s % nt].1.push(ManySink { ident, hop });
     }

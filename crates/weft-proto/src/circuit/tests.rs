@@ -1,8 +1,6 @@
 //! Tests of the keyed half's answers to the relay commands addressed to it,
 //! with a real client circuit ([`OriginCircuit`]) at the other end.
 
-use std::net::SocketAddrV4;
-
 use ed25519_dalek::{Signer, SigningKey};
 
 use super::*;
@@ -15,7 +13,7 @@ fn target(keys: &HandshakeKeys) -> HopTarget {
         rsa_id: keys.rsa_fp,
         ed_id: Some(keys.ed_id),
         ntor_key: keys.ntor[0].public.to_bytes(),
-        addr: SocketAddrV4::new([127, 0, 0, 1].into(), 9001),
+        addr: ([127, 0, 0, 1], 9001).into(),
     }
 }
 

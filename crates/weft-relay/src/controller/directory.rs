@@ -23,6 +23,7 @@ use weft_dir::descriptor::{
 use weft_dir::upload::{post_descriptor, UploadOutcome};
 use weft_proto::origin::HopTarget;
 
+use super::reachability::Ipv6Reachability;
 use crate::context::{DirAuthority, RelayConfig};
 
 /// What we advertise in "proto": only what is implemented. [protocol-notes §12]
@@ -46,8 +47,14 @@ use crate::context::{DirAuthority, RelayConfig};
 /// `HSDir=2`: v3 onion-service descriptors stored and served (weft-dir
 /// `hs_cache/`, `controller/hs_dir.rs`, the workers' `streams/hsdir.rs`),
 /// as C Tor's `hs_cache.c`; the descriptor says `hidden-service-dir`.
+///
+/// `Relay=3`: IPv6 extends: an EXTEND2 naming only an IPv6 ORPort is
+/// carried over IPv6 when we have one (`registry.rs` `extend_addr`, as
+/// C's `circuit_choose_ip_ap_for_extend`), connections over IPv6 are
+/// canonical when the peer's NETINFO lists that address, and our own
+/// IPv6 ORPort is self-tested ([`super::reachability`]).
 pub const PROTO: &str =
-    "Conflux=1 Cons=1-2 Desc=1-2 DirCache=1-2 FlowCtrl=1-2 HSDir=2 HSIntro=4-5 HSRend=1-2 Link=4-5 LinkAuth=3 Microdesc=1-2 Relay=2,4";
+    "Conflux=1 Cons=1-2 Desc=1-2 DirCache=1-2 FlowCtrl=1-2 HSDir=2 HSIntro=4-5 HSRend=1-2 Link=4-5 LinkAuth=3 Microdesc=1-2 Relay=2-4";
 
 /// Results of background directory work, handled on the controller.
 #[derive(Debug)]
@@ -59,9 +66,11 @@ pub enum DirEvent {
         /// Outcome or error text.
         outcome: Result<UploadOutcome, String>,
     },
-    /// The microdescriptors of the two relays picked for the bandwidth
-    /// self-test arrived.
+    /// The microdescriptors of the two relays picked for a self-test
+    /// arrived.
     SelfTestKeys {
+        /// Which test.
+        purpose: SelfTest,
         /// First hop.
         a: Box<RelayEntry>,
         /// Second hop.
@@ -86,12 +95,22 @@ pub struct DirOutcome {
     /// The relays or their ORPorts changed (an exit's re-entry set and
     /// known relays).
     pub relays_changed: bool,
-    /// Run the bandwidth self-test through these two relays.
-    pub selftest: Option<(HopTarget, HopTarget)>,
+    /// Run a self-test through these two relays.
+    pub selftest: Option<(HopTarget, HopTarget, SelfTest)>,
     /// Stop weft: the consensus requires a protocol it lacks (C's
     /// `networkstatus_check_required_protocols`; not on a testing
     /// network).
     pub stop: Option<String>,
+}
+
+/// The self-tests through two relays that end at ourselves.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SelfTest {
+    /// C's bandwidth test (`crate::selftest`), to our advertised ORPort.
+    Bandwidth,
+    /// The reachability of our IPv6 ORPort: the last extend names only it
+    /// ([`super::reachability`]).
+    Ipv6(std::net::SocketAddrV6),
 }
 
 /// Run the bandwidth self-test while observed bandwidth is below this
@@ -146,6 +165,8 @@ pub struct DirState {
     fetching: bool,
     selftest_last: Option<Instant>,
     selftest_busy: bool,
+    /// Our IPv6 ORPort's self-test.
+    ipv6: Ipv6Reachability,
     /// Our last published descriptor and extra-info (the cache serves
     /// them).
     own: Option<(String, String)>,
@@ -165,7 +186,7 @@ impl DirState {
             address,
             or_port: cfg.advertised.port(),
             contact: cfg.contact.clone(),
-            platform: format!("weft {} on Linux", env!("CARGO_PKG_VERSION")),
+            platform: format!("weft {} on {}", env!("CARGO_PKG_VERSION"), os_name()),
             proto: PROTO.to_string(),
             uptime: 0,
             // MaxAdvertisedBandwidth caps what we claim (and so our weight),
@@ -184,8 +205,18 @@ impl DirState {
             tunnelled_dir_server: dir_cache,
             hidden_service_dir: dir_cache,
             hibernating: false,
-            or_address_v6: cfg.ipv6_or_port.map(|(_, adv)| adv),
+            or_address_v6: None,
             family_certs: Vec::new(),
+        };
+        let ipv6 = Ipv6Reachability::new(
+            cfg.ipv6_or_port.map(|(_, adv)| adv),
+            cfg.assume_reachable,
+            cfg.assume_reachable_ipv6,
+            cfg.testing_tor_network,
+        );
+        let params = DescriptorParams {
+            or_address_v6: ipv6.published(&NetParams::default()),
+            ..params
         };
         DirState {
             authorities: cfg.authorities.clone(),
@@ -205,6 +236,7 @@ impl DirState {
             fetching: false,
             selftest_last: None,
             selftest_busy: false,
+            ipv6,
             own: None,
             extra_stats: Vec::new(),
         }
@@ -214,7 +246,16 @@ impl DirState {
     /// observed bandwidth is still low, and none ran recently: pick two
     /// relays and fetch their microdescriptors (the outcome comes back as
     /// [`DirEvent::SelfTestKeys`]).
-    pub fn maybe_selftest(&mut self, observed: u64) {
+    /// `connected` says whether a connection with a relay is open (the
+    /// IPv6 test prefers a second hop without one: it would reuse it).
+    pub fn maybe_selftest(&mut self, observed: u64, connected: &dyn Fn(&[u8; 20]) -> bool) {
+        if !self.selftest_busy {
+            self.maybe_test_ipv6(connected);
+        }
+        // C runs the bandwidth test once every ORPort is reachable.
+        if self.ipv6.holds_bandwidth_test(Instant::now()) {
+            return;
+        }
         let again = if self.testing {
             Duration::from_secs(60)
         } else {
@@ -238,23 +279,84 @@ impl DirState {
         let Some((a, b)) = crate::selftest::pick_relays(c, &self.our_fp) else {
             return;
         };
-        let (Some(da), Some(db)) = (a.md_digest, b.md_digest) else {
+        let (a, b) = (Box::new(a.clone()), Box::new(b.clone()));
+        if self.fetch_selftest_keys(a, b, SelfTest::Bandwidth) {
+            self.selftest_last = Some(Instant::now());
+        }
+    }
+
+    /// Launch an IPv6 reachability circuit if one is due (C's
+    /// `router_do_reachability_checks`; any consensus will do, we need
+    /// not be listed).
+    fn maybe_test_ipv6(&mut self, connected: &dyn Fn(&[u8; 20]) -> bool) {
+        let Some(c) = self.consensus.as_deref() else {
             return;
         };
-        if self.authorities.is_empty() {
+        let Some((a, b)) = super::reachability::pick_relays(c, &self.our_fp, connected) else {
             return;
+        };
+        let (a, b) = (Box::new(a.clone()), Box::new(b.clone()));
+        if let Some(me) = self.ipv6.launch_due(Instant::now()) {
+            self.fetch_selftest_keys(a, b, SelfTest::Ipv6(me));
+        }
+    }
+
+    /// Fetch the microdescriptors of `a` and `b` from an authority for a
+    /// self-test; the outcome comes back as [`DirEvent::SelfTestKeys`].
+    fn fetch_selftest_keys(
+        &mut self,
+        a: Box<RelayEntry>,
+        b: Box<RelayEntry>,
+        purpose: SelfTest,
+    ) -> bool {
+        let (Some(da), Some(db)) = (a.md_digest, b.md_digest) else {
+            return false;
+        };
+        if self.authorities.is_empty() {
+            return false;
         }
         let auth = &self.authorities[rand::random_range(0..self.authorities.len())];
         let (addr, tx) = (auth.dir_addr, self.tx.clone());
-        let (a, b) = (Box::new(a.clone()), Box::new(b.clone()));
         self.selftest_busy = true;
-        self.selftest_last = Some(Instant::now());
         tokio::task::spawn_local(async move {
             let r = fetch_microdescs(addr, &[da, db], Duration::from_secs(30))
                 .await
                 .map_err(|e| e.to_string());
-            let _ = tx.send(DirEvent::SelfTestKeys { a, b, outcome: r });
+            let _ = tx.send(DirEvent::SelfTestKeys {
+                purpose,
+                a,
+                b,
+                outcome: r,
+            });
         });
+        true
+    }
+
+    /// A worker answered a CREATE on an inbound IPv6 connection that
+    /// names our IPv6 address ([`super::reachability`]): publish the IPv6
+    /// ORPort if that makes it reachable.
+    pub fn on_create_over_ipv6(&mut self, peer: std::net::SocketAddr, allow_private: bool) {
+        if self.ipv6.on_create_over_ipv6(peer, allow_private) {
+            self.update_ipv6_address("ORPort found reachable");
+        }
+    }
+
+    /// Put the IPv6 ORPort in the descriptor or take it out, as the
+    /// self-test and the consensus say; republish on a change.
+    fn update_ipv6_address(&mut self, why: &str) {
+        let now = self.ipv6.published(&self.params);
+        if now != self.desc.or_address_v6 {
+            info!(
+                "IPv6 ORPort {} the descriptor: {why}",
+                if now.is_some() { "in" } else { "out of" }
+            );
+            self.desc.or_address_v6 = now;
+            self.dirty = true;
+            if self.testing {
+                // C uploads at once in a testing network.
+                self.last_publish = None;
+            }
+        }
     }
 
     /// A reload changed what the descriptor says (nickname, contact,
@@ -514,7 +616,12 @@ impl DirState {
                     self.dirty = true;
                 }
             },
-            DirEvent::SelfTestKeys { a, b, outcome } => {
+            DirEvent::SelfTestKeys {
+                purpose,
+                a,
+                b,
+                outcome,
+            } => {
                 self.selftest_busy = false;
                 match outcome {
                     Ok(keys) => {
@@ -525,14 +632,15 @@ impl DirState {
                                 out.selftest = Some((
                                     crate::selftest::hop(&a, ka),
                                     crate::selftest::hop(&b, kb),
+                                    purpose,
                                 ));
                             }
                             _ => info!(
-                                "bandwidth self-test: microdescriptors missing; will try again"
+                                "{purpose:?} self-test: microdescriptors missing; will try again"
                             ),
                         }
                     }
-                    Err(e) => info!("bandwidth self-test: cannot fetch microdescriptors: {e}"),
+                    Err(e) => info!("{purpose:?} self-test: cannot fetch microdescriptors: {e}"),
                 }
             }
             DirEvent::Consensus { authority, outcome } => {
@@ -562,17 +670,25 @@ impl DirState {
                         }
                         out.stop = self.check_protocols(&c);
                         out.params_changed = c.params != self.params;
-                        let ports =
-                            |c: &ConsensusSummary| -> Vec<([u8; 20], std::net::Ipv4Addr, u16)> {
-                                c.relays
-                                    .iter()
-                                    .map(|r| (r.rsa_identity, r.address, r.or_port))
-                                    .collect()
-                            };
+                        type Ports = ([u8; 20], std::net::Ipv4Addr, u16, Vec<std::net::SocketAddr>);
+                        let ports = |c: &ConsensusSummary| -> Vec<Ports> {
+                            c.relays
+                                .iter()
+                                .map(|r| {
+                                    (
+                                        r.rsa_identity,
+                                        r.address,
+                                        r.or_port,
+                                        r.other_addresses.clone(),
+                                    )
+                                })
+                                .collect()
+                        };
                         out.relays_changed =
                             self.consensus.as_deref().map(ports) != Some(ports(&c));
                         self.params = c.params.clone();
                         self.consensus = Some(c);
+                        self.update_ipv6_address("the consensus's assume-reachable parameters");
                     }
                     Err(e) => {
                         // No consensus yet (404 in a young network) or a bad
@@ -620,5 +736,21 @@ impl DirState {
             }
             _ => None,
         }
+    }
+}
+
+/// The operating system's name as C's platform line gives it (`uname`'s
+/// sysname: "Linux", "FreeBSD", "Darwin").
+fn os_name() -> &'static str {
+    match std::env::consts::OS {
+        "linux" => "Linux",
+        "freebsd" => "FreeBSD",
+        "openbsd" => "OpenBSD",
+        "netbsd" => "NetBSD",
+        "dragonfly" => "DragonFly",
+        "macos" => "Darwin",
+        "windows" => "Windows",
+        "illumos" | "solaris" => "SunOS",
+        other => other,
     }
 }

@@ -19,6 +19,7 @@ pub(crate) mod conflux;
 mod control_info;
 pub mod control_port;
 pub mod dir_cache;
+mod dir_events;
 pub mod directory;
 mod exit_metrics;
 mod extra_stats;
@@ -30,6 +31,7 @@ pub mod metrics;
 pub mod metrics_http;
 pub(crate) mod onion;
 pub mod protocols;
+mod reachability;
 mod registry;
 mod relay_context;
 mod signals;
@@ -114,6 +116,9 @@ struct Controller {
     next_conn_id: ConnId,
     conns: HashMap<ConnId, ConnFacts>,
     by_identity: HashMap<[u8; 20], Vec<ConnId>>,
+    /// The consensus's ORPorts by RSA identity, to complete an extend's
+    /// addresses ([`registry`]).
+    relay_book: HashMap<[u8; 20], registry::BookEntry>,
     /// Connections being opened, by (relay identity, worker to avoid).
     pending: HashMap<([u8; 20], Option<usize>), PendingConnect>,
     bw: BandwidthHistory,
@@ -340,6 +345,7 @@ async fn run_controller(cfg: RelayConfig, mut hooks: RelayHooks) -> anyhow::Resu
         next_conn_id: 1,
         conns: HashMap::new(),
         by_identity: HashMap::new(),
+        relay_book: HashMap::new(),
         pending: HashMap::new(),
         bw,
         stats,
@@ -386,6 +392,9 @@ async fn run_controller(cfg: RelayConfig, mut hooks: RelayHooks) -> anyhow::Resu
                     dir.withdraw_exit();
                     c.rebuild_context(&dir);
                 }
+                ControllerMsg::CreateOverIpv6 { peer } => {
+                    dir.on_create_over_ipv6(peer, c.cfg.extend_allow_private)
+                }
                 m => c.on_msg(m),
             },
             a = metrics_http::MetricsPort::accept(&metrics_port) => {
@@ -402,23 +411,10 @@ async fn run_controller(cfg: RelayConfig, mut hooks: RelayHooks) -> anyhow::Resu
                 }
             }
             Some(ev) = dir_rx.recv() => {
-                let out = dir.on_event(ev);
-                if let Some(why) = out.stop {
-                    // C: log_err and exit(1) on a consensus requiring a
-                    // protocol we lack.
-                    fatal = Some(why);
+                fatal = c.on_dir_event(&mut dir, ev);
+                if fatal.is_some() {
                     break;
                 }
-                if out.params_changed {
-                    c.params_changed(&dir);
-                } else if out.relays_changed && c.resolver.is_some() {
-                    // An exit's re-entry set follows the consensus.
-                    c.rebuild_context(&dir);
-                }
-                if let Some((a, b)) = out.selftest {
-                    c.launch_selftest(a, b);
-                }
-                dir.maybe_selftest(c.bw.observed());
             }
             Some(done) = hs_rx.recv() => {
                 c.hs_dir.on_checked(done, &c.workers);
@@ -534,7 +530,7 @@ impl Controller {
         let Some(m) = m else { return };
         match m {
             // Handled in the controller's loop (the directory's state).
-            ControllerMsg::DnsUseless => {}
+            ControllerMsg::DnsUseless | ControllerMsg::CreateOverIpv6 { .. } => {}
             // Handled by the onion-service tables above.
             ControllerMsg::IntroEstablished { .. }
             | ControllerMsg::IntroMoved { .. }

@@ -77,15 +77,19 @@ mod tests {
     }
 
     #[test]
-    fn a_required_protocol_we_lack_is_named() {
-        let v = check(super::super::directory::PROTO, REQUIRED, "", now());
+    fn stock_lists_are_met_and_a_required_protocol_we_lack_is_named() {
+        let ours = super::super::directory::PROTO;
+        assert_eq!(
+            check(ours, REQUIRED, REQUIRED, now()),
+            ProtocolVerdict::Fine
+        );
+        let v = check("Cons=1-2 Link=4-5 Relay=2,4", REQUIRED, "", now());
         let ProtocolVerdict::Missing(text) = v else {
             panic!("{v:?}");
         };
         assert!(text.contains("not supported"), "{text}");
-        // weft lacks these today (issue 35): the message names them.
+        assert!(text.contains("HSDir=2"), "{text}");
         assert!(text.ends_with("Relay=3"), "{text}");
-        assert!(!text.contains("HSDir"), "{text}");
     }
 
     #[test]

@@ -6,6 +6,7 @@
 //! connections only (worker, identity, canonical, age), never the objects.
 //! [tor-spec §5.3.1; protocol-notes §6.1]
 
+use super::directory::SelfTest;
 use std::net::{IpAddr, SocketAddr};
 
 use tracing::{debug, info};
@@ -67,14 +68,21 @@ impl Controller {
                 "extend to ourselves".into(),
             );
         }
+        // C's circuit_extend_add_ipv4_helper / _ipv6_helper: a relay we
+        // know from the consensus gets the addresses the extend left out.
+        let (mut ipv4, mut ipv6) = (req.ipv4, req.ipv6);
+        if let Some(&(v4, v6)) = self.relay_book.get(&req.rsa_id) {
+            ipv4 = ipv4.or(Some(v4));
+            ipv6 = ipv6.or(v6);
+        }
         let have_v6 = self.cfg.ipv6_or_port.is_some();
-        let addr = match extend_addr(req.ipv4, req.ipv6, have_v6, rand::random::<bool>()) {
+        let addr = match extend_addr(ipv4, ipv6, have_v6, rand::random::<bool>()) {
             Some(a) => a,
             None => {
                 return self.fail_extend(
                     &from,
                     destroy_reason::CONNECTFAILED,
-                    match (req.ipv4, req.ipv6) {
+                    match (ipv4, ipv6) {
                         (None, Some(_)) => "IPv6-only extend; no IPv6 ORPort".into(),
                         _ => "extend to port 0 or an unspecified address".into(),
                     },
@@ -119,6 +127,26 @@ impl Controller {
                 cells: crate::selftest::TOTAL_CELLS / crate::selftest::CIRCUITS as u32,
             }),
         }
+    }
+
+    /// Keep the consensus's ORPorts for [`Self::on_extend`].
+    pub(super) fn note_relays(&mut self, c: Option<&weft_dir::consensus::ConsensusSummary>) {
+        self.relay_book.clear();
+        for r in c.map(|c| &c.relays[..]).unwrap_or_default() {
+            let v6 = r.other_addresses.iter().find_map(|a| match a {
+                SocketAddr::V6(a) => Some(*a),
+                SocketAddr::V4(_) => None,
+            });
+            let v4 = std::net::SocketAddrV4::new(r.address, r.or_port);
+            self.relay_book.insert(r.rsa_identity, (v4, v6));
+        }
+    }
+
+    /// Whether a connection with relay `rsa_id` is open (either way).
+    pub(super) fn connected_to(&self, rsa_id: &[u8; 20]) -> bool {
+        self.by_identity
+            .get(rsa_id)
+            .is_some_and(|ids| !ids.is_empty())
     }
 
     /// Find the connection to use for relay `rsa_id` (ed), or open one
@@ -200,24 +228,28 @@ impl Controller {
     }
 
     /// Launch the bandwidth self-test circuits: us → a → b → us.
-    pub(super) fn launch_selftest(&mut self, a: HopTarget, b: HopTarget) {
+    /// Launch self-test circuits: us → a → b → us. The bandwidth test
+    /// builds C's several circuits to our advertised ORPort; the IPv6
+    /// reachability test one whose last EXTEND2 names only our IPv6
+    /// ORPort (C's `CIRCLAUNCH_IS_IPV6_SELFTEST`).
+    pub(super) fn launch_selftest(&mut self, a: HopTarget, b: HopTarget, purpose: SelfTest) {
+        let (addr, circuits) = match purpose {
+            SelfTest::Bandwidth => (self.cfg.advertised, crate::selftest::CIRCUITS),
+            SelfTest::Ipv6(v6) => (SocketAddr::V6(v6), 1),
+        };
         let me = HopTarget {
             rsa_id: self.keys.fingerprint,
             ed_id: Some(self.keys.ed_id),
             ntor_key: self.keys.onion.ntor.public,
-            addr: match self.cfg.advertised {
-                SocketAddr::V4(v4) => v4,
-                SocketAddr::V6(_) => return,
-            },
+            addr,
         };
         info!(
-            "bandwidth self-test: {} circuits through {} and {}",
-            crate::selftest::CIRCUITS,
+            "{purpose:?} self-test: {circuits} circuits through {} and {} to {addr}",
             hex::encode_upper(a.rsa_id),
             hex::encode_upper(b.rsa_id)
         );
-        for _ in 0..crate::selftest::CIRCUITS {
-            let addr = SocketAddr::V4(a.addr);
+        for _ in 0..circuits {
+            let addr = a.addr;
             self.with_connection(
                 a.rsa_id,
                 a.ed_id,
@@ -228,6 +260,9 @@ impl Controller {
         }
     }
 }
+
+/// A consensus relay's IPv4 ORPort and its IPv6 one, if listed.
+pub(super) type BookEntry = (std::net::SocketAddrV4, Option<std::net::SocketAddrV6>);
 
 /// RFC 1918, loopback, link-local and other internal addresses.
 pub fn is_private(ip: IpAddr) -> bool {

@@ -258,6 +258,12 @@ impl Worker {
                 };
                 c.readable = true;
                 let (id, addr, out) = (c.id, c.peer_addr, c.we_initiated);
+                // C's check in onionskin_answer(), for our IPv6 ORPort.
+                let proves_ipv6_reachable = !out
+                    && addr.is_ipv6()
+                    && opened
+                        .our_addr_seen
+                        .is_some_and(|a| a.is_ipv6() && self.ctx.our_addrs.contains(&a));
                 self.core.handle_event(CoreEvent::ConnOpened {
                     idx,
                     id,
@@ -266,6 +272,7 @@ impl Worker {
                     peer_rsa,
                     canonical: opened.canonical,
                     link_version: opened.link_version,
+                    proves_ipv6_reachable,
                 });
                 let _ = self.controller.send(ControllerMsg::ConnOpened {
                     conn_id: id,

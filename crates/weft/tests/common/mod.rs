@@ -5,6 +5,7 @@
 #![allow(dead_code)]
 
 pub mod isolated_client;
+pub mod origin_client;
 
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
@@ -123,7 +124,7 @@ impl WeftProcess {
             rsa_id,
             ed_id: None,
             ntor_key: weft_crypto::keys::read_ntor_public(&data)?,
-            addr: std::net::SocketAddrV4::new(std::net::Ipv4Addr::LOCALHOST, self.or_port),
+            addr: (std::net::Ipv4Addr::LOCALHOST, self.or_port).into(),
         })
     }
 

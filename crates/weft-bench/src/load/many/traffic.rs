@@ -165,9 +165,10 @@ impl Many<'_> {
         hs.extend_from_slice(&hop.rsa_id);
         hs.extend_from_slice(&hop.ntor_key);
         hs.extend_from_slice(&x);
+        let (ipv4, ipv6) = hop.link_addrs();
         let data = encode_extend2(&Extend2 {
-            ipv4: Some(hop.addr),
-            ipv6: None,
+            ipv4,
+            ipv6,
             rsa_id: hop.rsa_id,
             ed_id: hop.ed_id,
             create2: hs,

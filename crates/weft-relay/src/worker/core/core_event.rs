@@ -48,6 +48,9 @@ pub(crate) enum CoreEvent<'a> {
         canonical: bool,
         /// The link protocol version negotiated (5 and up pad).
         link_version: u16,
+        /// Inbound over IPv6, and the peer's NETINFO gave our IPv6
+        /// address (`controller/reachability.rs`).
+        proves_ipv6_reachable: bool,
     },
     /// Connection `idx` closed (or never opened): its circuits end.
     ConnClosed {
@@ -102,10 +105,14 @@ impl Circuits {
                 peer_rsa,
                 canonical,
                 link_version,
+                proves_ipv6_reachable,
             } => {
                 self.handshakes.end(idx);
                 let idle = self.idle_timeout_ns(peer_rsa.is_none(), canonical);
-                let link = super::ConnLink::opened(link_version, idle);
+                let link = super::ConnLink {
+                    proves_ipv6_reachable,
+                    ..super::ConnLink::opened(link_version, idle)
+                };
                 self.add_conn(idx, id, peer_addr, we_initiated, peer_rsa, link);
             }
             CoreEvent::ConnClosed { idx } => {

@@ -456,8 +456,13 @@ impl Circuits {
                     HalfRole::Keyed(Box::new(half)),
                     None,
                 ));
+                let mut proves = false;
                 if let Some(c) = self.conn_mut(conn) {
                     c.circuits.insert(circ_id, r.slot);
+                    proves = std::mem::take(&mut c.proves_ipv6_reachable);
+                }
+                if proves {
+                    self.tell_controller(ControllerMsg::CreateOverIpv6 { peer });
                 }
                 self.counters.created += 1;
             }

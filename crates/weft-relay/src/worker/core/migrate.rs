@@ -273,6 +273,7 @@ impl Circuits {
                 // A padding time scheduled here is this worker's: the new
                 // one decides again within a second.
                 padding: c.padding.moved(),
+                proves_ipv6_reachable: c.proves_ipv6_reachable,
             },
             halves: moved,
             urgent,

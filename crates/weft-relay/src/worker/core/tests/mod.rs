@@ -6,7 +6,7 @@
 //! ends, so every test checks cells end to end.
 
 use std::collections::VecDeque;
-use std::net::{SocketAddr, SocketAddrV4};
+use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
@@ -76,7 +76,7 @@ fn target(k: &RelayKeys, port: u16) -> HopTarget {
         rsa_id: k.fingerprint,
         ed_id: Some(k.ed_id),
         ntor_key: k.ntor_keys()[0].public.to_bytes(),
-        addr: SocketAddrV4::new([127, 0, 0, 1].into(), port),
+        addr: ([127, 0, 0, 1], port).into(),
     }
 }
 
@@ -223,6 +223,7 @@ impl Net {
             peer_rsa: relay,
             canonical: true,
             link_version: 5,
+            proves_ipv6_reachable: false,
         });
     }
 
