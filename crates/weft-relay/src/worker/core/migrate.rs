@@ -242,6 +242,8 @@ impl Circuits {
                 markers.push(p);
             }
             h.move_state = MoveState::default();
+            // A padding machine does not move ([`crate::worker::core::circpad`]).
+            h.pad = None;
             moved.push(MovedHalf {
                 old,
                 circ_id,
