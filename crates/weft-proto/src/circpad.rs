@@ -36,6 +36,44 @@ pub const RESPONSE_ERR: u8 = 2;
 /// C's `circpad_max_circ_queued_cells` default (`CIRCWINDOW_START_MAX`):
 /// padding is not queued on a circuit with more cells waiting than this.
 pub const MAX_CIRC_QUEUED_CELLS: usize = 1000;
+/// The consensus's circuit padding parameters, clamped as C
+/// (`circpad_new_consensus_params`). `circpad_global_allowed_cells` and
+/// `circpad_global_max_padding_pct` (both 0, off, by default) are not
+/// read: no global padding limit.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct CircPadParams {
+    /// `circpad_padding_disabled` (default 0): schedule no padding.
+    pub disabled: bool,
+    /// `circpad_max_circ_queued_cells` (default 1000, 0–50000).
+    pub max_queued_cells: u32,
+}
+
+impl Default for CircPadParams {
+    fn default() -> Self {
+        CircPadParams {
+            disabled: false,
+            max_queued_cells: MAX_CIRC_QUEUED_CELLS as u32,
+        }
+    }
+}
+
+impl CircPadParams {
+    /// From the consensus: `get(name, default, min, max)` is its clamped
+    /// parameter.
+    pub fn from_consensus(get: &impl Fn(&str, i32, i32, i32) -> i32) -> CircPadParams {
+        CircPadParams {
+            disabled: get("circpad_padding_disabled", 0, 0, 1) == 1,
+            max_queued_cells: get(
+                "circpad_max_circ_queued_cells",
+                MAX_CIRC_QUEUED_CELLS as i32,
+                0,
+                50 * MAX_CIRC_QUEUED_CELLS as i32,
+            )
+            .max(0) as u32,
+        }
+    }
+}
+
 /// The body length of both negotiation cells.
 pub const NEGOTIATE_LEN: usize = 8;
 
@@ -276,6 +314,9 @@ struct Machine {
 pub struct CircPadding {
     ctr: u32,
     machine: Option<Machine>,
+    /// `circpad_padding_disabled` as of the last PADDING_NEGOTIATE (C
+    /// reads it at each scheduling; a machine lives for milliseconds).
+    disabled: bool,
 }
 
 impl CircPadding {
@@ -296,9 +337,11 @@ impl CircPadding {
     pub fn negotiate(
         &mut self,
         data: &[u8],
+        params: &CircPadParams,
         out: &mut Vec<PadAction>,
     ) -> Result<NegotiateOutcome, NegotiateError> {
         let n = parse_negotiate(data)?;
+        self.disabled = params.disabled;
         let t = n.machine_type;
         let (outcome, response) = if n.command == COMMAND_STOP {
             if self.free_matching(t, n.machine_ctr) {
@@ -490,6 +533,9 @@ impl CircPadding {
             State::Obfuscate => &spec.states[1],
             State::End => return false,
         };
+        if self.disabled {
+            return false; // C: padding disabled, nothing scheduled.
+        }
         // The machine's padding limit.
         if spec.max_padding_percent > 0 && m.padding_sent >= spec.allowed_padding_count {
             let total = u32::from(m.padding_sent) + u32::from(m.nonpadding_sent);

@@ -63,8 +63,16 @@ fn parses_and_rejects_as_trunnel() {
 fn a_malformed_negotiate_changes_nothing_and_is_not_answered() {
     let mut p = CircPadding::default();
     let mut out = Vec::new();
-    assert!(p.negotiate(&[0, 9, 0, 0, 0, 0, 0, 1], &mut out).is_err());
-    assert!(p.negotiate(&[0, 2], &mut out).is_err());
+    assert!(p
+        .negotiate(
+            &[0, 9, 0, 0, 0, 0, 0, 1],
+            &CircPadParams::default(),
+            &mut out
+        )
+        .is_err());
+    assert!(p
+        .negotiate(&[0, 2], &CircPadParams::default(), &mut out)
+        .is_err());
     assert!(out.is_empty());
     assert_eq!(p.machine(), None);
     assert_eq!(p.counter(), 0);
@@ -80,7 +88,7 @@ fn intro_machine_pads_then_negotiates_its_end() {
         let mut p = CircPadding::default();
         let mut out = Vec::new();
         assert_eq!(
-            p.negotiate(&start(0, 1), &mut out),
+            p.negotiate(&start(0, 1), &CircPadParams::default(), &mut out),
             Ok(NegotiateOutcome::Started(0))
         );
         assert_eq!(
@@ -137,7 +145,7 @@ fn intro_machine_pads_then_negotiates_its_end() {
         // The client's STOP afterwards is for an old machine: no answer.
         out.clear();
         assert_eq!(
-            p.negotiate(&stop(0, 1), &mut out),
+            p.negotiate(&stop(0, 1), &CircPadParams::default(), &mut out),
             Ok(NegotiateOutcome::StopOld(0))
         );
         assert!(out.is_empty());
@@ -153,7 +161,8 @@ fn rend_machine_sends_one_drop_and_waits_in_end() {
         let mut r = rng(seed);
         let mut p = CircPadding::default();
         let mut out = Vec::new();
-        p.negotiate(&start(1, 1), &mut out).unwrap();
+        p.negotiate(&start(1, 1), &CircPadParams::default(), &mut out)
+            .unwrap();
         out.clear();
         let now = 5 * MS;
         p.nonpadding_sent(now, &mut r, &mut out);
@@ -172,7 +181,7 @@ fn rend_machine_sends_one_drop_and_waits_in_end() {
         p.nonpadding_sent(now + MS, &mut r, &mut out);
         assert!(out.is_empty());
         assert_eq!(
-            p.negotiate(&stop(1, 1), &mut out),
+            p.negotiate(&stop(1, 1), &CircPadParams::default(), &mut out),
             Ok(NegotiateOutcome::Stopped(1))
         );
         assert_eq!(
@@ -194,7 +203,7 @@ fn negotiation_answers_as_c() {
     let mut out = Vec::new();
     // Unknown machine: ERR, echoing the client's counter.
     assert_eq!(
-        p.negotiate(&start(2, 9), &mut out),
+        p.negotiate(&start(2, 9), &CircPadParams::default(), &mut out),
         Ok(NegotiateOutcome::Unknown(2))
     );
     assert_eq!(
@@ -209,15 +218,16 @@ fn negotiation_answers_as_c() {
     out.clear();
     // STOP of a machine never started, counter ahead of ours: silence.
     assert_eq!(
-        p.negotiate(&stop(0, 5), &mut out),
+        p.negotiate(&stop(0, 5), &CircPadParams::default(), &mut out),
         Ok(NegotiateOutcome::StopUnknown(0))
     );
     assert!(out.is_empty());
     // START; a second START while it runs is answered OK, changes nothing.
-    p.negotiate(&start(0, 1), &mut out).unwrap();
+    p.negotiate(&start(0, 1), &CircPadParams::default(), &mut out)
+        .unwrap();
     out.clear();
     assert_eq!(
-        p.negotiate(&start(1, 2), &mut out),
+        p.negotiate(&start(1, 2), &CircPadParams::default(), &mut out),
         Ok(NegotiateOutcome::SlotBusy(1))
     );
     assert_eq!(
@@ -233,25 +243,26 @@ fn negotiation_answers_as_c() {
     out.clear();
     // STOP with another machine's counter does not stop it.
     assert_eq!(
-        p.negotiate(&stop(0, 7), &mut out),
+        p.negotiate(&stop(0, 7), &CircPadParams::default(), &mut out),
         Ok(NegotiateOutcome::StopUnknown(0))
     );
     assert_eq!(p.machine(), Some((0, State::Start)));
     // STOP of the other machine type does not either.
     assert_eq!(
-        p.negotiate(&stop(1, 0), &mut out),
+        p.negotiate(&stop(1, 0), &CircPadParams::default(), &mut out),
         Ok(NegotiateOutcome::StopOld(1))
     );
     assert!(out.is_empty());
     // Counter 0 matches any machine of that type.
     assert_eq!(
-        p.negotiate(&stop(0, 0), &mut out),
+        p.negotiate(&stop(0, 0), &CircPadParams::default(), &mut out),
         Ok(NegotiateOutcome::Stopped(0))
     );
     assert_eq!(p.machine(), None);
     // The next machine gets counter 2.
     out.clear();
-    p.negotiate(&start(1, 2), &mut out).unwrap();
+    p.negotiate(&start(1, 2), &CircPadParams::default(), &mut out)
+        .unwrap();
     assert_eq!(p.counter(), 2);
 }
 
@@ -260,7 +271,8 @@ fn a_stale_timer_sends_nothing() {
     let mut r = rng(1);
     let mut p = CircPadding::default();
     let mut out = Vec::new();
-    p.negotiate(&start(0, 1), &mut out).unwrap();
+    p.negotiate(&start(0, 1), &CircPadParams::default(), &mut out)
+        .unwrap();
     out.clear();
     p.nonpadding_sent(0, &mut r, &mut out);
     let due = p.due_ns().unwrap();
@@ -273,4 +285,36 @@ fn a_stale_timer_sends_nothing() {
     q.nonpadding_received(0, &mut r, &mut out);
     q.fire(0, 0, &mut r, &mut out);
     assert!(out.is_empty());
+}
+
+#[test]
+fn consensus_disabled_padding_schedules_nothing() {
+    let mut r = rng(3);
+    let mut p = CircPadding::default();
+    let mut out = Vec::new();
+    let off = CircPadParams {
+        disabled: true,
+        ..Default::default()
+    };
+    assert_eq!(
+        p.negotiate(&start(1, 1), &off, &mut out),
+        Ok(NegotiateOutcome::Started(1))
+    );
+    out.clear();
+    p.nonpadding_sent(0, &mut r, &mut out);
+    assert!(out.is_empty());
+    assert_eq!(p.machine(), Some((1, State::Obfuscate)));
+    assert_eq!(p.due_ns(), None);
+    let get = |name: &str, d: i32, min: i32, max: i32| match name {
+        "circpad_padding_disabled" => 1,
+        "circpad_max_circ_queued_cells" => 99_999.clamp(min, max),
+        _ => d,
+    };
+    assert_eq!(
+        CircPadParams::from_consensus(&get),
+        CircPadParams {
+            disabled: true,
+            max_queued_cells: 50_000
+        }
+    );
 }

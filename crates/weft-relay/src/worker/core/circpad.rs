@@ -22,7 +22,7 @@ use std::collections::BinaryHeap;
 
 use tracing::{debug, info};
 use weft_proto::cell::{cmd, BODY_LEN};
-use weft_proto::circpad::{NegotiateOutcome, PadAction, MAX_CIRC_QUEUED_CELLS, PADDING_NEGOTIATED};
+use weft_proto::circpad::{NegotiateOutcome, PadAction, PADDING_NEGOTIATED};
 use weft_proto::relay::{relay_cmd, RELAY_HEADER_LEN};
 
 use crate::messages::HalfRef;
@@ -67,7 +67,8 @@ impl Circuits {
         let mut actions = std::mem::take(&mut self.circpad.actions);
         // As C, the payload after the relay header, whatever its length
         // field says.
-        let outcome = pad.negotiate(&body[RELAY_HEADER_LEN..], &mut actions);
+        let params = &self.ctx.padding.circ;
+        let outcome = pad.negotiate(&body[RELAY_HEADER_LEN..], params, &mut actions);
         let c = &mut self.counters.padding;
         match outcome {
             Err(e) => {
@@ -173,7 +174,7 @@ impl Circuits {
             let mut cell = [0u8; BODY_LEN];
             match a {
                 PadAction::Drop => {
-                    if queued > MAX_CIRC_QUEUED_CELLS {
+                    if queued > self.ctx.padding.circ.max_queued_cells as usize {
                         if !self.circpad.full_logged {
                             self.circpad.full_logged = true;
                             info!(
