@@ -11,8 +11,8 @@
 //! the client on a keyed half, [`crate::worker::core::handoff`] and
 //! [`Circuits::reply`]); nothing else runs, and nothing is allocated,
 //! on a circuit no client negotiated padding on. A half that moves to
-//! another worker leaves its machine behind (it ends; the client's STOP
-//! then goes unanswered, as C's answer to a STOP of an old machine).
+//! another worker takes its machine along (`MovedHalf::pad`,
+//! [`Circuits::circpad_adopted`] schedules its due padding there).
 //! [C circuitpadding.c circpad_handle_padding_negotiate(),
 //! circpad_send_padding_cell_for_callback(), relay.c
 //! circpad_deliver_sent_relay_cell_events()]
@@ -120,6 +120,20 @@ impl Circuits {
         let mut actions = std::mem::take(&mut self.circpad.actions);
         p.nonpadding_sent(now, &mut self.rng, &mut actions);
         self.run_pad_actions(conn, r, before, actions);
+    }
+
+    /// Half `r` arrived with its connection from another worker: its
+    /// machine's padding (due on the workers' shared clock) is scheduled
+    /// here.
+    pub(crate) fn circpad_adopted(&mut self, r: HalfRef) {
+        if let Some(t) = self
+            .halves
+            .get(r)
+            .and_then(|h| h.pad.as_ref())
+            .and_then(|p| p.due_ns())
+        {
+            self.circpad.due.push(Reverse((t, r.slot, r.gen)));
+        }
     }
 
     /// Send the circuit padding that is due.

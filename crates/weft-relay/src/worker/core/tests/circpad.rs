@@ -21,7 +21,12 @@ fn negotiate(client: &mut OriginCircuit, command: u8, machine: u8, ctr: u32) -> 
 /// What the client reads from worker 0's connection 1: (hop, command,
 /// data).
 fn read(net: &mut Net, client: &mut OriginCircuit) -> Vec<(usize, u8, Vec<u8>)> {
-    net.written(0, 1)
+    read_on(net, 0, client)
+}
+
+/// [`read`] from worker `w`'s connection 1.
+fn read_on(net: &mut Net, w: usize, client: &mut OriginCircuit) -> Vec<(usize, u8, Vec<u8>)> {
+    net.written(w, 1)
         .into_iter()
         .map(|o| {
             let mut b = o.body;
@@ -40,12 +45,24 @@ fn run(
     until: u64,
     step: u64,
 ) -> Vec<(usize, u8, Vec<u8>)> {
+    run_on(net, 0, client, from, until, step)
+}
+
+/// [`run`] on worker `w`.
+fn run_on(
+    net: &mut Net,
+    w: usize,
+    client: &mut OriginCircuit,
+    from: u64,
+    until: u64,
+    step: u64,
+) -> Vec<(usize, u8, Vec<u8>)> {
     let mut got = Vec::new();
     let mut t = from;
     while t <= until {
-        net.cores[0].begin_round(t);
-        net.collect(0);
-        got.extend(read(net, client));
+        net.cores[w].begin_round(t);
+        net.collect(w);
+        got.extend(read_on(net, w, client));
         t += step;
     }
     got
@@ -171,4 +188,46 @@ fn a_bad_negotiate_is_dropped_or_refused_and_the_circuit_lives() {
     assert_eq!(net.written(1, 2).len(), 1);
     assert_eq!(read(&mut net, &mut client).len(), 1);
     assert_eq!(net.cores[0].counters.protocol_closes, 0);
+}
+
+#[test]
+fn a_machine_moves_with_its_connection() {
+    let mut net = Net::new(3, 16);
+    let (mut client, _next, circ, _) = two_hop(&mut net, 0, 1);
+    let t0 = 10_000 * MS;
+    for c in net.cores.iter_mut() {
+        c.begin_round(t0);
+    }
+    let mut b = negotiate(&mut client, COMMAND_START, 0, 1);
+    net.cell(0, 1, circ, cmd::RELAY, &mut b);
+    assert_eq!(read(&mut net, &mut client).len(), 1, "PADDING_NEGOTIATED");
+    // One DROP on worker 0, then the client's connection moves to 2.
+    let mut got = Vec::new();
+    let mut t = t0;
+    while !got
+        .iter()
+        .any(|c: &(usize, u8, Vec<u8>)| c.1 == relay_cmd::DROP)
+    {
+        t += MS / 4;
+        net.cores[0].begin_round(t);
+        net.collect(0);
+        got.extend(read(&mut net, &mut client));
+    }
+    let moved = net.cores[0].detach(1).expect("detached");
+    net.collect(0);
+    net.cores[2].attach(1, moved, 0);
+    net.collect(2);
+    net.settle();
+    got.extend(run_on(&mut net, 2, &mut client, t, t + 200 * MS, MS / 4));
+    let drops = got.iter().filter(|c| c.1 == relay_cmd::DROP).count();
+    assert!((7..=9).contains(&drops), "{got:?}");
+    assert_eq!(
+        got.last().unwrap(),
+        &(
+            0,
+            PADDING_NEGOTIATED,
+            negotiated_body(COMMAND_STOP, RESPONSE_OK, 0, 1).to_vec()
+        )
+    );
+    assert!(net.cores[2].counters.padding.circ_drops_sent > 0);
 }
