@@ -269,8 +269,9 @@ pub enum PadAction {
     /// A RELAY_DROP toward the client (unless more than
     /// [`MAX_CIRC_QUEUED_CELLS`] wait on the circuit).
     Drop,
-    /// A PADDING_NEGOTIATED with this body; then report it with
-    /// [`CircPadding::nonpadding_sent`].
+    /// A PADDING_NEGOTIATED with this body, reported with
+    /// [`CircPadding::nonpadding_sent`] just before it is queued (C's
+    /// order: a zero-delay padding it causes goes first).
     Negotiated([u8; 8]),
 }
 

@@ -165,8 +165,7 @@ impl Circuits {
         }
     }
 
-    /// Send what the machine of half `r` asked for, in order (a
-    /// PADDING_NEGOTIATED sent is itself a non-padding event), then
+    /// Send what the machine of half `r` asked for, in order, then
     /// schedule its next padding if it changed from `before`.
     fn run_pad_actions(
         &mut self,
@@ -175,52 +174,7 @@ impl Circuits {
         before: Option<u64>,
         mut actions: Vec<PadAction>,
     ) {
-        let me = self.me;
-        let mut i = 0;
-        while let Some(&a) = actions.get(i) {
-            i += 1;
-            let now = self.now_ns;
-            let Some(h) = self.halves.get(r) else { break };
-            let queued = h.queue.len();
-            let HalfRole::Keyed(k) = &mut h.role else {
-                break;
-            };
-            let mut cell = [0u8; BODY_LEN];
-            match a {
-                PadAction::Drop => {
-                    if queued > self.ctx.padding.circ.max_queued_cells as usize {
-                        if !self.circpad.full_logged {
-                            self.circpad.full_logged = true;
-                            info!(
-                                "worker {me}: too many cells ({queued}) in a circuit queue to send padding"
-                            );
-                        }
-                        continue;
-                    }
-                    k.originate(&mut cell, relay_cmd::DROP, 0, &[]);
-                    self.counters.padding.circ_drops_sent += 1;
-                    if self
-                        .enqueue(conn, r.slot, cmd::RELAY, 0, now, &cell)
-                        .is_none()
-                    {
-                        break;
-                    }
-                }
-                PadAction::Negotiated(b) => {
-                    k.originate(&mut cell, PADDING_NEGOTIATED, 0, &b);
-                    self.counters.padding.circ_negotiated_sent += 1;
-                    if self
-                        .enqueue(conn, r.slot, cmd::RELAY, 0, now, &cell)
-                        .is_none()
-                    {
-                        break;
-                    }
-                    if let Some(p) = self.halves.get(r).and_then(|h| h.pad.as_mut()) {
-                        p.nonpadding_sent(now, &mut self.rng, &mut actions);
-                    }
-                }
-            }
-        }
+        self.send_pad_actions(conn, r, &actions);
         if let Some(p) = self.halves.get(r).and_then(|h| h.pad.as_ref()) {
             if let Some(t) = p.due_ns() {
                 if Some(t) != before {
@@ -230,5 +184,62 @@ impl Circuits {
         }
         actions.clear();
         self.circpad.actions = actions;
+    }
+
+    /// Queue `actions` toward the client on half `r`; false once the
+    /// circuit is gone. A PADDING_NEGOTIATED is a non-padding cell sent:
+    /// as C, its event runs before the cell is queued, so padding it
+    /// sends at once (a zero delay) goes first.
+    /// [C relay_send_command_from_edge_()]
+    fn send_pad_actions(&mut self, conn: usize, r: HalfRef, actions: &[PadAction]) -> bool {
+        let me = self.me;
+        for &a in actions {
+            let now = self.now_ns;
+            let mut cell = [0u8; BODY_LEN];
+            let command = match a {
+                PadAction::Drop => relay_cmd::DROP,
+                PadAction::Negotiated(_) => {
+                    // Empty unless the machine pads at once: no allocation.
+                    let mut first = Vec::new();
+                    if let Some(p) = self.halves.get(r).and_then(|h| h.pad.as_mut()) {
+                        p.nonpadding_sent(now, &mut self.rng, &mut first);
+                    }
+                    if !self.send_pad_actions(conn, r, &first) {
+                        return false;
+                    }
+                    PADDING_NEGOTIATED
+                }
+            };
+            let Some(h) = self.halves.get(r) else {
+                return false;
+            };
+            let queued = h.queue.len();
+            let HalfRole::Keyed(k) = &mut h.role else {
+                return false;
+            };
+            if command == relay_cmd::DROP {
+                if queued > self.ctx.padding.circ.max_queued_cells as usize {
+                    if !self.circpad.full_logged {
+                        self.circpad.full_logged = true;
+                        info!(
+                            "worker {me}: too many cells ({queued}) in a circuit queue to send padding"
+                        );
+                    }
+                    continue;
+                }
+                k.originate(&mut cell, relay_cmd::DROP, 0, &[]);
+                self.counters.padding.circ_drops_sent += 1;
+            } else if let PadAction::Negotiated(b) = a {
+                k.originate(&mut cell, PADDING_NEGOTIATED, 0, &b);
+                self.counters.padding.circ_negotiated_sent += 1;
+            }
+            if self
+                .enqueue(conn, r.slot, cmd::RELAY, 0, now, &cell)
+                .is_none()
+            {
+                return false;
+            }
+        }
+        true
     }
 }
