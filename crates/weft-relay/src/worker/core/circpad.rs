@@ -69,6 +69,10 @@ impl Circuits {
         // field says.
         let params = &self.ctx.padding.circ;
         let outcome = pad.negotiate(&body[RELAY_HEADER_LEN..], params, &mut actions);
+        if pad.counter() == 0 {
+            // Nothing ever started here: keep the half without a box.
+            h.pad = None;
+        }
         let c = &mut self.counters.padding;
         match outcome {
             Err(e) => {
