@@ -16,11 +16,13 @@
 //!   the test proves nothing; weft's MetricsPort must show it served as
 //!   rendezvous point in every round and as introduction point;
 //! * weft advertises `Padding=2`, so the stock clients negotiate C's
-//!   onion-service setup padding machines with it when it is the middle of
-//!   their introduction and rendezvous circuits: its MetricsPort must show
-//!   both relay machines (`relay_ip_circ`, `relay_rp_circ`) started, its
-//!   PADDING_NEGOTIATED answers and its RELAY_DROP padding sent, over the
-//!   rounds (issue 36).
+//!   onion-service setup padding machines with it when it is the second
+//!   hop of their introduction and rendezvous circuits (their vanguards
+//!   decide how often: 0 to 25 machines a round were seen); the rounds
+//!   print weft's circuit padding counters, and no PADDING_NEGOTIATE may be
+//!   malformed or name an unknown machine (issue 36;
+//!   `circuit_padding.rs` makes weft the second hop and checks both
+//!   machines).
 //!
 //! The cause this test keeps away (the issue): C Tor clients pick
 //! rendezvous points, and services introduction points, among all relays
@@ -120,8 +122,9 @@ fn weft_onion_counters(net: &Testnet) -> Result<(f64, f64, f64)> {
 
 /// weft's circuit padding counters since its start: (intro machines
 /// started, rendezvous machines started, PADDING_NEGOTIATED sent,
-/// RELAY_DROP padding sent).
-fn weft_padding_counters(net: &Testnet) -> Result<[f64; 4]> {
+/// RELAY_DROP padding sent, PADDING_NEGOTIATE malformed or for an unknown
+/// machine).
+fn weft_padding_counters(net: &Testnet) -> Result<[f64; 5]> {
     let dir = &net.weft().context("no weft")?.dir;
     let token = common::metrics_token(dir)?;
     let (status, body) = common::scrape_metrics(metrics_port(), Some(&token))?;
@@ -138,6 +141,8 @@ fn weft_padding_counters(net: &Testnet) -> Result<[f64; 4]> {
         value("weft_circuit_padding_machines_total{machine=\"relay_rp_circ\"}"),
         value("weft_circuit_padding_negotiated_sent_total "),
         value("weft_circuit_padding_cells_sent_total "),
+        value("weft_circuit_padding_negotiate_total{outcome=\"malformed\"}")
+            + value("weft_circuit_padding_negotiate_total{outcome=\"unknown_machine\"}"),
     ])
 }
 
@@ -272,7 +277,7 @@ fn run(baseline: bool) -> Result<()> {
         &[(1, &[]), (2, &[]), (2, &["TestingCrossWorkerExtends 1"])]
     };
     let mut report = Vec::new();
-    let mut padding: Vec<[f64; 4]> = Vec::new();
+    let mut padding: Vec<[f64; 5]> = Vec::new();
     for (i, (threads, extra)) in rounds.iter().enumerate() {
         let label = if baseline {
             "stock".to_string()
@@ -317,8 +322,8 @@ fn run(baseline: bool) -> Result<()> {
             );
             let p = weft_padding_counters(&net)?;
             eprintln!(
-                "[{label}] weft's circuit padding: {} relay_ip_circ and {} relay_rp_circ machines, {} PADDING_NEGOTIATED and {} RELAY_DROP sent",
-                p[0], p[1], p[2], p[3]
+                "[{label}] weft's circuit padding: {} relay_ip_circ and {} relay_rp_circ machines, {} PADDING_NEGOTIATED and {} RELAY_DROP sent, {} refused",
+                p[0], p[1], p[2], p[3], p[4]
             );
             padding.push(p);
             Some(r)
@@ -330,19 +335,11 @@ fn run(baseline: bool) -> Result<()> {
     if !baseline && intro_total == 0.0 {
         bad.push("weft never became an introduction point".to_string());
     }
-    if !baseline {
-        let sum = |i: usize| padding.iter().map(|p| p[i]).sum::<f64>();
-        let names = [
-            "no intro padding machine (relay_ip_circ) was negotiated with weft",
-            "no rendezvous padding machine (relay_rp_circ) was negotiated with weft",
-            "weft sent no PADDING_NEGOTIATED",
-            "weft sent no circuit padding (RELAY_DROP)",
-        ];
-        for (i, what) in names.iter().enumerate() {
-            if sum(i) == 0.0 {
-                bad.push(what.to_string());
-            }
-        }
+    let refused: f64 = padding.iter().map(|p| p[4]).sum();
+    if refused > 0.0 {
+        bad.push(format!(
+            "{refused} PADDING_NEGOTIATE cells malformed or for an unknown machine"
+        ));
     }
     for (label, failures, count, roles) in &report {
         if roles.is_some_and(|r| r.2 == 0.0) {
