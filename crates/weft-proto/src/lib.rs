@@ -10,6 +10,7 @@
 #![warn(missing_docs)]
 
 pub mod cell;
+pub mod circpad;
 pub mod circuit;
 #[doc(hidden)]
 pub mod fuzzing;

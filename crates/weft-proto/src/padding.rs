@@ -40,6 +40,8 @@ pub struct PaddingParams {
     pub pad_before_usage: bool,
     /// `nf_pad_relays` (default 0): pad relay-to-relay connections too.
     pub pad_relays: bool,
+    /// Circuit padding's parameters ([`crate::circpad`]).
+    pub circ: crate::circpad::CircPadParams,
 }
 
 impl Default for PaddingParams {
@@ -49,6 +51,7 @@ impl Default for PaddingParams {
             ito_high_ms: 9500,
             pad_before_usage: true,
             pad_relays: false,
+            circ: Default::default(),
         }
     }
 }
@@ -64,6 +67,7 @@ impl PaddingParams {
             ito_high_ms: high.max(low).max(0) as u32,
             pad_before_usage: get("nf_pad_before_usage", 1, 0, 1) == 1,
             pad_relays: get("nf_pad_relays", 0, 0, 1) == 1,
+            circ: crate::circpad::CircPadParams::from_consensus(&get),
         }
     }
 }

@@ -84,6 +84,9 @@ pub struct RelayConfig {
     pub kist_run_interval_ms: Option<u64>,
     /// KISTSockBufSizeFactor.
     pub kist_sock_buf_factor: f64,
+    /// CircuitPadding (default 1): 0 sends no circuit padding even when a
+    /// client negotiates a machine (C's `circpad_is_padding_allowed`).
+    pub circuit_padding: bool,
     /// Testing only: move a random connection to another worker every this
     /// many seconds (instead of balancing by load).
     pub testing_migrate_every: Option<u64>,

@@ -401,6 +401,17 @@ pub struct PaddingCounters {
     /// PADDING_NEGOTIATE cells received: START, STOP, ignored (old link,
     /// malformed, unknown version).
     pub negotiate: [u64; 3],
+    /// Circuit padding machines started, by machine (C's relay machine
+    /// numbers: 0 `relay_ip_circ`, 1 `relay_rp_circ`).
+    pub circ_started: [u64; 2],
+    /// PADDING_NEGOTIATE cells by outcome: started, stopped, STOP
+    /// ignored (old or unknown machine), unknown machine refused, START
+    /// while a machine runs, malformed.
+    pub circ_negotiate: [u64; 6],
+    /// PADDING_NEGOTIATED cells sent.
+    pub circ_negotiated_sent: u64,
+    /// RELAY_DROP padding cells sent by circuit padding machines.
+    pub circ_drops_sent: u64,
 }
 
 impl PaddingCounters {
@@ -426,6 +437,14 @@ impl PaddingCounters {
         for (a, b) in d.negotiate.iter_mut().zip(e.negotiate) {
             *a -= b;
         }
+        for (a, b) in d.circ_started.iter_mut().zip(e.circ_started) {
+            *a -= b;
+        }
+        for (a, b) in d.circ_negotiate.iter_mut().zip(e.circ_negotiate) {
+            *a -= b;
+        }
+        d.circ_negotiated_sent -= e.circ_negotiated_sent;
+        d.circ_drops_sent -= e.circ_drops_sent;
         d
     }
 
@@ -439,6 +458,14 @@ impl PaddingCounters {
         for (a, b) in self.negotiate.iter_mut().zip(o.negotiate) {
             *a += b;
         }
+        for (a, b) in self.circ_started.iter_mut().zip(o.circ_started) {
+            *a += b;
+        }
+        for (a, b) in self.circ_negotiate.iter_mut().zip(o.circ_negotiate) {
+            *a += b;
+        }
+        self.circ_negotiated_sent += o.circ_negotiated_sent;
+        self.circ_drops_sent += o.circ_drops_sent;
     }
 }
 

@@ -298,6 +298,7 @@ pub fn parse_lines(
     let mut halflife: Option<f64> = None;
     let mut kist_interval: Option<u64> = None;
     let mut kist_factor = 1.0f64;
+    let mut circuit_padding = true;
     let mut schedulers_kist = true;
     let mut refill_ms: u64 = 100;
     let mut migrate_every: Option<u64> = None;
@@ -517,6 +518,12 @@ pub fn parse_lines(
                 ));
             }
             "connectionpadding" => {}
+            "circuitpadding" => circuit_padding = parse_bool(val).map_err(err)?,
+            // A client's option (which machines it asks for); a relay
+            // runs whatever its clients negotiate, as C.
+            "reducedcircuitpadding" => {
+                parse_bool(val).map_err(err)?;
+            }
             "reducedconnectionpadding" => {
                 if parse_bool(val).map_err(err)? {
                     return Err(err("Relays cannot set ReducedConnectionPadding.".into()));
@@ -650,6 +657,7 @@ pub fn parse_lines(
                 Some(0)
             },
             kist_sock_buf_factor: kist_factor,
+            circuit_padding,
             dos: limits.dos,
             max_mem_in_queues: limits.max_mem_in_queues,
             max_advertised_bandwidth: limits.max_advertised_bandwidth,
@@ -739,6 +747,19 @@ ConnectionThreads 2
             c.logs[0].target,
             LogTarget::File("/tmp/weft/notice.log".into())
         );
+    }
+
+    #[test]
+    fn circuit_padding_options() {
+        let c = parse(GOOD, Path::new("torrc")).unwrap();
+        assert!(c.relay.circuit_padding);
+        let off = parse(
+            &format!("{GOOD}CircuitPadding 0\nReducedCircuitPadding 1\n"),
+            Path::new("torrc"),
+        )
+        .unwrap();
+        assert!(!off.relay.circuit_padding);
+        assert!(parse(&format!("{GOOD}CircuitPadding maybe\n"), Path::new("torrc")).is_err());
     }
 
     #[test]

@@ -291,7 +291,7 @@ relay0: {r0}"
 /// Issue 35, acceptance 4: weft's `pr` line in a consensus the stock
 /// authorities made holds every protocol of their
 /// `required-relay-protocols` and `recommended-relay-protocols` except
-/// Padding (connection and circuit padding's issue) and Relay=5-6.
+/// Relay=5-6.
 fn protocols_cover_stock_lists(consensus: &str, weft_entry: &[String]) -> Result<()> {
     use std::str::FromStr;
     use tor_protover::Protocols;
@@ -307,7 +307,7 @@ fn protocols_cover_stock_lists(consensus: &str, weft_entry: &[String]) -> Result
         .find_map(|l| l.strip_prefix("pr "))
         .context("no pr line for weft")?;
     let ours = Protocols::from_str(pr).map_err(|e| anyhow::anyhow!("pr: {e}"))?;
-    let exempt = Protocols::from_str("Padding=1-2 Relay=5-6").expect("static");
+    let exempt = Protocols::from_str("Relay=5-6").expect("static");
     for key in ["required-relay-protocols ", "recommended-relay-protocols "] {
         let wanted = list(key)?;
         let missing = wanted.difference(&ours).difference(&exempt);

@@ -14,7 +14,15 @@
 //! * the clients' and the service's control ports must show onion-service
 //!   circuits through weft (descriptor fetch/upload, intro, rendezvous), or
 //!   the test proves nothing; weft's MetricsPort must show it served as
-//!   rendezvous point in every round and as introduction point.
+//!   rendezvous point in every round and as introduction point;
+//! * weft advertises `Padding=2`, so the stock clients negotiate C's
+//!   onion-service setup padding machines with it when it is the second
+//!   hop of their introduction and rendezvous circuits (their vanguards
+//!   decide how often: 0 to 25 machines a round were seen); the rounds
+//!   print weft's circuit padding counters, and no PADDING_NEGOTIATE may be
+//!   malformed or name an unknown machine (issue 36;
+//!   `circuit_padding.rs` makes weft the second hop and checks both
+//!   machines).
 //!
 //! The cause this test keeps away (the issue): C Tor clients pick
 //! rendezvous points, and services introduction points, among all relays
@@ -110,6 +118,32 @@ fn weft_onion_counters(net: &Testnet) -> Result<(f64, f64, f64)> {
         value("tor_relay_intro1_total{action=\"success\"}"),
         value("tor_relay_rend1_total{action=\"success\"}"),
     ))
+}
+
+/// weft's circuit padding counters since its start: (intro machines
+/// started, rendezvous machines started, PADDING_NEGOTIATED sent,
+/// RELAY_DROP padding sent, PADDING_NEGOTIATE malformed or for an unknown
+/// machine).
+fn weft_padding_counters(net: &Testnet) -> Result<[f64; 5]> {
+    let dir = &net.weft().context("no weft")?.dir;
+    let token = common::metrics_token(dir)?;
+    let (status, body) = common::scrape_metrics(metrics_port(), Some(&token))?;
+    ensure!(status == 200, "MetricsPort answered {status}");
+    let value = |name: &str| -> f64 {
+        body.lines()
+            .find(|l| l.starts_with(name))
+            .and_then(|l| l.rsplit(' ').next())
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(0.0)
+    };
+    Ok([
+        value("weft_circuit_padding_machines_total{machine=\"relay_ip_circ\"}"),
+        value("weft_circuit_padding_machines_total{machine=\"relay_rp_circ\"}"),
+        value("weft_circuit_padding_negotiated_sent_total "),
+        value("weft_circuit_padding_cells_sent_total "),
+        value("weft_circuit_padding_negotiate_total{outcome=\"malformed\"}")
+            + value("weft_circuit_padding_negotiate_total{outcome=\"unknown_machine\"}"),
+    ])
 }
 
 /// The relay whose share of onion-service circuits is counted: weft, or in
@@ -243,6 +277,7 @@ fn run(baseline: bool) -> Result<()> {
         &[(1, &[]), (2, &[]), (2, &["TestingCrossWorkerExtends 1"])]
     };
     let mut report = Vec::new();
+    let mut padding: Vec<[f64; 5]> = Vec::new();
     for (i, (threads, extra)) in rounds.iter().enumerate() {
         let label = if baseline {
             "stock".to_string()
@@ -285,6 +320,12 @@ fn run(baseline: bool) -> Result<()> {
                 "[{label}] weft as introduction point {} times ({} INTRODUCE2), as rendezvous point {} times",
                 r.0, r.1, r.2
             );
+            let p = weft_padding_counters(&net)?;
+            eprintln!(
+                "[{label}] weft's circuit padding: {} relay_ip_circ and {} relay_rp_circ machines, {} PADDING_NEGOTIATED and {} RELAY_DROP sent, {} refused",
+                p[0], p[1], p[2], p[3], p[4]
+            );
+            padding.push(p);
             Some(r)
         };
         report.push((label, failures, count, roles));
@@ -293,6 +334,12 @@ fn run(baseline: bool) -> Result<()> {
     let intro_total: f64 = report.iter().filter_map(|r| r.3).map(|r| r.0).sum();
     if !baseline && intro_total == 0.0 {
         bad.push("weft never became an introduction point".to_string());
+    }
+    let refused: f64 = padding.iter().map(|p| p[4]).sum();
+    if refused > 0.0 {
+        bad.push(format!(
+            "{refused} PADDING_NEGOTIATE cells malformed or for an unknown machine"
+        ));
     }
     for (label, failures, count, roles) in &report {
         if roles.is_some_and(|r| r.2 == 0.0) {

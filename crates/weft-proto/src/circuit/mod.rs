@@ -18,6 +18,7 @@
 //! | BEGIN, RESOLVE, DATA, END, stream SENDME, XOFF, XON at an exit | DATA counted in the circuit's deliver window ([`flow`]) | [`ForwardAction::Stream`] → weft-relay `worker/core/streams/mod.rs`, `worker/core/streams/flow.rs` |
 //! | circuit SENDME at an exit | — | [`ForwardAction::CircuitSendme`] → `worker/core/streams/flow.rs`, which checks it with [`KeyedHalf::circuit_sendme_received`] (digest, then the fixed window or Vegas, [`congestion`]) |
 //! | ESTABLISH_INTRO, INTRODUCE1, ESTABLISH_RENDEZVOUS, RENDEZVOUS1 | checked ([`crate::onion`]), [`Purpose`] changed | `IntroEstablished`, `Introduce`, `EstablishRendezvous`, `Rendezvous1` → weft-relay `worker/core/onion.rs` |
+//! | PADDING_NEGOTIATE | — | [`ForwardAction::PaddingNegotiate`] → weft-relay `worker/core/circpad.rs` ([`crate::circpad`]) |
 //! | DROP, anything else | — | [`ForwardAction::Drop`] (C Tor drops unknown commands) |
 //!
 //! A new relay command gets a row here and, if it needs more than this
@@ -197,6 +198,10 @@ pub enum ForwardAction {
     /// An ESTABLISH_RENDEZVOUS from a one-hop client, dropped without an
     /// answer (DoSRefuseSingleHopClientRendezvous; counted).
     RefusedSingleHopRendezvous,
+    /// PADDING_NEGOTIATE for this hop: the body (decrypted) carries it
+    /// after the relay header; weft-relay `worker/core/circpad.rs` runs the
+    /// machine ([`crate::circpad`]).
+    PaddingNegotiate,
     /// Nothing to do.
     Drop,
     /// Close the circuit: DESTROY both ways with `reason`.
@@ -303,6 +308,7 @@ impl KeyedHalf {
                 ForwardAction::Truncate { reason }
             }
             relay_cmd::DROP => ForwardAction::Drop,
+            crate::circpad::PADDING_NEGOTIATE => ForwardAction::PaddingNegotiate,
             relay_cmd::BEGIN | relay_cmd::RESOLVE if ctx.exit && self.is_plain_edge() => {
                 self.exit_stream_cell(h)
             }

@@ -53,8 +53,13 @@ use crate::context::{DirAuthority, RelayConfig};
 /// C's `circuit_choose_ip_ap_for_extend`), connections over IPv6 are
 /// canonical when the peer's NETINFO lists that address, and our own
 /// IPv6 ORPort is self-tested ([`super::reachability`]).
+///
+/// `Padding=2`: the relay side of C's onion-service circuit-setup padding
+/// machines (proposal 254; weft-proto `circpad.rs`, the workers'
+/// `core/circpad.rs`), which C clients negotiate only with a middle that
+/// says so.
 pub const PROTO: &str =
-    "Conflux=1 Cons=1-2 Desc=1-2 DirCache=1-2 FlowCtrl=1-2 HSDir=2 HSIntro=4-5 HSRend=1-2 Link=4-5 LinkAuth=3 Microdesc=1-2 Relay=2-4";
+    "Conflux=1 Cons=1-2 Desc=1-2 DirCache=1-2 FlowCtrl=1-2 HSDir=2 HSIntro=4-5 HSRend=1-2 Link=4-5 LinkAuth=3 Microdesc=1-2 Padding=2 Relay=2-4";
 
 /// Results of background directory work, handled on the controller.
 #[derive(Debug)]

@@ -398,6 +398,53 @@ fn render_padding(o: &mut String, m: &MetricsSnapshot) {
     for (what, v) in ["start", "stop", "ignored"].iter().zip(p.negotiate) {
         let _ = writeln!(o, "{name}{{command=\"{what}\"}} {v}");
     }
+    render_circuit_padding(o, &p);
+}
+
+/// Circuit padding machines (proposal 254), every worker's together.
+fn render_circuit_padding(o: &mut String, p: &crate::worker_report::PaddingCounters) {
+    let name = "weft_circuit_padding_machines_total";
+    family(
+        o,
+        name,
+        "counter",
+        "Circuit padding machines a client started on a circuit through this relay, by machine.",
+    );
+    for (m, v) in weft_proto::circpad::RELAY_MACHINES
+        .iter()
+        .zip(p.circ_started)
+    {
+        let _ = writeln!(o, "{name}{{machine=\"{}\"}} {v}", m.name);
+    }
+    let name = "weft_circuit_padding_negotiate_total";
+    family(
+        o,
+        name,
+        "counter",
+        "PADDING_NEGOTIATE relay cells received, by outcome.",
+    );
+    let outcomes = [
+        "started",
+        "stopped",
+        "stop_ignored",
+        "unknown_machine",
+        "machine_busy",
+        "malformed",
+    ];
+    for (what, v) in outcomes.iter().zip(p.circ_negotiate) {
+        let _ = writeln!(o, "{name}{{outcome=\"{what}\"}} {v}");
+    }
+    let name = "weft_circuit_padding_negotiated_sent_total";
+    family(o, name, "counter", "PADDING_NEGOTIATED relay cells sent.");
+    let _ = writeln!(o, "{name} {}", p.circ_negotiated_sent);
+    let name = "weft_circuit_padding_cells_sent_total";
+    family(
+        o,
+        name,
+        "counter",
+        "RELAY_DROP padding cells sent toward clients by circuit padding machines.",
+    );
+    let _ = writeln!(o, "{name} {}", p.circ_drops_sent);
 }
 
 /// END reasons by number, as C Tor names them in its logs

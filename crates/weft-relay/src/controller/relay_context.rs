@@ -37,9 +37,14 @@ pub(super) fn sched_params(cfg: &RelayConfig, p: &NetParams) -> SchedParams {
         // [C channelpadding.c channelpadding_new_consensus_params()]
         conn_timeout_relays_s: p.get_clamped("nf_conntimeout_relays", 3600, 60, 7 * 24 * 3600)
             as u32,
-        padding: weft_proto::padding::PaddingParams::from_consensus(|name, d, min, max| {
-            p.get_clamped(name, d, min, max)
-        }),
+        padding: {
+            let mut pp = weft_proto::padding::PaddingParams::from_consensus(|name, d, min, max| {
+                p.get_clamped(name, d, min, max)
+            });
+            // [C circuitpadding.c circpad_is_padding_allowed()]
+            pp.circ.disabled |= !cfg.circuit_padding;
+            pp
+        },
         // [C hs_cache.c hs_cache_get_max_descriptor_size()]
         hs_max_desc_size: p.get_clamped(
             "HSV3MaxDescriptorSize",

@@ -296,6 +296,7 @@ impl Controller {
                 old.kist_run_interval_ms == new.kist_run_interval_ms
                     && old.kist_sock_buf_factor == new.kist_sock_buf_factor,
             ),
+            ("CircuitPadding", old.circuit_padding == new.circuit_padding),
             ("DoS options", old.dos == new.dos),
             (
                 "HeartbeatPeriod",

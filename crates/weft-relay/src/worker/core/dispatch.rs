@@ -321,6 +321,10 @@ impl Circuits {
                 Handed::Done
             }
             ForwardAction::Conflux { header } => self.conflux_cell(conn, slot, header, body),
+            ForwardAction::PaddingNegotiate => {
+                self.padding_negotiate_cell(conn, slot, body);
+                Handed::Done
+            }
             ForwardAction::Drop => {
                 // The cell was for this hop (decrypted here): DROP, or a
                 // command C Tor also drops unread.
@@ -341,6 +345,9 @@ impl Circuits {
     pub(crate) fn reply(&mut self, conn: usize, slot: u32, stamp_ns: u64, body: &[u8; BODY_LEN]) {
         let now = self.now_ns;
         self.enqueue(conn, slot, cmd::RELAY, stamp_ns, now, body);
+        if self.halves.at(slot).is_some_and(|h| h.pad.is_some()) {
+            self.pad_nonpadding_sent(slot);
+        }
     }
 
     /// DESTROY from the peer of connection `conn`: drop the half and tell

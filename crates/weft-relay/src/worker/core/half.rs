@@ -68,6 +68,10 @@ pub(crate) struct Half {
     /// Cells held during a move (not yet onion-encrypted), in arrival
     /// order.
     pub held: CellQueue,
+    /// Circuit padding negotiated by the client (a keyed half only;
+    /// [`crate::worker::core::circpad`]). None, the usual case, costs the
+    /// per-cell path one test.
+    pub pad: Option<Box<weft_proto::circpad::CircPadding>>,
 }
 
 impl Half {
@@ -82,6 +86,7 @@ impl Half {
             ewma: Default::default(),
             move_state: MoveState::default(),
             held: CellQueue::default(),
+            pad: None,
         }
     }
 

@@ -228,8 +228,15 @@ impl Circuits {
             return;
         };
         if layer {
-            if let Some(HalfRole::Keyed(k)) = self.halves.get(to).map(|h| &mut h.role) {
-                k.on_backward(&mut self.pool.slot_mut(s).body);
+            if let Some(h) = self.halves.get(to) {
+                if let HalfRole::Keyed(k) = &mut h.role {
+                    k.on_backward(&mut self.pool.slot_mut(s).body);
+                }
+                // Circuit padding hears of every cell sent toward the
+                // client (one test when no machine runs).
+                if h.pad.is_some() {
+                    self.pad_nonpadding_sent(to.slot);
+                }
             }
         }
     }

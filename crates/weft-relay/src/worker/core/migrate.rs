@@ -124,6 +124,9 @@ pub(crate) struct MovedHalf {
     pub(super) cells: Vec<MovedCell>,
     /// Held cells.
     pub(super) held: Vec<MovedCell>,
+    /// Its circuit padding machine, if any
+    /// ([`crate::worker::core::circpad`]).
+    pub(super) pad: Option<Box<weft_proto::circpad::CircPadding>>,
 }
 
 /// The circuit core's part of a connection on its way to another worker.
@@ -242,7 +245,9 @@ impl Circuits {
                 markers.push(p);
             }
             h.move_state = MoveState::default();
+            let pad = h.pad.take();
             moved.push(MovedHalf {
+                pad,
                 old,
                 circ_id,
                 role,
@@ -289,10 +294,12 @@ impl Circuits {
         for mh in m.halves {
             let mut h = Half::new(idx, mh.circ_id, mh.role, mh.peer);
             h.ewma = mh.ewma;
+            h.pad = mh.pad;
             // Cells that do not come through the old worker wait for its
             // marker (always sent, see the module docs).
             h.move_state = MoveState::adopted_from(from);
             let r = self.halves.insert(h);
+            self.circpad_adopted(r);
             refs.push(r);
             if let Some(c) = self.conn_mut(idx) {
                 c.circuits.insert(mh.circ_id, r.slot);

@@ -38,6 +38,7 @@
 //! sockets, mio, clocks or threads (`tests/module_layers.rs`); the driver
 //! is the worker's folder around it.
 
+pub(crate) mod circpad;
 pub(crate) mod conflux;
 pub(crate) mod core_event;
 pub(crate) mod core_msg;
@@ -322,6 +323,8 @@ pub(crate) struct Circuits {
     /// Connections with a PADDING cell due within the second: (when, the
     /// driver's slot) ([`crate::worker::core::timers`]).
     pad_due: std::collections::BinaryHeap<std::cmp::Reverse<(u64, usize)>>,
+    /// Circuit padding's timers ([`crate::worker::core::circpad`]).
+    circpad: crate::worker::core::circpad::CircPadRoom,
     /// Connections in their link handshake ([`crate::worker::core::timers`]).
     handshakes: crate::worker::core::timers::Handshakes,
     /// The queued bytes the controller last heard of.
@@ -377,6 +380,7 @@ impl Circuits {
             now_ns: 0,
             next_tick_ns: 0,
             pad_due: Default::default(),
+            circpad: Default::default(),
             handshakes: Default::default(),
             reported_queue_bytes: 0,
             wall_epoch,
@@ -710,6 +714,7 @@ impl Circuits {
             self.run_conn_timers();
         }
         self.send_due_padding();
+        self.run_circpad_timers();
         self.streams.dir_round();
         self.run_pending_creates();
     }

@@ -112,7 +112,8 @@ impl Circuits {
             self.next_tick_ns
         };
         let pad = self.pad_due.peek().map(|&Reverse((t, _))| t);
-        pad.map_or(tick, |t| t.min(tick))
+        let tick = pad.map_or(tick, |t| t.min(tick));
+        self.circpad.next_due().map_or(tick, |t| t.min(tick))
     }
 
     /// The once-a-second timers of the connections, as C Tor's

@@ -27,6 +27,7 @@ use crate::worker::core::sched::CellSink;
 use crate::worker::core::{Circuits, CoreLimits, Effect};
 use crate::worker::*;
 
+mod circpad;
 mod conflux;
 mod congestion;
 mod controller;
