@@ -645,4 +645,29 @@ mod tests {
         assert_eq!(p.onion_key_rotation_days(), 1);
         assert_eq!(p.onion_key_grace_period_days(), 1);
     }
+
+    /// Microdesc=3: a microdescriptor whose `onion-key` has no TAP key
+    /// (what 0.4.9 authorities make from a descriptor without one) gives
+    /// its ntor key and Ed25519 identity; the cache splits it at its
+    /// `onion-key` line like any other.
+    #[test]
+    fn microdescriptors_without_a_tap_key() {
+        use base64::Engine as _;
+        let b64 = |b: [u8; 32]| base64::engine::general_purpose::STANDARD_NO_PAD.encode(b);
+        let md = |n: u8| {
+            format!(
+                "onion-key\nntor-onion-key {}\nid ed25519 {}\n",
+                b64([n; 32]),
+                b64([n + 1; 32])
+            )
+        };
+        let text = format!("{}{}", md(1), md(7));
+        let keys = parse_microdescs(&text);
+        assert_eq!(keys.len(), 2);
+        assert_eq!((keys[1].ntor_key, keys[1].ed_id), ([7; 32], [8; 32]));
+        let split = crate::cache::split_microdescs(&text);
+        assert_eq!(split.len(), 2);
+        assert_eq!(split[0].0, keys[0].digest);
+        assert_eq!(split[1].1, md(7));
+    }
 }

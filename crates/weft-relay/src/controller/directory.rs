@@ -54,12 +54,22 @@ use crate::context::{DirAuthority, RelayConfig};
 /// canonical when the peer's NETINFO lists that address, and our own
 /// IPv6 ORPort is self-tested ([`super::reachability`]).
 ///
+/// `Desc=3`, `Microdesc=3`: descriptors and microdescriptors without a
+/// TAP key are parsed (the cache keeps documents whole; the self-test's
+/// microdescriptors are read by tor-netdoc, whose `onion-key` object is
+/// optional: `consensus.rs` test). Like stock tor 0.4.9.11, weft still
+/// publishes its TAP key whatever `publish-dummy-tap-key` says: 0.4.9.11
+/// authorities refuse a descriptor without one ("Missing TAP key in
+/// descriptor.", seen in a loopback network with the parameter at 0).
+/// `Desc=4`: `family-cert` lines, published for every `FamilyId` key
+/// (`dual_stack_and_family`) and kept whole by the cache.
+///
 /// `Padding=2`: the relay side of C's onion-service circuit-setup padding
 /// machines (proposal 254; weft-proto `circpad.rs`, the workers'
 /// `core/circpad.rs`), which C clients negotiate only with a middle that
 /// says so.
 pub const PROTO: &str =
-    "Conflux=1 Cons=1-2 Desc=1-2 DirCache=1-2 FlowCtrl=1-2 HSDir=2 HSIntro=4-5 HSRend=1-2 Link=4-5 LinkAuth=3 Microdesc=1-2 Padding=2 Relay=2-4";
+    "Conflux=1 Cons=1-2 Desc=1-4 DirCache=1-2 FlowCtrl=1-2 HSDir=2 HSIntro=4-5 HSRend=1-2 Link=4-5 LinkAuth=3 Microdesc=1-3 Padding=2 Relay=2-4";
 
 /// Results of background directory work, handled on the controller.
 #[derive(Debug)]
@@ -191,7 +201,7 @@ impl DirState {
             address,
             or_port: cfg.advertised.port(),
             contact: cfg.contact.clone(),
-            platform: format!("weft {} on {}", env!("CARGO_PKG_VERSION"), os_name()),
+            platform: weft_dir::descriptor::default_platform(),
             proto: PROTO.to_string(),
             uptime: 0,
             // MaxAdvertisedBandwidth caps what we claim (and so our weight),
@@ -741,21 +751,5 @@ impl DirState {
             }
             _ => None,
         }
-    }
-}
-
-/// The operating system's name as C's platform line gives it (`uname`'s
-/// sysname: "Linux", "FreeBSD", "Darwin").
-fn os_name() -> &'static str {
-    match std::env::consts::OS {
-        "linux" => "Linux",
-        "freebsd" => "FreeBSD",
-        "openbsd" => "OpenBSD",
-        "netbsd" => "NetBSD",
-        "dragonfly" => "DragonFly",
-        "macos" => "Darwin",
-        "windows" => "Windows",
-        "illumos" | "solaris" => "SunOS",
-        other => other,
     }
 }
