@@ -31,6 +31,31 @@ pub struct DirAuthority {
     pub fingerprint: [u8; 20],
 }
 
+/// C Tor's statistics options (`crate::stats`), with its defaults.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StatsOptions {
+    /// `ExtraInfoStatistics` (default 1): statistics in the extra-info.
+    pub extra_info: bool,
+    /// `DirReqStatistics` (default 1): count directory requests (with a
+    /// GeoIP file).
+    pub dirreq: bool,
+    /// `GeoIPFile` (C's default as Debian builds it).
+    pub geoip_file: PathBuf,
+    /// `GeoIPv6File`.
+    pub geoip6_file: PathBuf,
+}
+
+impl Default for StatsOptions {
+    fn default() -> Self {
+        StatsOptions {
+            extra_info: true,
+            dirreq: true,
+            geoip_file: PathBuf::from("/usr/share/tor/geoip"),
+            geoip6_file: PathBuf::from("/usr/share/tor/geoip6"),
+        }
+    }
+}
+
 /// What the runtime needs from the configuration.
 #[derive(Debug, Clone)]
 pub struct RelayConfig {
@@ -126,6 +151,8 @@ pub struct RelayConfig {
     /// DirCache (default 1): serve directory documents over BEGIN_DIR
     /// when the bandwidth allows (see `controller::dir_cache`).
     pub dir_cache: bool,
+    /// The extra-info's statistics options.
+    pub stats: StatsOptions,
     /// OutboundBindAddress, …OR, …Exit.
     pub outbound: crate::outbound::OutboundBind,
     /// MyFamily: `$FINGERPRINT`s (upper-case hex) and nicknames, sorted,

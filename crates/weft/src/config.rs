@@ -305,6 +305,7 @@ pub fn parse_lines(
     let mut place_on: Option<usize> = None;
     let mut limits = crate::config_limits::LimitOptions::default();
     let mut dir_cache = true;
+    let mut stats = weft_relay::context::StatsOptions::default();
     // C Tor's HeartbeatPeriod default: 6 hours (0: none).
     let mut heartbeat: Option<u32> = Some(6 * 3600);
     // C Tor's ShutdownWaitLength default: 30 seconds.
@@ -375,6 +376,10 @@ pub fn parse_lines(
             }
             "assumereachableipv6" => assume_reachable_ipv6 = Some(parse_bool(val).map_err(err)?),
             "dircache" => dir_cache = parse_bool(val).map_err(err)?,
+            "extrainfostatistics" => stats.extra_info = parse_bool(val).map_err(err)?,
+            "dirreqstatistics" => stats.dirreq = parse_bool(val).map_err(err)?,
+            "geoipfile" => stats.geoip_file = PathBuf::from(val),
+            "geoipv6file" => stats.geoip6_file = PathBuf::from(val),
             "outboundbindaddress" | "outboundbindaddressor" | "outboundbindaddressexit" => {
                 let ip: IpAddr = val
                     .trim_start_matches('[')
@@ -673,6 +678,7 @@ pub fn parse_lines(
                     .collect()
             }),
             dir_cache,
+            stats,
             control,
             user,
             family,

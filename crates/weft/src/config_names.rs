@@ -42,6 +42,7 @@ pub static OPTIONS: &[OptionInfo] = &[
     // Not taken: weft has no DirPort (directory requests come over
     // BEGIN_DIR).
     o("DirPort", "LineList", ""),
+    o("DirReqStatistics", "Boolean", "1"),
     // Not taken: weft does not change the process's dumpability.
     o("DisableDebuggerAttachment", "Boolean", "0"),
     o("DoSCircuitCreationBurst", "Integer", "0"),
@@ -66,8 +67,11 @@ pub static OPTIONS: &[OptionInfo] = &[
     o("ExitPolicyRejectPrivate", "Boolean", "1"),
     o("ExitRelay", "Autobool", "auto"),
     o("ExtendAllowPrivateAddresses", "Boolean", "0"),
+    o("ExtraInfoStatistics", "Boolean", "1"),
     o("FamilyId", "LineList", ""),
     o("FamilyKeyDirectory", "Filename", ""),
+    o("GeoIPFile", "Filename", "/usr/share/tor/geoip"),
+    o("GeoIPv6File", "Filename", "/usr/share/tor/geoip6"),
     o("HashedControlPassword", "LineList", ""),
     // Not taken: weft runs no onion service.
     o("HeartbeatPeriod", "Interval", "6 hours"),

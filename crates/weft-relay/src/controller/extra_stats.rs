@@ -19,30 +19,32 @@ use crate::stats::dirreq::NsResponse;
 use crate::stats::geoip::{GeoIp, GeoIpTable};
 use crate::stats::{ByteCounts, RelayStats};
 
-/// Where C Tor's Debian package (tor-geoipdb) keeps its GeoIP files: C's
-/// default `GeoIPFile` and `GeoIPv6File` there.
-const GEOIP_FILES: (&str, &str) = ("/usr/share/tor/geoip", "/usr/share/tor/geoip6");
-
 fn dirreq_file(data_dir: &Path) -> PathBuf {
     data_dir.join("stats").join("dirreq-stats")
 }
 
 /// The statistics at start-up: the byte histories from the state file;
-/// with C's IPv4 GeoIP file, directory requests are counted from now (and
-/// a `stats/dirreq-stats` a previous run wrote goes into the extra-info
-/// while fresh), as C's `options_act_relay_stats` does.
+/// with `DirReqStatistics` and the IPv4 GeoIP file (`GeoIPFile`, by
+/// default where Debian's tor-geoipdb puts it), directory requests are
+/// counted from now (and a `stats/dirreq-stats` a previous run wrote goes
+/// into the extra-info while fresh), as C's `options_act_relay_stats`
+/// does.
 pub(super) fn load_stats(cfg: &RelayConfig, state_path: &Path) -> RelayStats {
     let now = unix_secs();
     let mut stats = RelayStats::load(state_path, now);
-    let Ok(v4) = std::fs::read_to_string(GEOIP_FILES.0) else {
+    let o = &cfg.stats;
+    if !o.dirreq {
+        return stats;
+    }
+    let Ok(v4) = std::fs::read_to_string(&o.geoip_file) else {
         info!(
             "no GeoIP file at {}: no directory request statistics (as C Tor without one)",
-            GEOIP_FILES.0
+            o.geoip_file.display()
         );
         return stats;
     };
     let (v4, bad) = GeoIpTable::parse_v4(&v4);
-    let v6 = std::fs::read_to_string(GEOIP_FILES.1)
+    let v6 = std::fs::read_to_string(&o.geoip6_file)
         .ok()
         .map(|t| GeoIpTable::parse_v6(&t).0);
     info!(
@@ -123,8 +125,12 @@ impl Controller {
         self.limits.accept_failed(e);
     }
 
-    /// The statistics chunks of the next extra-info.
+    /// The statistics chunks of the next extra-info (none with
+    /// `ExtraInfoStatistics 0`).
     pub(super) fn extra_info_chunks(&self) -> Vec<String> {
+        if !self.cfg.stats.extra_info {
+            return Vec::new();
+        }
         self.stats.extra_info_chunks(
             unix_secs(),
             self.cfg.bandwidth_rate,
