@@ -38,6 +38,11 @@ fn reloader(
     })
 }
 
+/// The relay's heap trim hook ([`weft::alloc::SwitchableAllocator::trim`]).
+fn trim_heap() -> bool {
+    ALLOCATOR.trim()
+}
+
 fn main() -> ExitCode {
     let large_blocks_returned = ALLOCATOR.return_large_blocks_to_os();
     let argv: Vec<String> = std::env::args().skip(1).collect();
@@ -168,6 +173,9 @@ fn main() -> ExitCode {
     );
     let mut relay = cfg.relay;
     relay.alloc_probe = Some(weft::alloc::thread_allocations);
+    if large_blocks_returned {
+        relay.heap_trim = Some(trim_heap);
+    }
     let hooks = RelayHooks {
         log_feed,
         reloader: Some(reloader(cli.sources.clone(), sinks, cfg.pid_file.clone())),

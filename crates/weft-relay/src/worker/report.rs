@@ -8,6 +8,12 @@ use super::{thread_cpu_ns, Worker};
 use crate::histogram::DelayHistogram;
 use crate::messages::{ConnId, ControllerMsg, WorkerReport};
 
+/// Bytes given back by idle links after which the worker trims the heap
+/// (about four links' buffers): trimming walks every arena's free lists,
+/// so it waits until there is something worth giving back, and runs at
+/// most once a second per worker (the pass that releases is once a second).
+const TRIM_AFTER: usize = 256 * 1024;
+
 /// The driver's counters, touched only by the worker's thread.
 #[derive(Default, Clone, Copy)]
 pub(crate) struct Counters {
@@ -113,17 +119,27 @@ impl Worker {
 
     /// The four connections that moved the most bytes since the last call
     /// (and reset the counts). A connection that moved none gives back
-    /// its buffers ([`crate::link_io::LinkConn::release_idle_buffers`]).
+    /// its buffers ([`crate::link_io::LinkConn::release_idle_buffers`]),
+    /// and once that adds up to [`TRIM_AFTER`] the heap's free pages go
+    /// back to the kernel ([`super::WorkerConfig::heap_trim`]).
     fn tally_conns(&mut self) -> [(ConnId, u64); 4] {
         let mut top = [(0u64, 0u64); 4];
         for (_, c) in self.conns.iter_mut() {
             let b = std::mem::take(&mut c.bytes_recent);
             if b == 0 {
-                c.link.release_idle_buffers();
+                self.released_since_trim += c.link.release_idle_buffers();
             }
             if let Some(i) = top.iter().position(|t| b > t.1) {
                 top[i..].rotate_right(1);
                 top[i] = (c.id, b);
+            }
+        }
+        if self.released_since_trim >= TRIM_AFTER {
+            self.released_since_trim = 0;
+            if let Some(trim) = self.cfg.heap_trim {
+                let t = Instant::now();
+                trim();
+                tracing::debug!("heap trimmed in {:?}", t.elapsed());
             }
         }
         top
