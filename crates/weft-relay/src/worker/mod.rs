@@ -253,6 +253,10 @@ pub struct Worker {
     /// Bytes idle links gave back since the heap was last trimmed
     /// ([`WorkerConfig::heap_trim`], in the once-a-second pass).
     released_since_trim: usize,
+    /// Not before then: each trim is followed by a pause 200 times as
+    /// long as it took (at least a second), so trimming costs a worker at
+    /// most 0.5% of its time however large the heap.
+    next_trim: Instant,
     /// When the KIST scheduler runs next.
     next_sched_run: Instant,
     stopping: bool,
@@ -319,6 +323,7 @@ impl Worker {
             next_housekeeping: now + Duration::from_secs(1),
             idle_reported: false,
             released_since_trim: 0,
+            next_trim: now,
             next_sched_run: now,
             stopping: false,
             move_asked: None,

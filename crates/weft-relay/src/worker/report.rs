@@ -13,6 +13,11 @@ use crate::messages::{ConnId, ControllerMsg, WorkerReport};
 /// so it waits until there is something worth giving back, and runs at
 /// most once a second per worker (the pass that releases is once a second).
 const TRIM_AFTER: usize = 256 * 1024;
+/// After a trim, the worker waits this many times as long as it took
+/// before the next (at least a second): trimming walks every arena's free
+/// chunks (one `madvise` each), so on a large heap it may take
+/// milliseconds, and this bounds it to 1/200 of the worker's time.
+const TRIM_PAUSE: u32 = 200;
 
 /// The driver's counters, touched only by the worker's thread.
 #[derive(Default, Clone, Copy)]
@@ -134,12 +139,14 @@ impl Worker {
                 top[i] = (c.id, b);
             }
         }
-        if self.released_since_trim >= TRIM_AFTER {
+        let now = Instant::now();
+        if self.released_since_trim >= TRIM_AFTER && now >= self.next_trim {
             self.released_since_trim = 0;
             if let Some(trim) = self.cfg.heap_trim {
-                let t = Instant::now();
                 trim();
-                tracing::debug!("heap trimmed in {:?}", t.elapsed());
+                let took = now.elapsed();
+                self.next_trim = now + (took * TRIM_PAUSE).max(Duration::from_secs(1));
+                tracing::debug!("heap trimmed in {took:?}");
             }
         }
         top
