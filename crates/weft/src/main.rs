@@ -173,7 +173,9 @@ fn main() -> ExitCode {
     );
     let mut relay = cfg.relay;
     relay.alloc_probe = Some(weft::alloc::thread_allocations);
-    if large_blocks_returned {
+    // WEFT_HEAP_TRIM=off leaves glibc's arenas alone (to measure what
+    // trimming costs and saves).
+    if large_blocks_returned && std::env::var_os("WEFT_HEAP_TRIM").is_none_or(|v| v != "off") {
         relay.heap_trim = Some(trim_heap);
     }
     let hooks = RelayHooks {

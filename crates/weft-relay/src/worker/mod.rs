@@ -253,9 +253,9 @@ pub struct Worker {
     /// Bytes idle links gave back since the heap was last trimmed
     /// ([`WorkerConfig::heap_trim`], in the once-a-second pass).
     released_since_trim: usize,
-    /// Not before then: each trim is followed by a pause 200 times as
-    /// long as it took (at least a second), so trimming costs a worker at
-    /// most 0.5% of its time however large the heap.
+    /// Not before then: each trim is followed by a pause 1000 times as
+    /// long as it took (at least 10 s), so trimming itself costs a worker
+    /// at most 0.1% of its time however large the heap.
     next_trim: Instant,
     /// When the KIST scheduler runs next.
     next_sched_run: Instant,

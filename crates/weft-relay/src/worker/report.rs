@@ -9,15 +9,19 @@ use crate::histogram::DelayHistogram;
 use crate::messages::{ConnId, ControllerMsg, WorkerReport};
 
 /// Bytes given back by idle links after which the worker trims the heap
-/// (about four links' buffers): trimming walks every arena's free lists,
-/// so it waits until there is something worth giving back, and runs at
-/// most once a second per worker (the pass that releases is once a second).
-const TRIM_AFTER: usize = 256 * 1024;
+/// (about fifteen links' buffers): trimming walks every arena's free
+/// lists, so it waits until there is something worth giving back.
+const TRIM_AFTER: usize = 1024 * 1024;
 /// After a trim, the worker waits this many times as long as it took
-/// before the next (at least a second): trimming walks every arena's free
-/// chunks (one `madvise` each), so on a large heap it may take
-/// milliseconds, and this bounds it to 1/200 of the worker's time.
-const TRIM_PAUSE: u32 = 200;
+/// before the next, and at least [`TRIM_INTERVAL`]: trimming walks every
+/// arena's free chunks (one `madvise` each, and a TLB shootdown on the
+/// other workers' cores), and a page it gave back costs a fault when a
+/// waking link touches it again. Trimming once a second per worker cost
+/// weft-2 ~25% more CPU per GiB of bulk traffic with 4,000 links waking
+/// for cells now and then (docs/perf.md, "Link memory").
+const TRIM_PAUSE: u32 = 1000;
+/// The shortest time between two trims of one worker.
+const TRIM_INTERVAL: Duration = Duration::from_secs(10);
 
 /// The driver's counters, touched only by the worker's thread.
 #[derive(Default, Clone, Copy)]
@@ -145,7 +149,7 @@ impl Worker {
             if let Some(trim) = self.cfg.heap_trim {
                 trim();
                 let took = now.elapsed();
-                self.next_trim = now + (took * TRIM_PAUSE).max(Duration::from_secs(1));
+                self.next_trim = now + (took * TRIM_PAUSE).max(TRIM_INTERVAL);
                 tracing::debug!("heap trimmed in {took:?}");
             }
         }
