@@ -331,6 +331,7 @@ mod tests {
             // Free seven of every eight: 28 MiB free, none of it at the top.
             for (i, &p) in blocks.iter().enumerate() {
                 if i % 8 != 7 {
+                    // SAFETY: allocated above with `layout`, freed once.
                     unsafe { a.dealloc(p, layout) };
                 }
             }
@@ -344,6 +345,7 @@ mod tests {
             );
             for (i, &p) in blocks.iter().enumerate() {
                 if i % 8 == 7 {
+                    // SAFETY: the blocks kept above, freed once each.
                     unsafe { a.dealloc(p, layout) };
                 }
             }
