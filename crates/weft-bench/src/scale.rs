@@ -145,7 +145,10 @@ pub struct ScaleProcedure {
     pub mark_every: u64,
     /// Seconds between an idle circuit's cells.
     pub ping_s: f64,
-    /// Settle time after each phase change, s.
+    /// Settle time after each phase change, s: the same for every target,
+    /// long enough that a relay which gives idle buffers back after a
+    /// second or two without traffic (weft; tor frees them at once) is
+    /// measured settled, not in passing.
     pub settle_s: f64,
     /// Idle window, s.
     pub idle_s: f64,
@@ -193,7 +196,7 @@ impl ScaleArgs {
             window: self.window.clamp(1, 2500),
             mark_every: 32,
             ping_s: self.ping_s.max(0.1),
-            settle_s: if q { 1.5 } else { 2.0 },
+            settle_s: if q { 3.0 } else { 5.0 },
             idle_s: self.idle_s.unwrap_or(if q { 8.0 } else { 20.0 }),
             warmup_s: if q { 2.0 } else { 3.0 },
             active_s: self.active_s.unwrap_or(if q { 8.0 } else { 15.0 }),
@@ -486,7 +489,7 @@ pub fn run_cli(args: &ScaleArgs, date: &str, stamp: &str) -> Result<()> {
     let biggest = p.steps.iter().map(|s| s.connections).max().unwrap_or(0) as u64;
     let nofile = raise_nofile((2 * biggest + 4096).max(65536))?;
     eprintln!(
-        "[scale] RLIMIT_NOFILE {} (was soft {}, hard {}){}; steps {:?}",
+        "[scale] RLIMIT_NOFILE {} (was soft {}, hard {}){}; steps {:?}; settle {} s after each phase (both targets)",
         nofile.limit,
         nofile.soft_before,
         nofile.hard_before,
@@ -495,7 +498,8 @@ pub fn run_cli(args: &ScaleArgs, date: &str, stamp: &str) -> Result<()> {
             .as_ref()
             .map(|w| format!("; {w}"))
             .unwrap_or_default(),
-        p.steps
+        p.steps,
+        p.settle_s
     );
     let tor_bin = match &args.tor {
         Some(t) => t.clone(),
@@ -556,14 +560,15 @@ pub fn run_cli(args: &ScaleArgs, date: &str, stamp: &str) -> Result<()> {
     });
     report::write_json(&path, &doc)?;
     println!(
-        "\nscale: {:.1} min, RLIMIT_NOFILE {}, weft sources at {} ({}), ConnectionThreads {}, creation cap {} CPU, {} bulk circuits\n",
+        "\nscale: {:.1} min, RLIMIT_NOFILE {}, weft sources at {} ({}), ConnectionThreads {}, creation cap {} CPU, {} bulk circuits; both targets measured {} s after each phase settles\n",
         started.elapsed().as_secs_f64() / 60.0,
         nofile.limit,
         weft_commit(&repo_root()),
         weft_bin.display(),
         p.weft_threads,
         p.create_cap,
-        p.active
+        p.active,
+        p.settle_s
     );
     print!("{md}");
     for r in &results {

@@ -127,6 +127,10 @@ pub struct RelayConfig {
     /// Counts heap allocations on the calling thread (the binary installs
     /// one with its allocator); workers report it on the MetricsPort.
     pub alloc_probe: Option<fn() -> u64>,
+    /// Gives the free pages inside the allocator's heaps back to the kernel
+    /// (glibc's `malloc_trim`), if the binary's allocator needs it; workers
+    /// call it after idle links gave their buffers back.
+    pub heap_trim: Option<fn() -> bool>,
     /// The DoS options of torrc (unset ones: the consensus decides).
     pub dos: crate::dos::DosOptions,
     /// MaxMemInQueues (None: C Tor's default for this machine).

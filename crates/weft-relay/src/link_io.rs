@@ -5,10 +5,15 @@
 //! socket did. Used by the relay's workers and by weft-bench's load
 //! generator and sinks.
 //!
-//! Buffers are allocated once per connection: the read buffer holds TLS
-//! plaintext; complete cells are handed to the caller *in place* (mutable,
-//! so onion-layer crypto needs no copy); the write buffer collects whole
-//! cells and is handed to TLS in large writes.
+//! The read buffer holds TLS plaintext; complete cells are handed to the
+//! caller *in place* (mutable, so onion-layer crypto needs no copy); the
+//! write buffer collects whole cells and is handed to TLS in large writes.
+//! Both start small and grow on demand (the read buffer to
+//! [`WAKE_READ_BUF`] at the first read, and to its full size only for a
+//! large variable-length cell; the write buffer as a `Vec`, to what the
+//! largest write round needed), and a link that moved no byte for a while
+//! gives both back, with OpenSSL's ([`LinkConn::release_idle_buffers`]).
+//! A busy link keeps what it has: no allocation per cell or per read.
 
 use std::net::IpAddr;
 use std::sync::Arc;
@@ -26,12 +31,25 @@ pub const READ_BUF: usize = 64 * 1024;
 const MAX_VAR_CELL: usize = 7 + 65535;
 /// A busy connection's read buffer.
 const FULL_READ_BUF: usize = READ_BUF + MAX_VAR_CELL;
-/// The read buffer a connection gets back after it gave its buffers up
-/// while idle ([`LinkConn::release_idle_buffers`]): enough for a TLS
-/// record and more, under the allocator's mmap threshold, so that a
-/// connection that wakes for a few cells now and then costs a small heap
-/// block, not a mapping; one that fills it grows to [`FULL_READ_BUF`].
+/// The read buffer a connection gets at its first read and again after it
+/// gave its buffers up while idle ([`LinkConn::release_idle_buffers`]):
+/// two TLS records, under the allocator's mmap threshold, so that a new
+/// connection or one that wakes for a few cells now and then costs a small
+/// heap block, not a mapping. Reading goes a record at a time (cells are
+/// handed out after each read), so a busy link stays at this size; only a
+/// variable-length cell larger than it makes it grow to [`FULL_READ_BUF`].
 const WAKE_READ_BUF: usize = 32 * 1024;
+/// Largest TLS record plaintext: with less room than this behind the
+/// buffered bytes, they are moved to the front before the next read, so a
+/// read never splits a record (a partial cell, at most 513 bytes, moves).
+const MAX_RECORD: usize = 16 * 1024;
+/// The write buffer's first allocation (on the first cell queued after the
+/// handshake or an idle spell): eight cells; it grows as a `Vec` when a
+/// round queues more, and keeps that size while the link is busy.
+const WAKE_WRITE_BUF: usize = 8 * CELL_LEN;
+/// What OpenSSL's two record buffers take (read and write, 16 KiB of
+/// plaintext each plus record overhead), counted when they are freed.
+const TLS_RECORD_BUFFERS: usize = 2 * (MAX_RECORD + 1024);
 
 /// What happened to the socket.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -105,6 +123,9 @@ pub struct LinkConn {
     rend: usize,
     wbuf: Vec<u8>,
     wpos: usize,
+    /// OpenSSL's buffers were given back and TLS has not been used since:
+    /// nothing to give back again.
+    tls_released: bool,
     /// TLS ciphertext is not visible; these count plaintext bytes.
     pub read_total: u64,
     /// Plaintext bytes handed to TLS.
@@ -136,11 +157,13 @@ impl LinkConn {
             identity,
             peer_ip,
             our_addrs,
-            rbuf: vec![0u8; FULL_READ_BUF].into_boxed_slice(),
+            // Both buffers come with the first byte read or written.
+            rbuf: Box::default(),
             rstart: 0,
             rend: 0,
-            wbuf: Vec::with_capacity(READ_BUF),
+            wbuf: Vec::new(),
             wpos: 0,
+            tls_released: false,
             read_total: 0,
             written_total: 0,
         }
@@ -250,7 +273,9 @@ impl LinkConn {
                 }
             }
             if self.rend - self.rstart > 256 * 1024 - 1
-                || self.rend == self.rbuf.len() && self.rstart == 0
+                || self.rbuf.len() >= FULL_READ_BUF
+                    && self.rend == self.rbuf.len()
+                    && self.rstart == 0
             {
                 return Err("handshake cell too large".into());
             }
@@ -272,7 +297,7 @@ impl LinkConn {
         if self.rstart == self.rend {
             self.rstart = 0;
             self.rend = 0;
-        } else if self.rstart > 0 && self.rbuf.len() - self.rend < CELL_LEN * 4 {
+        } else if self.rstart > 0 && self.rbuf.len() - self.rend < MAX_RECORD {
             self.rbuf.copy_within(self.rstart..self.rend, 0);
             self.rend -= self.rstart;
             self.rstart = 0;
@@ -284,6 +309,7 @@ impl LinkConn {
             return Ok(IoState::Progress);
         }
         let end = (self.rend + READ_BUF).min(self.rbuf.len());
+        self.tls_released = false;
         match self.tls.read(&mut self.rbuf[self.rend..end])? {
             TlsIo::Done(n) => {
                 self.rend += n;
@@ -301,8 +327,9 @@ impl LinkConn {
     /// OpenSSL's. Each comes back on the connection's next read or write
     /// (one allocation when an idle connection wakes; a busy one keeps
     /// its buffers). C Tor frees an empty buffer's chunks and runs
-    /// OpenSSL with `SSL_MODE_RELEASE_BUFFERS`. Returns the bytes of the
-    /// two buffers released.
+    /// OpenSSL with `SSL_MODE_RELEASE_BUFFERS`. Returns the bytes
+    /// released (OpenSSL's counted as [`TLS_RECORD_BUFFERS`]); 0 when the
+    /// link holds nothing it could give back.
     pub fn release_idle_buffers(&mut self) -> usize {
         if !matches!(self.phase, Phase::Open) {
             return 0;
@@ -319,13 +346,16 @@ impl LinkConn {
             self.wbuf = Vec::new();
             self.wpos = 0;
         }
-        self.tls.release_buffers();
+        if !self.tls_released && self.tls.release_buffers() {
+            self.tls_released = true;
+            freed += TLS_RECORD_BUFFERS;
+        }
         freed
     }
 
-    /// A read buffer again after an idle spell (small), or the full one
-    /// when the small one filled up; what it held (from `rstart`, which
-    /// is then 0) is kept.
+    /// A read buffer at the first read or after an idle spell (small), or
+    /// the full one when the small one filled up with one large cell; what
+    /// it held (from `rstart`, which is then 0) is kept.
     #[cold]
     fn grow_read_buffer(&mut self) {
         let len = if self.rbuf.is_empty() {
@@ -398,8 +428,9 @@ impl LinkConn {
     #[inline]
     fn room(&mut self, n: usize) {
         if self.wbuf.capacity() == 0 {
-            // Released while idle ([`LinkConn::release_idle_buffers`]).
-            self.wbuf.reserve(READ_BUF);
+            // New, or released while idle
+            // ([`LinkConn::release_idle_buffers`]).
+            self.wbuf.reserve(WAKE_WRITE_BUF);
         }
         if self.wpos > 0 && self.wbuf.len() + n > self.wbuf.capacity() {
             self.wbuf.drain(..self.wpos);
@@ -434,6 +465,7 @@ impl LinkConn {
     /// `Ok(true)` when it is empty.
     pub fn flush(&mut self) -> std::io::Result<bool> {
         while self.wpos < self.wbuf.len() {
+            self.tls_released = false;
             match self.tls.write(&self.wbuf[self.wpos..])? {
                 TlsIo::Done(n) => {
                     self.wpos += n;
@@ -545,8 +577,10 @@ mod tests {
         let (mut a, mut b) = open_pair();
         assert_eq!(carry(&mut a, &mut b, 3), [1, 2, 3]);
         let freed = b.release_idle_buffers();
-        assert!(freed >= FULL_READ_BUF, "freed {freed}");
+        assert!(freed >= WAKE_READ_BUF + TLS_RECORD_BUFFERS, "freed {freed}");
         assert_eq!(b.rbuf.len(), 0);
+        assert_eq!(b.wbuf.capacity(), 0);
+        assert_eq!(b.release_idle_buffers(), 0, "nothing left to give back");
         assert!(a.release_idle_buffers() > 0);
         assert_eq!(carry(&mut a, &mut b, 3), [1, 2, 3]);
         assert_eq!(b.rbuf.len(), WAKE_READ_BUF);
@@ -571,5 +605,46 @@ mod tests {
         b.rend = b.rstart + 1;
         b.release_idle_buffers();
         assert_eq!(b.rbuf.len(), FULL_READ_BUF);
+    }
+
+    /// A new link holds small buffers after its handshake, and a busy one
+    /// reads a record at a time without growing its read buffer: the
+    /// full-size buffer is only for a large variable-length cell.
+    #[test]
+    fn buffers_start_small_and_a_busy_link_keeps_them_small() {
+        let (mut a, mut b) = open_pair();
+        for l in [&a, &b] {
+            assert!(
+                l.rbuf.len() <= WAKE_READ_BUF,
+                "read buffer {}",
+                l.rbuf.len()
+            );
+            assert!(
+                l.wbuf.capacity() <= 4 * 1024,
+                "write buffer {}",
+                l.wbuf.capacity()
+            );
+        }
+        // 2,000 cells (1 MiB) in bursts of 100, read as they come.
+        let mut got = Vec::new();
+        for burst in 0..20 {
+            got.extend(
+                carry(&mut a, &mut b, 100)
+                    .into_iter()
+                    .map(|c| c + burst * 100),
+            );
+        }
+        assert_eq!(got.len(), 2000);
+        assert_eq!(
+            b.rbuf.len(),
+            WAKE_READ_BUF,
+            "no growth for fixed cells read in turn"
+        );
+        // The writer's buffer grew to what a burst needed, not more.
+        assert!(
+            a.wbuf.capacity() <= 128 * CELL_LEN,
+            "write buffer {}",
+            a.wbuf.capacity()
+        );
     }
 }

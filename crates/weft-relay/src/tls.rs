@@ -4,7 +4,10 @@
 //! proven by its CERTS cell) while OpenSSL still checks the handshake
 //! signature against the presented certificate's key. [protocol-notes §2.1]
 
-use openssl::ssl::{SslAcceptor, SslConnector, SslMethod, SslOptions, SslVerifyMode, SslVersion};
+use openssl::ssl::{
+    SslAcceptor, SslConnector, SslMethod, SslOptions, SslSessionCacheMode, SslVerifyMode,
+    SslVersion,
+};
 use weft_crypto::keys::LinkKeys;
 
 /// Build the server and client contexts for one link-key generation.
@@ -18,6 +21,12 @@ pub fn contexts(
     a.set_certificate(&cert)?;
     a.check_private_key()?;
     a.set_options(SslOptions::NO_TICKET);
+    // No session resumption (C Tor's `SSL_SESS_CACHE_OFF`): with TLS 1.3,
+    // NO_TICKET alone still sends two stateful tickets and keeps a copy of
+    // each connection's session in the context's cache (~0.9 KB per
+    // connection, up to 20,480 of them). Nothing ever resumes a link.
+    a.set_session_cache_mode(SslSessionCacheMode::OFF);
+    a.set_num_tickets(0)?;
     a.set_verify(SslVerifyMode::NONE);
     // Read whole socket buffers at once instead of a record header and then
     // its body: half the read syscalls per relayed byte.
@@ -260,6 +269,9 @@ mod tests {
             let s = server.handshake().unwrap();
             c && s
         });
+        // No session tickets: nothing to keep per connection for a
+        // resumption that never comes.
+        assert_eq!(server.ssl().num_tickets(), 0);
         let mut buf = [0u8; 1024];
         for round in 0..3u8 {
             let msg = [round; 600];

@@ -122,6 +122,39 @@ impl SwitchableAllocator {
     }
 }
 
+impl SwitchableAllocator {
+    /// With the system allocator on glibc, give the free pages inside
+    /// malloc's heap arenas back to the kernel (`malloc_trim(0)`: free
+    /// chunks' whole pages are `MADV_DONTNEED`ed, the top of each heap
+    /// unmapped). glibc gives back only the top of a heap by itself, so
+    /// the blocks of a thousand links that went idle (each its write
+    /// buffer, its read buffer, OpenSSL's two record buffers) would stay
+    /// resident between the blocks still in use. The relay's workers call
+    /// it after idle links gave their buffers back (at most once a second
+    /// each); it walks every arena's free lists under that arena's lock.
+    /// Returns whether memory was given back (false with mimalloc or
+    /// jemalloc, which return memory on their own, and off glibc).
+    pub fn trim(&self) -> bool {
+        if self.choice() != SYSTEM {
+            return false;
+        }
+        malloc_trim()
+    }
+}
+
+#[cfg(all(target_os = "linux", target_env = "gnu"))]
+fn malloc_trim() -> bool {
+    // SAFETY: malloc_trim takes each arena's lock itself and only returns
+    // pages of free chunks (and the top of each heap) to the kernel; live
+    // blocks are untouched, so it may run at any time on any thread.
+    unsafe { libc::malloc_trim(0) == 1 }
+}
+
+#[cfg(not(all(target_os = "linux", target_env = "gnu")))]
+fn malloc_trim() -> bool {
+    false
+}
+
 #[cfg(all(target_os = "linux", target_env = "gnu"))]
 fn set_mmap_threshold() -> bool {
     // SAFETY: mallopt only changes glibc's malloc parameters (under its own
@@ -264,5 +297,64 @@ mod tests {
             choice: AtomicU8::new(JEMALLOC),
         };
         assert!(!other.return_large_blocks_to_os());
+    }
+
+    /// Resident bytes of this process (/proc/self/statm).
+    #[cfg(all(target_os = "linux", target_env = "gnu"))]
+    fn rss() -> usize {
+        let s = std::fs::read_to_string("/proc/self/statm").unwrap();
+        let pages: usize = s.split_whitespace().nth(1).unwrap().parse().unwrap();
+        pages * 4096
+    }
+
+    /// Blocks freed between blocks still in use stay resident in glibc's
+    /// arena until `trim` gives their pages back.
+    #[cfg(all(target_os = "linux", target_env = "gnu"))]
+    #[test]
+    fn trim_gives_back_free_pages_between_live_blocks() {
+        let a = SwitchableAllocator {
+            choice: AtomicU8::new(SYSTEM),
+        };
+        // A thread of its own, like a worker: its own arena.
+        std::thread::spawn(move || {
+            let layout = Layout::from_size_align(16 * 1024, 16).unwrap();
+            // SAFETY: non-zero layout; every block is written within its
+            // size and freed once, with its layout, by the same allocator.
+            let blocks: Vec<*mut u8> = (0..2048)
+                .map(|_| unsafe {
+                    let p = a.alloc(layout);
+                    assert!(!p.is_null());
+                    std::ptr::write_bytes(p, 1, layout.size());
+                    p
+                })
+                .collect();
+            // Free seven of every eight: 28 MiB free, none of it at the top.
+            for (i, &p) in blocks.iter().enumerate() {
+                if i % 8 != 7 {
+                    // SAFETY: allocated above with `layout`, freed once.
+                    unsafe { a.dealloc(p, layout) };
+                }
+            }
+            let before = rss();
+            assert!(a.trim());
+            let after = rss();
+            assert!(
+                after + (16 << 20) < before,
+                "trim gave back {} KiB",
+                (before.saturating_sub(after)) >> 10
+            );
+            for (i, &p) in blocks.iter().enumerate() {
+                if i % 8 == 7 {
+                    // SAFETY: the blocks kept above, freed once each.
+                    unsafe { a.dealloc(p, layout) };
+                }
+            }
+            let other = SwitchableAllocator {
+                choice: AtomicU8::new(JEMALLOC),
+            };
+            assert!(!other.trim());
+        })
+        .join()
+        .unwrap();
     }
 }

@@ -655,6 +655,7 @@ pub fn parse_lines(
             metrics_port,
             metrics_policy,
             alloc_probe: None,
+            heap_trim: None,
             circuit_priority_halflife: halflife,
             kist_run_interval_ms: if schedulers_kist {
                 kist_interval

@@ -38,6 +38,11 @@ fn reloader(
     })
 }
 
+/// The relay's heap trim hook ([`weft::alloc::SwitchableAllocator::trim`]).
+fn trim_heap() -> bool {
+    ALLOCATOR.trim()
+}
+
 fn main() -> ExitCode {
     let large_blocks_returned = ALLOCATOR.return_large_blocks_to_os();
     let argv: Vec<String> = std::env::args().skip(1).collect();
@@ -168,6 +173,11 @@ fn main() -> ExitCode {
     );
     let mut relay = cfg.relay;
     relay.alloc_probe = Some(weft::alloc::thread_allocations);
+    // WEFT_HEAP_TRIM=off leaves glibc's arenas alone (to measure what
+    // trimming costs and saves).
+    if large_blocks_returned && std::env::var_os("WEFT_HEAP_TRIM").is_none_or(|v| v != "off") {
+        relay.heap_trim = Some(trim_heap);
+    }
     let hooks = RelayHooks {
         log_feed,
         reloader: Some(reloader(cli.sources.clone(), sinks, cfg.pid_file.clone())),

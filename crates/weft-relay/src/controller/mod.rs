@@ -236,6 +236,7 @@ async fn run_controller(cfg: RelayConfig, mut hooks: RelayHooks) -> anyhow::Resu
     let nw = n.max(1) as u64;
     let wcfg = WorkerConfig {
         alloc_probe: cfg.alloc_probe,
+        heap_trim: cfg.heap_trim,
         rate_share: (cfg.bandwidth_rate / nw).max(1),
         burst_share: (cfg.bandwidth_burst / nw).max(1),
         refill: cfg.token_bucket_refill,

@@ -267,6 +267,7 @@ impl Controller {
             new.accounting = old.accounting;
         }
         new.alloc_probe = old.alloc_probe;
+        new.heap_trim = old.heap_trim;
         // What applies now, for the log.
         let mut applied = Vec::new();
         for (name, same) in [

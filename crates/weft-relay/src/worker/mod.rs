@@ -112,6 +112,9 @@ pub struct WorkerConfig {
     /// Heap allocations made on the calling thread so far, if the binary
     /// counts them.
     pub alloc_probe: Option<fn() -> u64>,
+    /// Gives free heap pages back to the kernel (see
+    /// [`crate::context::RelayConfig::heap_trim`]).
+    pub heap_trim: Option<fn() -> bool>,
     /// This worker's share of BandwidthRate, bytes/s (each direction).
     pub rate_share: u64,
     /// Its share of BandwidthBurst.
@@ -129,6 +132,7 @@ impl Default for WorkerConfig {
             // 512 Ki cells ≈ 270 MB per worker.
             max_pool_cells: 512 * 1024,
             alloc_probe: None,
+            heap_trim: None,
             rate_share: 1 << 30,
             burst_share: 1 << 30,
             refill: Duration::from_millis(100),
@@ -246,6 +250,13 @@ pub struct Worker {
     /// The last report went out while the worker was idle
     /// ([`Worker::housekeeping_due`]).
     idle_reported: bool,
+    /// Bytes idle links gave back since the heap was last trimmed
+    /// ([`WorkerConfig::heap_trim`], in the once-a-second pass).
+    released_since_trim: usize,
+    /// Not before then: each trim is followed by a pause 1000 times as
+    /// long as it took (at least 10 s), so trimming itself costs a worker
+    /// at most 0.1% of its time however large the heap.
+    next_trim: Instant,
     /// When the KIST scheduler runs next.
     next_sched_run: Instant,
     stopping: bool,
@@ -311,6 +322,8 @@ impl Worker {
             reported: Counters::default(),
             next_housekeeping: now + Duration::from_secs(1),
             idle_reported: false,
+            released_since_trim: 0,
+            next_trim: now,
             next_sched_run: now,
             stopping: false,
             move_asked: None,

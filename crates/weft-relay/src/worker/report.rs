@@ -8,6 +8,21 @@ use super::{thread_cpu_ns, Worker};
 use crate::histogram::DelayHistogram;
 use crate::messages::{ConnId, ControllerMsg, WorkerReport};
 
+/// Bytes given back by idle links after which the worker trims the heap
+/// (about fifteen links' buffers): trimming walks every arena's free
+/// lists, so it waits until there is something worth giving back.
+const TRIM_AFTER: usize = 1024 * 1024;
+/// After a trim, the worker waits this many times as long as it took
+/// before the next, and at least [`TRIM_INTERVAL`]: trimming walks every
+/// arena's free chunks (one `madvise` each, and a TLB shootdown on the
+/// other workers' cores), and a page it gave back costs a fault when a
+/// waking link touches it again. Trimming once a second per worker cost
+/// weft-2 ~25% more CPU per GiB of bulk traffic with 4,000 links waking
+/// for cells now and then (docs/perf.md, "Link memory").
+const TRIM_PAUSE: u32 = 1000;
+/// The shortest time between two trims of one worker.
+const TRIM_INTERVAL: Duration = Duration::from_secs(10);
+
 /// The driver's counters, touched only by the worker's thread.
 #[derive(Default, Clone, Copy)]
 pub(crate) struct Counters {
@@ -113,17 +128,29 @@ impl Worker {
 
     /// The four connections that moved the most bytes since the last call
     /// (and reset the counts). A connection that moved none gives back
-    /// its buffers ([`crate::link_io::LinkConn::release_idle_buffers`]).
+    /// its buffers ([`crate::link_io::LinkConn::release_idle_buffers`]),
+    /// and once that adds up to [`TRIM_AFTER`] the heap's free pages go
+    /// back to the kernel ([`super::WorkerConfig::heap_trim`]).
     fn tally_conns(&mut self) -> [(ConnId, u64); 4] {
         let mut top = [(0u64, 0u64); 4];
         for (_, c) in self.conns.iter_mut() {
             let b = std::mem::take(&mut c.bytes_recent);
             if b == 0 {
-                c.link.release_idle_buffers();
+                self.released_since_trim += c.link.release_idle_buffers();
             }
             if let Some(i) = top.iter().position(|t| b > t.1) {
                 top[i..].rotate_right(1);
                 top[i] = (c.id, b);
+            }
+        }
+        let now = Instant::now();
+        if self.released_since_trim >= TRIM_AFTER && now >= self.next_trim {
+            self.released_since_trim = 0;
+            if let Some(trim) = self.cfg.heap_trim {
+                trim();
+                let took = now.elapsed();
+                self.next_trim = now + (took * TRIM_PAUSE).max(TRIM_INTERVAL);
+                tracing::debug!("heap trimmed in {took:?}");
             }
         }
         top
