@@ -371,6 +371,15 @@ mod tests {
         (hk, t)
     }
 
+    /// A one-hop circuit to `t` (keys `k`) and the keyed half at `t`.
+    fn one_hop(k: &HandshakeKeys, t: &HopTarget) -> (OriginCircuit, circuit::KeyedHalf) {
+        let mut c = OriginCircuit::new();
+        let create = c.create2(t).unwrap();
+        let (created, h, _) = circuit::answer_create2(k, &create, None).unwrap();
+        c.on_created2(&created).unwrap();
+        (c, h)
+    }
+
     /// An EXTEND2 to a relay known by its IPv6 ORPort names only that
     /// address (an IPv6-only extend, as C's IPv6 reachability self-test
     /// sends).
@@ -380,10 +389,7 @@ mod tests {
         let (k1, t1) = relay(d1.path(), 1);
         let (_, mut t2) = relay(d2.path(), 2);
         t2.addr = "[2001:db8::7]:9001".parse().unwrap();
-        let mut c = OriginCircuit::new();
-        let create = c.create2(&t1).unwrap();
-        let (created, mut h1, _) = circuit::answer_create2(&k1, &create, None).unwrap();
-        c.on_created2(&created).unwrap();
+        let (mut c, mut h1) = one_hop(&k1, &t1);
         let mut body = [0u8; BODY_LEN];
         c.extend2(&t2, &mut body).unwrap();
         let ForwardAction::Extend(req) =
@@ -403,10 +409,7 @@ mod tests {
         let (d1, d2) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
         let (k1, t1) = relay(d1.path(), 1);
         let (k2, t2) = relay(d2.path(), 2);
-        let mut c = OriginCircuit::new();
-        let create = c.create2(&t1).unwrap();
-        let (created, mut h1, _) = circuit::answer_create2(&k1, &create, None).unwrap();
-        c.on_created2(&created).unwrap();
+        let (mut c, mut h1) = one_hop(&k1, &t1);
         assert_eq!(c.len(), 1);
 
         let mut body = [0u8; BODY_LEN];

@@ -111,15 +111,10 @@ impl SelfTestCircuit {
     }
 }
 
-/// Pick two relays for the testing circuits from the consensus: listed
-/// Running and Valid, Fast when possible, not us, IPv4 ORPort; a random
-/// pair. Returns their entries.
-pub fn pick_relays<'a>(
-    c: &'a ConsensusSummary,
-    me: &[u8; 20],
-) -> Option<(&'a RelayEntry, &'a RelayEntry)> {
-    let usable: Vec<&RelayEntry> = c
-        .relays
+/// The relays a testing circuit may go through: listed Running and Valid,
+/// not us, with an IPv4 ORPort and a microdescriptor.
+pub fn usable_relays<'a>(c: &'a ConsensusSummary, me: &[u8; 20]) -> Vec<&'a RelayEntry> {
+    c.relays
         .iter()
         .filter(|r| {
             &r.rsa_identity != me
@@ -128,7 +123,17 @@ pub fn pick_relays<'a>(
                 && r.or_port != 0
                 && r.md_digest.is_some()
         })
-        .collect();
+        .collect()
+}
+
+/// Pick two relays for the testing circuits from the consensus: among
+/// [`usable_relays`], Fast when possible; a random pair. Returns their
+/// entries.
+pub fn pick_relays<'a>(
+    c: &'a ConsensusSummary,
+    me: &[u8; 20],
+) -> Option<(&'a RelayEntry, &'a RelayEntry)> {
+    let usable = usable_relays(c, me);
     let fast: Vec<&RelayEntry> = usable
         .iter()
         .copied()

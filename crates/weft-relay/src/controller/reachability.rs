@@ -147,7 +147,7 @@ fn initiates_ipv6_extends(r: &RelayEntry) -> bool {
 }
 
 /// The two relays of an IPv6 reachability circuit (us → a → b → us over
-/// IPv6): listed Running and Valid, not us, with microdescriptors; `b`
+/// IPv6), among `crate::selftest::usable_relays`; `b`
 /// initiates IPv6 extends (C's `CRN_INITIATE_IPV6_EXTEND` for the
 /// second-last hop). Random among those, but a `b` with no connection to
 /// us (`connected`) first: it would send the CREATE over that one, as C's
@@ -159,17 +159,7 @@ pub fn pick_relays<'a>(
     me: &[u8; 20],
     connected: &dyn Fn(&[u8; 20]) -> bool,
 ) -> Option<(&'a RelayEntry, &'a RelayEntry)> {
-    let usable: Vec<&RelayEntry> = c
-        .relays
-        .iter()
-        .filter(|r| {
-            &r.rsa_identity != me
-                && r.has_flag("Running")
-                && r.has_flag("Valid")
-                && r.or_port != 0
-                && r.md_digest.is_some()
-        })
-        .collect();
+    let usable = crate::selftest::usable_relays(c, me);
     let mut last: Vec<&RelayEntry> = usable
         .iter()
         .copied()
