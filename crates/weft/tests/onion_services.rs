@@ -102,17 +102,8 @@ fn metrics_lines() -> Vec<String> {
 /// weft's onion-service counters since its start: (introduction points
 /// established, INTRODUCE2 sent, rendezvous joined).
 fn weft_onion_counters(net: &Testnet) -> Result<(f64, f64, f64)> {
-    let dir = &net.weft().context("no weft")?.dir;
-    let token = common::metrics_token(dir)?;
-    let (status, body) = common::scrape_metrics(metrics_port(), Some(&token))?;
-    ensure!(status == 200, "MetricsPort answered {status}");
-    let value = |name: &str| -> f64 {
-        body.lines()
-            .find(|l| l.starts_with(name))
-            .and_then(|l| l.rsplit(' ').next())
-            .and_then(|v| v.parse().ok())
-            .unwrap_or(0.0)
-    };
+    let body = common::testnet_metrics(net, metrics_port())?;
+    let value = |name: &str| common::metric_sum(&body, name);
     Ok((
         value("tor_relay_est_intro_total{action=\"success\"}"),
         value("tor_relay_intro1_total{action=\"success\"}"),
@@ -125,17 +116,8 @@ fn weft_onion_counters(net: &Testnet) -> Result<(f64, f64, f64)> {
 /// RELAY_DROP padding sent, PADDING_NEGOTIATE malformed or for an unknown
 /// machine).
 fn weft_padding_counters(net: &Testnet) -> Result<[f64; 5]> {
-    let dir = &net.weft().context("no weft")?.dir;
-    let token = common::metrics_token(dir)?;
-    let (status, body) = common::scrape_metrics(metrics_port(), Some(&token))?;
-    ensure!(status == 200, "MetricsPort answered {status}");
-    let value = |name: &str| -> f64 {
-        body.lines()
-            .find(|l| l.starts_with(name))
-            .and_then(|l| l.rsplit(' ').next())
-            .and_then(|v| v.parse().ok())
-            .unwrap_or(0.0)
-    };
+    let body = common::testnet_metrics(net, metrics_port())?;
+    let value = |name: &str| common::metric_sum(&body, name);
     Ok([
         value("weft_circuit_padding_machines_total{machine=\"relay_ip_circ\"}"),
         value("weft_circuit_padding_machines_total{machine=\"relay_rp_circ\"}"),
