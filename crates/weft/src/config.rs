@@ -298,7 +298,7 @@ pub fn parse_lines(
     let mut halflife: Option<f64> = None;
     let mut kist_interval: Option<u64> = None;
     let mut kist_factor = 1.0f64;
-    let mut circuit_padding = true;
+    let mut padding = crate::config_padding::PaddingOptions::default();
     let mut schedulers_kist = true;
     let mut refill_ms: u64 = 100;
     let mut migrate_every: Option<u64> = None;
@@ -340,6 +340,10 @@ pub fn parse_lines(
         ));
         if let Some(r) = control.take(&lower, val) {
             r.map_err(|e| err(format!("{key}: {e}")))?;
+            continue;
+        }
+        if let Some(r) = padding.take(&lower, val, parse_bool) {
+            r.map_err(err)?;
             continue;
         }
         if let Some(r) = limits.take(&lower, val, parse_bytes) {
@@ -515,25 +519,6 @@ pub fn parse_lines(
                     }
                 }
             }
-            // A relay pads as the consensus says; C refuses these two
-            // otherwise (relay_config.c options_validate_relay_padding).
-            "connectionpadding" if !val.eq_ignore_ascii_case("auto") => {
-                return Err(err(
-                    "Relays must use 'auto' for the ConnectionPadding setting.".into(),
-                ));
-            }
-            "connectionpadding" => {}
-            "circuitpadding" => circuit_padding = parse_bool(val).map_err(err)?,
-            // A client's option (which machines it asks for); a relay
-            // runs whatever its clients negotiate, as C.
-            "reducedcircuitpadding" => {
-                parse_bool(val).map_err(err)?;
-            }
-            "reducedconnectionpadding" => {
-                if parse_bool(val).map_err(err)? {
-                    return Err(err("Relays cannot set ReducedConnectionPadding.".into()));
-                }
-            }
             "runasdaemon" => {
                 if parse_bool(val).map_err(err)? {
                     return Err(err(
@@ -663,7 +648,7 @@ pub fn parse_lines(
                 Some(0)
             },
             kist_sock_buf_factor: kist_factor,
-            circuit_padding,
+            circuit_padding: padding.circuit_padding,
             dos: limits.dos,
             max_mem_in_queues: limits.max_mem_in_queues,
             max_advertised_bandwidth: limits.max_advertised_bandwidth,

@@ -16,6 +16,7 @@ pub mod config_files;
 pub mod config_limits;
 pub mod config_names;
 pub mod config_orport;
+pub mod config_padding;
 pub mod log_domains;
 pub mod log_sinks;
 pub mod syslog;
