@@ -2,13 +2,20 @@
 //! RSA-2048 link key and certificate as server, no client certificate, no
 //! session tickets; as client, no chain verification (the peer's identity is
 //! proven by its CERTS cell) while OpenSSL still checks the handshake
-//! signature against the presented certificate's key. [protocol-notes §2.1]
+//! signature against the presented certificate's key. Key exchange over
+//! the groups stock tor 0.4.9 takes (X25519, P-256, P-224; seen on the
+//! wire: it refuses P-384 and a post-quantum hybrid share), so weft's
+//! links look like C Tor's and hold no ML-KEM key share. [protocol-notes
+//! §2.1; C tortls_openssl.c tor_tls_context_new()]
 
 use openssl::ssl::{
     SslAcceptor, SslConnector, SslMethod, SslOptions, SslSessionCacheMode, SslVerifyMode,
     SslVersion,
 };
 use weft_crypto::keys::LinkKeys;
+
+/// The key-exchange groups, in C Tor's order.
+pub const GROUPS: &str = "X25519:P-256:P-224";
 
 /// Build the server and client contexts for one link-key generation.
 pub fn contexts(
@@ -21,6 +28,7 @@ pub fn contexts(
     a.set_certificate(&cert)?;
     a.check_private_key()?;
     a.set_options(SslOptions::NO_TICKET);
+    a.set_groups_list(GROUPS)?;
     // No session resumption (C Tor's `SSL_SESS_CACHE_OFF`): with TLS 1.3,
     // NO_TICKET alone still sends two stateful tickets and keeps a copy of
     // each connection's session in the context's cache (~0.9 KB per
@@ -35,6 +43,7 @@ pub fn contexts(
     c.set_min_proto_version(Some(SslVersion::TLS1_2))?;
     c.set_verify(SslVerifyMode::NONE);
     c.set_read_ahead(true);
+    c.set_groups_list(GROUPS)?;
     // What a C Tor client offers (Firefox's order): AES-128-GCM first. The
     // OpenSSL default would put AES-256-GCM first, which costs ~30% more per
     // byte and makes weft's outbound links look unlike C Tor's.
@@ -236,21 +245,88 @@ mod tests {
         panic!("no progress in 2 s");
     }
 
+    fn link_keys(dir: &std::path::Path) -> LinkKeys {
+        let now = SystemTime::now();
+        let relay =
+            RelayKeys::load_or_create(&dir.join("k"), "tlstest", Duration::from_secs(86400), now)
+                .unwrap();
+        LinkKeys::generate(&relay, now).unwrap()
+    }
+
+    /// The groups a client offering only `groups` gets from weft's server
+    /// context: the negotiated group's name, or None if the handshake
+    /// fails.
+    fn negotiated(acceptor: &SslAcceptor, groups: &str) -> Option<String> {
+        let mut c = SslConnector::builder(SslMethod::tls_client()).unwrap();
+        c.set_verify(SslVerifyMode::NONE);
+        if c.set_groups_list(groups).is_err() {
+            return None;
+        }
+        let connector = c.build();
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let client_tcp = std::net::TcpStream::connect(listener.local_addr().unwrap()).unwrap();
+        let (server_tcp, _) = listener.accept().unwrap();
+        for s in [&client_tcp, &server_tcp] {
+            s.set_nonblocking(true).unwrap();
+        }
+        let mut client =
+            TlsLink::connect(&connector, mio::net::TcpStream::from_std(client_tcp)).unwrap();
+        let mut server =
+            TlsLink::accept(acceptor, mio::net::TcpStream::from_std(server_tcp)).unwrap();
+        let mut failed = false;
+        pump(&mut || {
+            match (client.handshake(), server.handshake()) {
+                (Ok(c), Ok(s)) => return c && s,
+                _ => failed = true,
+            }
+            true
+        });
+        if failed {
+            return None;
+        }
+        let key = client.ssl().peer_tmp_key().ok()?;
+        Some(match key.id() {
+            openssl::pkey::Id::X25519 => "X25519".to_string(),
+            openssl::pkey::Id::EC => key
+                .ec_key()
+                .ok()?
+                .group()
+                .curve_name()?
+                .short_name()
+                .ok()?
+                .to_string(),
+            other => format!("{other:?}"),
+        })
+    }
+
+    /// As stock tor 0.4.9's ORPort (checked with `openssl s_client
+    /// -groups`): X25519 first, P-256, no P-384, no post-quantum hybrid;
+    /// weft's own client and server agree on X25519.
+    #[test]
+    fn key_exchange_groups_are_c_tors() {
+        let dir = tempfile::tempdir().unwrap();
+        let (acceptor, _) = contexts(&link_keys(dir.path())).unwrap();
+        assert_eq!(
+            negotiated(&acceptor, "X25519:P-256").as_deref(),
+            Some("X25519")
+        );
+        assert_eq!(
+            negotiated(&acceptor, "P-256").as_deref(),
+            Some("prime256v1")
+        );
+        assert_eq!(negotiated(&acceptor, "P-384"), None);
+        // Offered alone, the hybrid share is refused (OpenSSL ≥ 3.5 knows
+        // it; an older one cannot even offer it).
+        assert_eq!(negotiated(&acceptor, "X25519MLKEM768"), None);
+    }
+
     /// A TLS pair on loopback: bytes both ways, the buffers released
     /// while idle (not while a record waits unread), and bytes both ways
     /// again.
     #[test]
     fn idle_buffers_are_released_and_come_back() {
         let dir = tempfile::tempdir().unwrap();
-        let now = SystemTime::now();
-        let relay = RelayKeys::load_or_create(
-            &dir.path().join("k"),
-            "tlstest",
-            Duration::from_secs(86400),
-            now,
-        )
-        .unwrap();
-        let link = LinkKeys::generate(&relay, now).unwrap();
+        let link = link_keys(dir.path());
         let (acceptor, connector) = contexts(&link).unwrap();
         let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
         let addr = listener.local_addr().unwrap();
