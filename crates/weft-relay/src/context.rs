@@ -43,6 +43,12 @@ pub struct StatsOptions {
     pub geoip_file: PathBuf,
     /// `GeoIPv6File`.
     pub geoip6_file: PathBuf,
+    /// `PaddingStatistics` (default 1): `padding-counts` in the extra-info.
+    pub padding: bool,
+    /// The interval of `padding-counts` in seconds (C's a day; shorter
+    /// only with `TestingTorNetwork`, by weft's
+    /// `TestingPaddingStatisticsInterval`).
+    pub padding_interval: u64,
 }
 
 impl Default for StatsOptions {
@@ -52,6 +58,8 @@ impl Default for StatsOptions {
             dirreq: true,
             geoip_file: PathBuf::from("/usr/share/tor/geoip"),
             geoip6_file: PathBuf::from("/usr/share/tor/geoip6"),
+            padding: true,
+            padding_interval: crate::stats::padding::INTERVAL,
         }
     }
 }

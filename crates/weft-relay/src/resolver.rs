@@ -54,6 +54,9 @@ pub struct DnsQuery {
     pub host: String,
     /// Ask for AAAA too (IPv6Exit).
     pub want_v6: bool,
+    /// A reverse lookup (PTR) of this address; `host` is its
+    /// `in-addr.arpa` or `ip6.arpa` name.
+    pub reverse: Option<IpAddr>,
 }
 
 /// The answer to a [`DnsQuery`].
@@ -68,8 +71,26 @@ pub struct DnsAnswer {
     /// The first IPv6 address, or why there is none (Err(false) when not
     /// asked).
     pub v6: FamilyAnswer<Ipv6Addr>,
+    /// For a reverse lookup: the first host name (no trailing dot) and
+    /// its TTL; the failure is in `v4`.
+    pub hostname: Option<(String, u32)>,
     /// Answered from the resolver's cache (no query went out).
     pub cached: bool,
+}
+
+impl DnsAnswer {
+    /// No address for stream (`key`, `tag`); `transient`: the failure may
+    /// pass (C's RESOLVED error 0xF0).
+    pub fn failed(key: usize, tag: u64, transient: bool) -> DnsAnswer {
+        DnsAnswer {
+            key,
+            tag,
+            v4: Err(transient),
+            v6: Err(transient),
+            hostname: None,
+            cached: false,
+        }
+    }
 }
 
 /// Most names the resolver's cache keeps (C Tor's exits cache without a
@@ -130,7 +151,13 @@ impl AnswerCache {
             Err(_) if q.want_v6 => Some(fuzz(0)),
             Err(_) => None,
         };
+        let name_ttl = a.hostname.as_mut().map(|(_, ttl)| {
+            *ttl = fuzz(*ttl);
+            *ttl
+        });
         let keep = v6_ttl.map_or(v4_ttl, |t| t.min(v4_ttl));
+        // A reverse lookup's answer is kept for its name's TTL.
+        let keep = name_ttl.unwrap_or(keep);
         if self.entries.len() >= CACHE_MAX {
             self.entries.retain(|_, (_, e)| *e > now);
         }
@@ -401,6 +428,7 @@ impl Honesty {
                             tag: 0,
                             host,
                             want_v6: false,
+                            reverse: None,
                         };
                         let a = lookup(&r, &q).await;
                         me.filter(&q.host, a);
@@ -412,15 +440,13 @@ impl Honesty {
     }
 }
 
-/// Look `q.host` up; the first address of each family with its TTL.
+/// Look `q.host` up; the first address of each family with its TTL (or
+/// for a reverse lookup, the first name).
 async fn lookup(r: &TokioResolver, q: &DnsQuery) -> DnsAnswer {
-    let mut answer = DnsAnswer {
-        key: q.key,
-        tag: q.tag,
-        v4: Err(false),
-        v6: Err(false),
-        cached: false,
-    };
+    let mut answer = DnsAnswer::failed(q.key, q.tag, false);
+    if q.reverse.is_some() {
+        return reverse_lookup(r, q, answer).await;
+    }
     // A trailing dot: the name as given, no search domains (C Tor's
     // evdns is configured without search domains for exits).
     let name = if q.host.ends_with('.') {
@@ -452,6 +478,40 @@ async fn lookup(r: &TokioResolver, q: &DnsQuery) -> DnsAnswer {
     answer
 }
 
+/// The PTR lookup of `q.host` (an `in-addr.arpa` or `ip6.arpa` name):
+/// the first name answered, as C's evdns gives it (no trailing dot; C
+/// sends at most 255 bytes of it). [C dns.c launch_one_resolve() with
+/// DNS_PTR, evdns_callback()]
+async fn reverse_lookup(r: &TokioResolver, q: &DnsQuery, mut answer: DnsAnswer) -> DnsAnswer {
+    use hickory_resolver::proto::rr::{RData, RecordType};
+    let name = format!("{}.", q.host.trim_end_matches('.'));
+    match r.lookup(name.as_str(), RecordType::PTR).await {
+        Ok(found) => {
+            let ttl = found
+                .valid_until()
+                .saturating_duration_since(Instant::now())
+                .as_secs()
+                .min(u64::from(u32::MAX)) as u32;
+            let first = found.answers().iter().find_map(|rec| match &rec.data {
+                RData::PTR(p) => Some(p.0.to_string()),
+                _ => None,
+            });
+            match first {
+                Some(h) => {
+                    let h = h.trim_end_matches('.');
+                    if h.is_empty() || h.len() > 255 {
+                        return answer;
+                    }
+                    answer.hostname = Some((h.to_string(), ttl));
+                }
+                None => answer.v4 = Err(false),
+            }
+        }
+        Err(e) => answer.v4 = Err(!(e.is_nx_domain() || e.is_no_records_found())),
+    }
+    answer
+}
+
 /// A uniform random number for the fuzzy TTLs.
 fn random_u32() -> u32 {
     u32::from_le_bytes(weft_crypto::random_array::<4>())
@@ -460,16 +520,7 @@ fn random_u32() -> u32 {
 /// Without name servers: answer every request with a failure.
 fn fail_all(rx: &mut UnboundedReceiver<DnsQuery>, deliver: &impl Fn(usize, DnsAnswer)) {
     while let Some(q) = rx.blocking_recv() {
-        deliver(
-            q.worker,
-            DnsAnswer {
-                key: q.key,
-                tag: q.tag,
-                v4: Err(false),
-                v6: Err(false),
-                cached: false,
-            },
-        );
+        deliver(q.worker, DnsAnswer::failed(q.key, q.tag, false));
     }
 }
 
@@ -517,6 +568,7 @@ mod tests {
             tag: 11,
             host: "localhost".into(),
             want_v6: false,
+            reverse: None,
         }));
         let (w, a) = rx.recv_timeout(Duration::from_secs(20)).unwrap();
         assert_eq!((w, a.key, a.tag), (3, 7, 11));
@@ -544,6 +596,7 @@ mod tests {
             tag: 2,
             host: "example.com".into(),
             want_v6: true,
+            reverse: None,
         });
         let (_, a) = rx.recv_timeout(Duration::from_secs(5)).unwrap();
         assert!(a.v4.is_err() && a.v6.is_err());
@@ -558,6 +611,7 @@ mod tests {
             tag: 9,
             host: host.into(),
             want_v6: false,
+            reverse: None,
         };
         let now = Instant::now();
         let found = DnsAnswer {
@@ -565,6 +619,7 @@ mod tests {
             tag: 2,
             v4: Ok((Ipv4Addr::new(198, 51, 100, 3), 60)),
             v6: Err(false),
+            hostname: None,
             cached: false,
         };
         // A 60 s record: clipped to 300, moved by rand % 481 - 240.
@@ -621,5 +676,23 @@ mod tests {
             cache.get(&q("c.example"), now).is_none(),
             "asked without IPv6: another entry"
         );
+        // A reverse lookup's name: its own fuzzy TTL, kept for it (the
+        // failed families' draws do not shorten it).
+        let named = DnsAnswer {
+            hostname: Some(("ptr.example".into(), 7200)),
+            ..DnsAnswer::failed(1, 2, false)
+        };
+        let mut draws = [0u32, 480].into_iter();
+        let mut rand = || draws.next().unwrap();
+        let qr = DnsQuery {
+            reverse: Some(IpAddr::from([192, 0, 2, 1])),
+            ..q("1.2.0.192.in-addr.arpa")
+        };
+        let given = cache.put(&qr, named, now, &mut rand);
+        assert_eq!(given.hostname, Some(("ptr.example".into(), 3840)));
+        let hit = cache
+            .get(&qr, now + std::time::Duration::from_secs(3839))
+            .unwrap();
+        assert_eq!(hit.hostname, given.hostname);
     }
 }

@@ -412,6 +412,19 @@ pub struct PaddingCounters {
     pub circ_negotiated_sent: u64,
     /// RELAY_DROP padding cells sent by circuit padding machines.
     pub circ_drops_sent: u64,
+    /// For `padding-counts` ([`crate::stats::padding`]), each by whether
+    /// padding is on for the connection (`[off, on]`): fixed-size cells
+    /// read,
+    pub cells_read: [u64; 2],
+    /// cells written (fixed-size and, at the handshake, variable-length),
+    pub cells_written: [u64; 2],
+    /// PADDING cells read,
+    pub pad_read: [u64; 2],
+    /// PADDING cells written (connection padding and keepalives).
+    pub pad_written: [u64; 2],
+    /// Connection padding times scheduled now (gauge; C's padding timers
+    /// pending).
+    pub timers_pending: u64,
 }
 
 impl PaddingCounters {
@@ -445,6 +458,15 @@ impl PaddingCounters {
         }
         d.circ_negotiated_sent -= e.circ_negotiated_sent;
         d.circ_drops_sent -= e.circ_drops_sent;
+        for (a, b) in [
+            (&mut d.cells_read, e.cells_read),
+            (&mut d.cells_written, e.cells_written),
+            (&mut d.pad_read, e.pad_read),
+            (&mut d.pad_written, e.pad_written),
+        ] {
+            a[0] -= b[0];
+            a[1] -= b[1];
+        }
         d
     }
 
@@ -466,6 +488,33 @@ impl PaddingCounters {
         }
         self.circ_negotiated_sent += o.circ_negotiated_sent;
         self.circ_drops_sent += o.circ_drops_sent;
+        for (a, b) in [
+            (&mut self.cells_read, o.cells_read),
+            (&mut self.cells_written, o.cells_written),
+            (&mut self.pad_read, o.pad_read),
+            (&mut self.pad_written, o.pad_written),
+        ] {
+            a[0] += b[0];
+            a[1] += b[1];
+        }
+        self.timers_pending += o.timers_pending;
+    }
+
+    /// The cell counts of `padding-counts` in these counters, with `drops_read`
+    /// circuit-padding DROP cells received.
+    pub fn cell_counts(&self, drops_read: u64) -> crate::stats::padding::PaddingCellCounts {
+        crate::stats::padding::PaddingCellCounts {
+            read: self.cells_read[0] + self.cells_read[1],
+            written: self.cells_written[0] + self.cells_written[1],
+            read_pad: self.pad_read[0] + self.pad_read[1],
+            written_pad: self.pad_written[0] + self.pad_written[1],
+            enabled_read: self.cells_read[1],
+            enabled_written: self.cells_written[1],
+            enabled_read_pad: self.pad_read[1],
+            enabled_written_pad: self.pad_written[1],
+            read_drop: drops_read,
+            written_drop: self.circ_drops_sent,
+        }
     }
 }
 
@@ -491,6 +540,7 @@ impl RelayCounters {
         self.sum(o);
         self.circuits_open = o.circuits_open;
         self.exit_conns_open = o.exit_conns_open;
+        self.padding.timers_pending = o.padding.timers_pending;
     }
 
     /// Add everything of `o`, gauges too (workers' totals into the

@@ -103,6 +103,7 @@ fn query(host: &str) -> DnsQuery {
         tag: 1,
         host: host.into(),
         want_v6: false,
+        reverse: None,
     }
 }
 

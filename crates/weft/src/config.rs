@@ -305,7 +305,7 @@ pub fn parse_lines(
     let mut place_on: Option<usize> = None;
     let mut limits = crate::config_limits::LimitOptions::default();
     let mut dir_cache = true;
-    let mut stats = weft_relay::context::StatsOptions::default();
+    let mut stats = crate::config_stats::StatsConfig::default();
     // C Tor's HeartbeatPeriod default: 6 hours (0: none).
     let mut heartbeat: Option<u32> = Some(6 * 3600);
     // C Tor's ShutdownWaitLength default: 30 seconds.
@@ -346,6 +346,10 @@ pub fn parse_lines(
             r.map_err(err)?;
             continue;
         }
+        if let Some(r) = stats.take(&lower, val, parse_bool) {
+            r.map_err(err)?;
+            continue;
+        }
         if let Some(r) = limits.take(&lower, val, parse_bytes) {
             r.map_err(|e| err(format!("{key}: {e}")))?;
             continue;
@@ -380,10 +384,6 @@ pub fn parse_lines(
             }
             "assumereachableipv6" => assume_reachable_ipv6 = Some(parse_bool(val).map_err(err)?),
             "dircache" => dir_cache = parse_bool(val).map_err(err)?,
-            "extrainfostatistics" => stats.extra_info = parse_bool(val).map_err(err)?,
-            "dirreqstatistics" => stats.dirreq = parse_bool(val).map_err(err)?,
-            "geoipfile" => stats.geoip_file = PathBuf::from(val),
-            "geoipv6file" => stats.geoip6_file = PathBuf::from(val),
             "outboundbindaddress" | "outboundbindaddressor" | "outboundbindaddressexit" => {
                 let ip: IpAddr = val
                     .trim_start_matches('[')
@@ -563,6 +563,7 @@ pub fn parse_lines(
     if (migrate_every.is_some() || place_on.is_some()) && !testing {
         return Err(at_end("TestingMigrateEvery / TestingPlaceOnWorker are for tests (they need TestingTorNetwork 1)"));
     }
+    let stats = stats.finish(testing).map_err(|e| at_end(&e))?;
     if cross_worker && !testing {
         return Err(at_end(
             "TestingCrossWorkerExtends requires TestingTorNetwork 1",

@@ -216,24 +216,27 @@ pub fn parse_ptr_name(host: &str) -> PtrName {
     PtrName::NotReverse
 }
 
-/// Why C refuses a RESOLVE for `name` (lower-cased, not an IP literal)
-/// before any lookup, or `None` to look it up: an empty name, one
+/// What C does with a RESOLVE for `name` (lower-cased, not an IP
+/// literal) before any lookup: `Err` why it refuses it (an empty name, one
 /// `address_is_invalid_destination()` refuses, a malformed reverse-lookup
-/// name, a reverse lookup of an address `is_internal` says is internal
-/// (C: "anonymity-compromising"), or any other reverse lookup (C looks it
-/// up; weft's resolver does no PTR lookups). [C dns.c dns_resolve_impl()]
-pub fn resolve_refusal(name: &str, is_internal: impl Fn(IpAddr) -> bool) -> Option<&'static str> {
+/// name, a reverse lookup of an address `is_internal` says is internal),
+/// else `Ok` with the address of a reverse (PTR) lookup, or `None` for
+/// an ordinary lookup. [C dns.c dns_resolve_impl()]
+pub fn resolve_refusal(
+    name: &str,
+    is_internal: impl Fn(IpAddr) -> bool,
+) -> Result<Option<IpAddr>, &'static str> {
     if name.is_empty() {
-        return Some("an empty name");
+        return Err("an empty name");
     }
     if !is_rfc953_name(name) {
-        return Some("an invalid destination name");
+        return Err("an invalid destination name");
     }
     match parse_ptr_name(name) {
-        PtrName::NotReverse => None,
-        PtrName::Malformed => Some("a malformed reverse-lookup name"),
-        PtrName::Reverse(ip) if is_internal(ip) => Some("a reverse lookup of an internal address"),
-        PtrName::Reverse(_) => Some("a reverse lookup (weft does none)"),
+        PtrName::NotReverse => Ok(None),
+        PtrName::Malformed => Err("a malformed reverse-lookup name"),
+        PtrName::Reverse(ip) if is_internal(ip) => Err("a reverse lookup of an internal address"),
+        PtrName::Reverse(ip) => Ok(Some(ip)),
     }
 }
 
@@ -585,10 +588,15 @@ mod tests {
     }
 
     #[test]
-    fn resolve_names_refused_before_a_lookup() {
+    fn resolve_names_refused_before_a_lookup_and_reverse_lookups() {
         let internal = |ip: IpAddr| ip.is_loopback();
-        assert_eq!(resolve_refusal("example.com", internal), None);
-        assert_eq!(resolve_refusal("under_score.example", internal), None);
+        assert_eq!(resolve_refusal("example.com", internal), Ok(None));
+        assert_eq!(resolve_refusal("under_score.example", internal), Ok(None));
+        // A public address's reverse name: a PTR lookup, as C's.
+        assert_eq!(
+            resolve_refusal("4.3.2.1.in-addr.arpa", internal),
+            Ok(Some(IpAddr::from([1, 2, 3, 4])))
+        );
         for (name, why) in [
             ("", "an empty name"),
             ("bad name.example", "an invalid destination name"),
@@ -598,9 +606,8 @@ mod tests {
                 "1.0.0.127.in-addr.arpa",
                 "a reverse lookup of an internal address",
             ),
-            ("4.3.2.1.in-addr.arpa", "a reverse lookup (weft does none)"),
         ] {
-            assert_eq!(resolve_refusal(name, internal), Some(why), "{name:?}");
+            assert_eq!(resolve_refusal(name, internal), Err(why), "{name:?}");
         }
     }
 }

@@ -3,7 +3,8 @@
 //! rate-limit overloads, the ORPort's accept failures the descriptor
 //! exhaustion, the directory streams' consensus requests the
 //! directory-request statistics (with C's GeoIP files only, written to
-//! `DataDirectory/stats/dirreq-stats` once a day as C does), and the
+//! `DataDirectory/stats/dirreq-stats` once a day as C does), the cells
+//! `padding-counts`, and the
 //! directory duties get the statistics' lines for each extra-info they
 //! build.
 
@@ -17,6 +18,7 @@ use crate::context::RelayConfig;
 use crate::messages::WorkerReport;
 use crate::stats::dirreq::NsResponse;
 use crate::stats::geoip::{GeoIp, GeoIpTable};
+use crate::stats::padding::PaddingStats;
 use crate::stats::{ByteCounts, RelayStats};
 
 fn dirreq_file(data_dir: &Path) -> PathBuf {
@@ -33,6 +35,7 @@ pub(super) fn load_stats(cfg: &RelayConfig, state_path: &Path) -> RelayStats {
     let now = unix_secs();
     let mut stats = RelayStats::load(state_path, now);
     let o = &cfg.stats;
+    stats.padding = PaddingStats::new(now, o.padding_interval, o.padding);
     if !o.dirreq {
         return stats;
     }
@@ -58,11 +61,22 @@ pub(super) fn load_stats(cfg: &RelayConfig, state_path: &Path) -> RelayStats {
 }
 
 impl Controller {
-    /// A worker's report: its bytes into the histories (relay connections
-    /// and exit streams, as C counts every rate-limited connection), its
-    /// empty token buckets into `overload-ratelimits`.
+    /// A worker's report (already in `worker_load`): its bytes into the
+    /// histories (relay connections and exit streams, as C counts every
+    /// rate-limited connection), its empty token buckets into
+    /// `overload-ratelimits`, its cells into `padding-counts` (with the
+    /// padding timers pending on all workers now).
     pub(super) fn note_extra_stats(&mut self, r: &WorkerReport) {
         let now = unix_secs();
+        let padding = &mut self.stats.padding;
+        padding.add(&r.relay.padding.cell_counts(r.relay.drop_cells));
+        padding.note_timers(
+            self.worker_load
+                .iter()
+                .map(|w| w.relay.padding.timers_pending)
+                .sum(),
+        );
+        padding.rotate(now);
         self.stats.add_bytes(
             now,
             &ByteCounts {

@@ -671,11 +671,11 @@ impl Controller {
                 cpu_ns,
             } => {
                 self.bw.add(report.read_bytes, report.written_bytes);
-                self.note_extra_stats(&report);
                 self.bw.total_cells += report.cells_relayed;
                 if let Some(l) = self.worker_load.get_mut(worker) {
                     *l = report;
                 }
+                self.note_extra_stats(&report);
                 if let Some(c) = self.worker_cpu_ns.get_mut(worker) {
                     *c = cpu_ns;
                 }

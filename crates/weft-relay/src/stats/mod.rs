@@ -5,17 +5,16 @@
 //! (`geoip-db-digest`, `geoip6-db-digest`; [`geoip`]) the directory-request
 //! statistics of the last 24-hour interval (`dirreq-stats-end`,
 //! `dirreq-v3-*`; [`dirreq`]), and the overload lines
-//! (`overload-ratelimits`, `overload-fd-exhausted`; [`overload`]), in
-//! C's order; and the state-file items that carry the histories across a
-//! restart under C's names. [C router.c
+//! (`overload-ratelimits`, `overload-fd-exhausted`; [`overload`]) and
+//! the cell counts of `padding-counts` ([`padding`]), in C's order; and
+//! the state-file items that carry the histories across a restart under
+//! C's names. [C router.c
 //! extrainfo_dump_to_string_stats_helper(); bwhist.c
 //! bwhist_get_bandwidth_lines(); geoip_stats.c geoip_format_dirreq_stats();
 //! rephist.c rep_hist_get_overload_stats_lines()]
 //!
-//! What C writes by default and weft does not: `hidserv-*` statistics, and
-//! `padding-counts` (weft negotiates no connection padding yet, so it has
-//! none to count; C writes the line only once it counted cells over a
-//! 24-hour interval).
+//! What C writes by default and weft does not: the `hidserv-*`
+//! statistics.
 //!
 //! Sans-IO but for [`RelayStats::load`]: times are unix seconds, given.
 
@@ -23,6 +22,7 @@ pub mod dirreq;
 pub mod geoip;
 pub mod history;
 pub mod overload;
+pub mod padding;
 
 use std::net::IpAddr;
 
@@ -68,6 +68,8 @@ pub struct RelayStats {
     pub overload: OverloadStats,
     /// Directory-request statistics, with a GeoIP database only.
     dirreq: Option<Dirreq>,
+    /// The cell counts of `padding-counts`.
+    pub padding: padding::PaddingStats,
 }
 
 /// The directory-request statistics being counted and the last ones
@@ -87,6 +89,7 @@ impl RelayStats {
             histories: std::array::from_fn(|_| ByteHistory::new(now)),
             overload: OverloadStats::default(),
             dirreq: None,
+            padding: padding::PaddingStats::new(now, padding::INTERVAL, true),
         }
     }
 
@@ -182,7 +185,8 @@ impl RelayStats {
 
     /// The extra-info's statistics at `now`, as C's chunks (each whole
     /// lines, in C's order; a document too large drops chunks from the
-    /// end): the histories, then the overload lines. `rate`/`burst`: the
+    /// end): the histories, the GeoIP digests, the directory requests, the
+    /// padding counts, then the overload lines. `rate`/`burst`: the
     /// relay's `BandwidthRate` and `BandwidthBurst`.
     pub fn extra_info_chunks(&self, now: u64, rate: u64, burst: u64) -> Vec<String> {
         let (digests, dirreq) = match &self.dirreq {
@@ -200,6 +204,7 @@ impl RelayStats {
             self.history_lines(None),
             digests,
             dirreq,
+            self.padding.line().unwrap_or_default(),
             self.overload.lines(now, rate, burst),
         ]
         .into_iter()

@@ -624,13 +624,9 @@ impl Worker {
                         .as_ref()
                         .is_some_and(|r| r.query(q.clone()));
                     if !sent {
-                        let failed = CoreMsg::Resolved(crate::resolver::DnsAnswer {
-                            key: q.key,
-                            tag: q.tag,
-                            v4: Err(false),
-                            v6: Err(false),
-                            cached: false,
-                        });
+                        let failed = CoreMsg::Resolved(crate::resolver::DnsAnswer::failed(
+                            q.key, q.tag, false,
+                        ));
                         self.core.handle_event(CoreEvent::Msg(failed));
                     }
                 }

@@ -113,6 +113,15 @@ impl Circuits {
                     proves_ipv6_reachable,
                     ..super::ConnLink::opened(link_version, idle)
                 };
+                // The handshake's cells, for `padding-counts` as C counts
+                // them: VERSIONS, CERTS and AUTH_CHALLENGE or AUTHENTICATE
+                // written (padding not yet on), NETINFO written and read
+                // (on from link protocol 5).
+                let on = usize::from(link.padding.enabled());
+                let p = &mut self.counters.padding;
+                p.cells_written[0] += 3;
+                p.cells_written[on] += 1;
+                p.cells_read[on] += 1;
                 self.add_conn(idx, id, peer_addr, we_initiated, peer_rsa, link);
             }
             CoreEvent::ConnClosed { idx } => {

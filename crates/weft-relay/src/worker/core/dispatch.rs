@@ -76,7 +76,7 @@ impl Circuits {
         };
         if command != cmd::RELAY && command != cmd::RELAY_EARLY {
             // (A relay cell's read is noted in `lookup`.)
-            self.note_read(conn, stamp_ns);
+            self.note_read(conn, command, stamp_ns);
         }
         match command {
             cmd::RELAY | cmd::RELAY_EARLY => {
@@ -131,6 +131,7 @@ impl Circuits {
     fn lookup(&mut self, conn: usize, circ_id: u32, stamp_ns: u64) -> Option<u32> {
         let c = self.conns.get_mut(conn)?.as_mut()?;
         c.times.last_read_ns = stamp_ns;
+        self.counters.padding.cells_read[usize::from(c.padding.enabled())] += 1;
         if circ_id != 0 && c.last.0 == circ_id {
             let slot = c.last.1;
             if self
@@ -146,10 +147,16 @@ impl Circuits {
         Some(slot)
     }
 
-    /// A cell other than a relay cell was read on connection `conn`.
-    fn note_read(&mut self, conn: usize, stamp_ns: u64) {
+    /// A cell other than a relay cell (`command`) was read on connection
+    /// `conn`.
+    fn note_read(&mut self, conn: usize, command: u8, stamp_ns: u64) {
         if let Some(Some(c)) = self.conns.get_mut(conn) {
             c.times.last_read_ns = stamp_ns;
+            let on = usize::from(c.padding.enabled());
+            self.counters.padding.cells_read[on] += 1;
+            if command == cmd::PADDING {
+                self.counters.padding.pad_read[on] += 1;
+            }
         }
     }
 

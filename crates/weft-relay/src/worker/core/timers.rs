@@ -181,9 +181,15 @@ impl Circuits {
                 pad_due.push(Reverse((t, idx)));
             }
         }
+        // C's pending padding timers: the heap holds one entry per
+        // scheduled time (and the stale ones of this second, as C's timers
+        // still pending after a connection's activity).
+        self.counters.padding.timers_pending = self.pad_due.len() as u64;
         for idx in keepalive {
             if let Some(c) = self.conn_mut(idx) {
                 c.times.last_write_ns = now;
+                let on = usize::from(c.padding.enabled());
+                self.counters.padding.pad_written[on] += 1;
             }
             self.queue_urgent(idx, 0, cmd::PADDING, &[]);
         }
@@ -210,6 +216,7 @@ impl Circuits {
             if c.padding.fire(last, queued) {
                 let gap_ms = now.saturating_sub(last) / 1_000_000;
                 self.counters.padding.record_gap(gap_ms);
+                self.counters.padding.pad_written[usize::from(c.padding.enabled())] += 1;
                 self.queue_urgent(idx, 0, cmd::PADDING, &[]);
             }
         }

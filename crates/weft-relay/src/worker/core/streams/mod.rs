@@ -424,18 +424,13 @@ impl Circuits {
 
     /// Ask the resolver about `host` for stream `key` (or fail the lookup
     /// at once when too many wait).
-    fn look_up(&mut self, key: usize, host: String, want_v6: bool) {
+    /// `reverse`: a PTR lookup of that address (`host` its reverse name).
+    fn look_up(&mut self, key: usize, host: String, want_v6: bool, reverse: Option<IpAddr>) {
         let tag = self.streams.streams[key].tag;
         self.streams.pending_lookups += 1;
         if self.streams.pending_lookups > MAX_PENDING_LOOKUPS {
             debug!("worker {}: too many lookups waiting; failing one", self.me);
-            return self.stream_resolved(DnsAnswer {
-                key,
-                tag,
-                v4: Err(true),
-                v6: Err(true),
-                cached: false,
-            });
+            return self.stream_resolved(DnsAnswer::failed(key, tag, true));
         }
         self.streams.counters.dns_queries += 1;
         self.effects.push_back(Effect::Resolve(DnsQuery {
@@ -444,6 +439,7 @@ impl Circuits {
             tag,
             host,
             want_v6,
+            reverse,
         }));
     }
 
@@ -522,7 +518,7 @@ impl Circuits {
             Admission::Resolve { host, port, flags } => {
                 let key = self.new_stream(owner, stream_id, State::Resolving { port, flags });
                 self.streams.by_id.insert((owner, stream_id), key);
-                self.look_up(key, host, settings.ipv6_exit);
+                self.look_up(key, host, settings.ipv6_exit, None);
             }
             Admission::Connect { addr, ttl } => {
                 let key = self.new_stream(owner, stream_id, State::Connecting);
@@ -592,20 +588,20 @@ impl Circuits {
             Some(IpAddr::V6(a)) => resolved_body(Err(false), Ok((a, DEFAULT_DNS_TTL)), true),
             // C's dns_resolve_impl(): an invalid name, a malformed
             // reverse-lookup name or one asking about an internal address is
-            // an error before any lookup (so is a public reverse lookup:
-            // weft's resolver does none).
+            // an error before any lookup; a public reverse lookup is a PTR
+            // query.
             None => match exit::resolve_refusal(&name, weft_dir::exit_policy::is_internal) {
-                Some(why) => {
+                Err(why) => {
                     debug!("worker {}: RESOLVE for {why}; refused", self.me);
                     resolved_error(false)
                 }
-                None => {
+                Ok(reverse) => {
                     // Known by its ID while it waits, as C's
                     // resolving_streams are: a second RESOLVE, BEGIN or END
                     // finds it.
                     let key = self.new_stream(owner, stream_id, State::ResolveOnly);
                     self.streams.by_id.insert((owner, stream_id), key);
-                    return self.look_up(key, name, v6_ok);
+                    return self.look_up(key, name, v6_ok && reverse.is_none(), reverse);
                 }
             },
         };
@@ -623,6 +619,7 @@ impl Circuits {
         let c = &mut self.streams.counters;
         c.dns_cache_hits += u64::from(a.cached);
         match (a.v4, a.v6) {
+            _ if a.hostname.is_some() => c.dns_success += 1,
             (Ok(_), _) | (_, Ok(_)) => c.dns_success += 1,
             (Err(true), _) | (_, Err(true)) => c.dns_failed += 1,
             _ => c.dns_notexist += 1,
@@ -639,7 +636,10 @@ impl Circuits {
         };
         match state {
             State::ResolveOnly => {
-                let body = resolved_body(a.v4, a.v6, settings.ipv6_exit);
+                let body = match &a.hostname {
+                    Some((name, ttl)) => resolved_hostname(name, *ttl),
+                    None => resolved_body(a.v4, a.v6, settings.ipv6_exit),
+                };
                 self.send_on(owner, relay_cmd::RESOLVED, sid, &body);
                 self.free_stream(a.key);
             }
@@ -723,6 +723,16 @@ fn resolved_body(v4: FamilyAnswer<Ipv4Addr>, v6: FamilyAnswer<Ipv6Addr>, v6_ok: 
         let transient = matches!(v4, Err(true)) || matches!(v6, Err(true));
         return resolved_error(transient);
     }
+    b
+}
+
+/// A reverse lookup's answer: type 0 (hostname), its length, the name,
+/// the TTL. [C dns.c send_resolved_hostname_cell()]
+fn resolved_hostname(name: &str, ttl: u32) -> Vec<u8> {
+    let name = &name.as_bytes()[..name.len().min(255)];
+    let mut b = vec![0, name.len() as u8];
+    b.extend_from_slice(name);
+    b.extend_from_slice(&ttl.to_be_bytes());
     b
 }
 

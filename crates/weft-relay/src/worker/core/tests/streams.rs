@@ -256,6 +256,7 @@ fn a_lookup_answer_is_checked_against_the_policy_again() {
         tag: q.tag,
         v4: Ok(("10.9.9.9".parse().unwrap(), 287)),
         v6: Err(false),
+        hostname: None,
         cached: false,
     });
     net.collect(0);
@@ -275,6 +276,7 @@ fn a_lookup_answer_is_checked_against_the_policy_again() {
         tag,
         v4: Ok(("198.51.100.9".parse().unwrap(), 3456)),
         v6: Err(false),
+        hostname: None,
         cached: false,
     };
     net.cores[0].stream_resolved(answer(q.tag + 1));
@@ -637,6 +639,7 @@ fn lookups_waiting_at_once_are_bounded() {
         tag: q.tag,
         v4: Err(false),
         v6: Err(false),
+        hostname: None,
         cached: false,
     });
     net.collect(0);

@@ -213,3 +213,40 @@ fn a_relays_connection_gets_no_padding() {
     }
     assert_eq!(net.cores[0].counters.padding.sent, 0);
 }
+
+/// `padding-counts` (C's `rep_hist_padding_count_*`): every cell read and
+/// written is counted, PADDING ones too, by whether padding is on for
+/// its connection; a client's STOP moves the later ones to "off".
+#[test]
+fn padding_counts_follow_the_connections_padding_state() {
+    let mut net = used_two_hop(true);
+    let before = net.cores[0].counters.padding;
+    // The handshake's cells of the client's connection (worker 0's
+    // only): 4 written, NETINFO read, on link protocol 5 (padding on
+    // from NETINFO).
+    assert_eq!(before.cells_written[0], 3);
+    assert!(before.cells_read[1] >= 2, "{:?}", before.cells_read);
+    let mut cell = [0u8; BODY_LEN];
+    net.cell(0, 1, 0, cmd::PADDING, &mut cell);
+    let mut stop = [0u8; BODY_LEN];
+    stop[..6].copy_from_slice(&[0, 1, 0, 0, 0, 0]);
+    net.cell(0, 1, 0, cmd::PADDING_NEGOTIATE, &mut stop);
+    net.cell(0, 1, 0, cmd::PADDING, &mut cell);
+    let p = net.cores[0].counters.padding;
+    assert_eq!(p.pad_read, [1, 1]);
+    // Read on: the first PADDING and the STOP; off: the second PADDING.
+    assert_eq!(p.cells_read[1] - before.cells_read[1], 2);
+    assert_eq!(p.cells_read[0] - before.cells_read[0], 1);
+    // Keepalive PADDING five minutes later, written with padding off.
+    at(&mut net, KEEPALIVE_NS + S);
+    let out = net.written(0, 1);
+    assert_eq!(out.len(), 1);
+    let p2 = net.cores[0].counters.padding;
+    assert_eq!(p2.pad_written, [1, 0]);
+    assert_eq!(p2.cells_written[0] - p.cells_written[0], 1);
+    let counts = p2.cell_counts(7);
+    assert_eq!(counts.read_pad, 2);
+    assert_eq!(counts.enabled_read_pad, 1);
+    assert_eq!(counts.written, p2.cells_written[0] + p2.cells_written[1]);
+    assert_eq!(counts.read_drop, 7);
+}
