@@ -152,7 +152,7 @@ pub struct SetLimits {
     /// `cfx_max_legs_set` (C default 8).
     pub max_legs: usize,
     /// Bytes the out-of-order queue may hold before the set closes
-    /// (`cfx_max_oooq_bytes`; weft's default is far below C's INT32_MAX).
+    /// (`cfx_max_oooq_bytes`, C's default INT32_MAX).
     pub max_ooo_bytes: usize,
     /// Most cells a SWITCH may put a leg ahead of what was delivered: the
     /// client cannot have more in flight on its other legs than their
@@ -184,10 +184,12 @@ impl CfxParams {
     }
 }
 
-/// weft's own cap on a set's out-of-order queue (C's default is
-/// INT32_MAX): about 4000 cells, 7x the largest reorder buffer the
-/// multipath paper measured (280 KB); the consensus may lower it.
-pub const DEFAULT_MAX_OOO_BYTES: usize = 2 << 20;
+/// The cap on a set's out-of-order queue without a consensus value: C's
+/// default, INT32_MAX. The queues count toward `MaxMemInQueues`, whose
+/// handler closes the set with the oldest queued cell, as C's. (A 2-MiB
+/// cap closed a stock client's set on loopback: a leg can run a whole
+/// congestion window ahead of the other.)
+pub const DEFAULT_MAX_OOO_BYTES: usize = i32::MAX as usize;
 
 impl Default for CfxParams {
     fn default() -> Self {

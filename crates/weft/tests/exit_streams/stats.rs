@@ -150,14 +150,14 @@ import sys
 from stem.descriptor.extrainfo_descriptor import RelayExtraInfoDescriptor
 d = RelayExtraInfoDescriptor(open(sys.argv[1], 'rb').read(), validate=True)
 for name in ['write', 'read', 'dir_write', 'dir_read']:
-print(name, getattr(d, name + '_history_end'), getattr(d, name + '_history_interval'),
-      ','.join(str(v) for v in getattr(d, name + '_history_values')))
+    print(name, getattr(d, name + '_history_end'), getattr(d, name + '_history_interval'),
+          ','.join(str(v) for v in getattr(d, name + '_history_values')))
 if d.dir_stats_end:
-print('dirreq', d.dir_stats_end, d.dir_stats_interval, sorted(d.dir_v3_ips.items()),
-      sorted(d.dir_v3_requests.items()),
-      sorted((str(k), v) for k, v in d.dir_v3_responses.items()),
-      sorted((str(k), v) for k, v in d.dir_v3_tunneled_dl.items()),
-      d.geoip_db_digest)
+    print('dirreq', d.dir_stats_end, d.dir_stats_interval, sorted(d.dir_v3_ips.items()),
+          sorted(d.dir_v3_requests.items()),
+          sorted((str(k), v) for k, v in d.dir_v3_responses.items()),
+          sorted((str(k), v) for k, v in d.dir_v3_tunneled_dl.items()),
+          d.geoip_db_digest)
 print('unrecognized', d.get_unrecognized_lines())
 "#;
     let out = std::process::Command::new("python3")
@@ -210,17 +210,38 @@ print('unrecognized', d.get_unrecognized_lines())
 /// The authorities accepted an extra-info of weft's with a
 /// `padding-counts` line (C's `rep_hist_get_padding_count_lines`; the
 /// test's interval is 30 s), and stem parses it: C's bin size, cells
-/// read and written, PADDING written (keepalives or padding).
+/// read and written. As in C, the line is no reason to republish: the
+/// test changes weft's ContactInfo and reloads (SIGHUP), which is, every
+/// 25 s until the authorities serve a copy with the line (the first
+/// interval ends 30 s after weft started).
 pub fn check_padding_counts(net: &Testnet, fp: &str) -> Result<()> {
+    let node = net.weft().context("no weft node")?;
+    let torrc = node.torrc();
+    let base = std::fs::read_to_string(&torrc)?;
+    let pid = net.weft_pid().context("weft's pid")?;
     let t0 = Instant::now();
+    let mut reloads = 0;
+    let mut last_reload: Option<Instant> = None;
     let ei = loop {
+        if last_reload.is_none_or(|t| t.elapsed() > Duration::from_secs(25)) {
+            reloads += 1;
+            std::fs::write(
+                &torrc,
+                format!("{base}ContactInfo padding-counts {reloads} <weft@test.invalid>\n"),
+            )?;
+            ensure!(std::process::Command::new("kill")
+                .args(["-HUP", &pid.to_string()])
+                .status()?
+                .success());
+            last_reload = Some(Instant::now());
+        }
         let ei = from_authority(net, &format!("/tor/extra/fp/{fp}"))?;
         if ei.contains("\npadding-counts ") {
             break ei;
         }
         ensure!(
             t0.elapsed() < Duration::from_secs(180),
-            "no padding-counts in weft's extra-info at auth0 after 180 s:\n{ei}"
+            "no padding-counts in weft's extra-info at auth0 after 180 s ({reloads} reloads):\n{ei}"
         );
         std::thread::sleep(Duration::from_secs(3));
     };
@@ -266,9 +287,12 @@ print('unrecognized', d.get_unrecognized_lines())
             && counts.contains("max-chanpad-timers="),
         "stem read {counts:?}"
     );
+    // (stem 1.8 knows no `ipv6-*-history`; the padding line it must know.)
     ensure!(
-        stdout.contains("unrecognized []"),
-        "stem did not recognize: {stdout}"
+        stdout
+            .lines()
+            .any(|l| l.starts_with("unrecognized") && !l.contains("padding-counts")),
+        "stem did not recognize the padding line: {stdout}"
     );
     Ok(())
 }
