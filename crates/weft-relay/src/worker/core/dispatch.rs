@@ -131,19 +131,24 @@ impl Circuits {
     fn lookup(&mut self, conn: usize, circ_id: u32, stamp_ns: u64) -> Option<u32> {
         let c = self.conns.get_mut(conn)?.as_mut()?;
         c.times.last_read_ns = stamp_ns;
-        self.counters.padding.cells_read[usize::from(c.padding.enabled())] += 1;
-        if circ_id != 0 && c.last.0 == circ_id {
-            let slot = c.last.1;
-            if self
+        c.times.cells_read += 1;
+        let cached = circ_id != 0
+            && c.last.0 == circ_id
+            && self
                 .halves
-                .by_slot(slot)
-                .is_some_and(|h| h.conn == conn && h.circ_id == circ_id)
-            {
-                return Some(slot);
-            }
+                .by_slot(c.last.1)
+                .is_some_and(|h| h.conn == conn && h.circ_id == circ_id);
+        let slot = if cached {
+            c.last.1
+        } else {
+            let slot = *c.circuits.get(&circ_id)?;
+            c.last = (circ_id, slot);
+            slot
+        };
+        // Its connection's read share counts the circuits that read.
+        if self.halves.first_read_in(slot, self.read_tick) {
+            c.times.active_in_now += 1;
         }
-        let slot = *c.circuits.get(&circ_id)?;
-        c.last = (circ_id, slot);
         Some(slot)
     }
 
@@ -152,10 +157,9 @@ impl Circuits {
     fn note_read(&mut self, conn: usize, command: u8, stamp_ns: u64) {
         if let Some(Some(c)) = self.conns.get_mut(conn) {
             c.times.last_read_ns = stamp_ns;
-            let on = usize::from(c.padding.enabled());
-            self.counters.padding.cells_read[on] += 1;
+            c.times.cells_read += 1;
             if command == cmd::PADDING {
-                self.counters.padding.pad_read[on] += 1;
+                self.counters.padding.pad_read[usize::from(c.padding.enabled())] += 1;
             }
         }
     }

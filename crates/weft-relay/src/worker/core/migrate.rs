@@ -217,6 +217,7 @@ impl Circuits {
             return None;
         }
         let mut c: ConnCircuits = self.conns.get_mut(idx)?.take()?;
+        Self::fold_cell_counts(&mut self.counters.padding, &mut c);
         self.conn_ids.remove(&c.id);
         self.pending.retain(|&p| p != idx);
         self.unwait(idx);

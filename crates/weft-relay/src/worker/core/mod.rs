@@ -318,6 +318,9 @@ pub(crate) struct Circuits {
     /// The driver's clock at the start of this round (ns on the workers'
     /// shared epoch): read once per round, passed in ([`Circuits::set_now`]).
     now_ns: u64,
+    /// Seconds of housekeeping so far (wrapping): which second a half's
+    /// reads were counted in (`Half::read_tick`).
+    read_tick: u16,
     /// When the core's once-a-second timers run next ([`Circuits::begin_round`]).
     next_tick_ns: u64,
     /// Connections with a PADDING cell due within the second: (when, the
@@ -378,6 +381,7 @@ impl Circuits {
             effects: VecDeque::new(),
             counters: CoreCounters::default(),
             now_ns: 0,
+            read_tick: 0,
             next_tick_ns: 0,
             pad_due: Default::default(),
             circpad: Default::default(),
@@ -455,6 +459,7 @@ impl Circuits {
         let Some(mut c) = self.conns.get_mut(idx).and_then(Option::take) else {
             return;
         };
+        Self::fold_cell_counts(&mut self.counters.padding, &mut c);
         self.conn_ids.remove(&c.id);
         for (_, slot) in c.circuits.drain() {
             if let Some(h) = self.drop_half(slot) {

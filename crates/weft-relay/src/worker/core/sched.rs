@@ -218,8 +218,7 @@ impl Circuits {
         }
         if out.staged() > first {
             c.times.last_write_ns = now_ns;
-            let cells = (out.staged() - first) / weft_proto::cell::CELL_LEN;
-            counters.padding.cells_written[usize::from(c.padding.enabled())] += cells as u64;
+            c.times.cells_written += ((out.staged() - first) / weft_proto::cell::CELL_LEN) as u64;
         }
         Filled {
             staged: out.staged().saturating_sub(start),

@@ -56,6 +56,15 @@ pub(crate) struct ConnTimes {
     pub(super) last_write_ns: u64,
     pub(super) last_read_ns: u64,
     pub(super) idle_timeout_ns: u64,
+    /// Cells read and written since the last [`Circuits::fold_cell_counts`]
+    /// (beside the times the cell path already writes).
+    pub(super) cells_read: u64,
+    pub(super) cells_written: u64,
+    /// Circuits that delivered cells on this connection in the last
+    /// second, and so far in this one: its read share
+    /// ([`Circuits::read_weight`]).
+    pub(super) active_in: u32,
+    pub(super) active_in_now: u32,
 }
 
 impl ConnTimes {
@@ -65,6 +74,10 @@ impl ConnTimes {
             last_write_ns: now_ns,
             last_read_ns: now_ns,
             idle_timeout_ns,
+            cells_read: 0,
+            cells_written: 0,
+            active_in: 0,
+            active_in_now: 0,
         }
     }
 
@@ -74,7 +87,37 @@ impl ConnTimes {
     }
 }
 
+/// Most read shares one connection gets per round ([`Circuits::read_weight`]).
+pub(crate) const MAX_READ_SHARES: u32 = 16;
+
 impl Circuits {
+    /// Move connection `c`'s cells read and written since the last call
+    /// into the worker's `padding-counts` counters, by its padding state
+    /// now: once a second for each connection (the housekeeping walk),
+    /// before its padding state changes and when it leaves the worker, so
+    /// the cell path only bumps a count beside its timestamp.
+    pub(crate) fn fold_cell_counts(
+        counters: &mut crate::worker_report::PaddingCounters,
+        c: &mut super::ConnCircuits,
+    ) {
+        let on = usize::from(c.padding.enabled());
+        counters.cells_read[on] += std::mem::take(&mut c.times.cells_read);
+        counters.cells_written[on] += std::mem::take(&mut c.times.cells_written);
+    }
+
+    /// How many shares of the read budget connection `idx` gets in a
+    /// round: one per circuit that delivered cells on it in the last
+    /// second (at least 1, at most [`MAX_READ_SHARES`]), so a link that
+    /// carries many busy circuits (to another relay) reads for each of
+    /// them, not as much as a client's link with one, and each circuit
+    /// gets about the same share of a worker short of CPU.
+    pub(crate) fn read_weight(&self, idx: usize) -> u64 {
+        match self.conns.get(idx) {
+            Some(Some(c)) => u64::from(c.times.active_in.clamp(1, MAX_READ_SHARES)),
+            _ => 1,
+        }
+    }
+
     /// How long a connection that just opened may stay without circuits,
     /// drawn once for it as C Tor's `channelpadding_get_channel_idle_timeout`
     /// does: a client's or a non-canonical one 180 s plus up to 90 s, a
@@ -144,6 +187,7 @@ impl Circuits {
             rng,
             ctx,
             pad_due,
+            counters,
             ..
         } = self;
         // Every connection once a second, as C Tor's
@@ -151,6 +195,8 @@ impl Circuits {
         crate::worker::core::walks::visit(conns.len());
         for (idx, c) in conns.iter_mut().enumerate() {
             let Some(c) = c else { continue };
+            Self::fold_cell_counts(&mut counters.padding, c);
+            c.times.active_in = std::mem::take(&mut c.times.active_in_now);
             if !c.circuits.is_empty() {
                 c.times.last_had_circuits_ns = now;
             } else {
@@ -181,6 +227,7 @@ impl Circuits {
                 pad_due.push(Reverse((t, idx)));
             }
         }
+        self.read_tick = self.read_tick.wrapping_add(1);
         // C's pending padding timers: the heap holds one entry per
         // scheduled time (and the stale ones of this second, as C's timers
         // still pending after a connection's activity).
@@ -229,6 +276,7 @@ impl Circuits {
         let Some(c) = self.conns.get_mut(conn).and_then(Option::as_mut) else {
             return;
         };
+        Self::fold_cell_counts(&mut self.counters.padding, c);
         match c.padding.negotiate(c.link_version, body, &self.ctx.padding) {
             Ok(on) => {
                 self.counters.padding.negotiate[usize::from(!on)] += 1;

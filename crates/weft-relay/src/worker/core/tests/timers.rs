@@ -216,10 +216,13 @@ fn a_relays_connection_gets_no_padding() {
 
 /// `padding-counts` (C's `rep_hist_padding_count_*`): every cell read and
 /// written is counted, PADDING ones too, by whether padding is on for
-/// its connection; a client's STOP moves the later ones to "off".
+/// its connection; a client's STOP moves the later ones to "off". The
+/// cell path counts per connection; the once-a-second housekeeping moves
+/// the counts into the worker's counters.
 #[test]
 fn padding_counts_follow_the_connections_padding_state() {
     let mut net = used_two_hop(true);
+    at(&mut net, S);
     let before = net.cores[0].counters.padding;
     // The handshake's cells of the client's connection (worker 0's
     // only): 4 written, NETINFO read, on link protocol 5 (padding on
@@ -232,15 +235,17 @@ fn padding_counts_follow_the_connections_padding_state() {
     stop[..6].copy_from_slice(&[0, 1, 0, 0, 0, 0]);
     net.cell(0, 1, 0, cmd::PADDING_NEGOTIATE, &mut stop);
     net.cell(0, 1, 0, cmd::PADDING, &mut cell);
+    at(&mut net, 2 * S);
     let p = net.cores[0].counters.padding;
     assert_eq!(p.pad_read, [1, 1]);
     // Read on: the first PADDING and the STOP; off: the second PADDING.
     assert_eq!(p.cells_read[1] - before.cells_read[1], 2);
     assert_eq!(p.cells_read[0] - before.cells_read[0], 1);
     // Keepalive PADDING five minutes later, written with padding off.
-    at(&mut net, KEEPALIVE_NS + S);
+    at(&mut net, KEEPALIVE_NS + 2 * S);
     let out = net.written(0, 1);
     assert_eq!(out.len(), 1);
+    at(&mut net, KEEPALIVE_NS + 3 * S);
     let p2 = net.cores[0].counters.padding;
     assert_eq!(p2.pad_written, [1, 0]);
     assert_eq!(p2.cells_written[0] - p.cells_written[0], 1);
@@ -249,4 +254,57 @@ fn padding_counts_follow_the_connections_padding_state() {
     assert_eq!(counts.enabled_read_pad, 1);
     assert_eq!(counts.written, p2.cells_written[0] + p2.cells_written[1]);
     assert_eq!(counts.read_drop, 7);
+    // A connection that closes gives its last counts first.
+    let mut cell = [0u8; BODY_LEN];
+    net.cell(0, 1, 0, cmd::PADDING, &mut cell);
+    net.cores[0].handle_event(CoreEvent::ConnClosed { idx: 1 });
+    assert_eq!(
+        net.cores[0].counters.padding.cells_read[0] - p2.cells_read[0],
+        1
+    );
+}
+
+/// A connection's read share is the number of its circuits that read a
+/// cell in the last second (at least 1, at most 16): a link carrying
+/// many busy circuits reads for each of them.
+#[test]
+fn a_connections_read_share_counts_its_circuits_that_read() {
+    let mut net = Net::new(1, 64);
+    at(&mut net, S);
+    for idx in [3, 4] {
+        open_client(&mut net, idx);
+    }
+    let mut circs = Vec::new();
+    for i in 0..20u32 {
+        let mut body = [0u8; BODY_LEN];
+        body[..20].fill(i as u8 + 1);
+        let circ = 0x8000_0000 | (i + 1);
+        net.cell(0, 3, circ, cmd::CREATE_FAST, &mut body);
+        circs.push(circ);
+    }
+    let _ = net.written(0, 3);
+    assert_eq!(net.cores[0].read_weight(3), 1, "nothing read yet");
+    // Three circuits read (twice each) in this second.
+    for &circ in &circs[..3] {
+        for _ in 0..2 {
+            let mut body = [7u8; BODY_LEN];
+            net.cell(0, 3, circ, cmd::RELAY, &mut body);
+        }
+    }
+    at(&mut net, 2 * S);
+    assert_eq!(net.cores[0].read_weight(3), 3);
+    assert_eq!(net.cores[0].read_weight(4), 1, "no circuit: one share");
+    // All twenty: capped.
+    for &circ in &circs {
+        let mut body = [7u8; BODY_LEN];
+        net.cell(0, 3, circ, cmd::RELAY, &mut body);
+    }
+    at(&mut net, 3 * S);
+    assert_eq!(
+        net.cores[0].read_weight(3),
+        u64::from(crate::worker::core::timers::MAX_READ_SHARES)
+    );
+    // A quiet second: back to one share.
+    at(&mut net, 4 * S);
+    assert_eq!(net.cores[0].read_weight(3), 1);
 }
