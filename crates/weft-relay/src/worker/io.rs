@@ -13,9 +13,7 @@ use super::Worker;
 use crate::kist;
 use crate::link_io::{IoState, LinkConn};
 
-/// Bytes read from one connection per round before others get a turn,
-/// per share (one per circuit that read on it in the last second, up to
-/// 16: [`super::core::Circuits::read_weight`]).
+/// Bytes read from one connection per round before others get a turn.
 const READ_BUDGET: u64 = 128 * 1024;
 /// Bytes of cells staged for one connection per round (no KIST).
 const WRITE_BATCH: usize = 64 * 1024;
@@ -39,8 +37,7 @@ impl Worker {
     /// Read and handle cells of connection `idx` until EAGAIN, a stall or
     /// the round's budget; re-lists it if it still has bytes to read.
     fn read_conn(&mut self, idx: usize) {
-        let shares = self.core.read_weight(idx);
-        let mut budget = (READ_BUDGET * shares).min(self.read_bucket.available());
+        let mut budget = READ_BUDGET.min(self.read_bucket.available());
         loop {
             // Cells already buffered first (also after a stall ends).
             if let Err(why) = self.process_conn_cells(idx) {

@@ -132,23 +132,18 @@ impl Circuits {
         let c = self.conns.get_mut(conn)?.as_mut()?;
         c.times.last_read_ns = stamp_ns;
         c.times.cells_read += 1;
-        let cached = circ_id != 0
-            && c.last.0 == circ_id
-            && self
+        if circ_id != 0 && c.last.0 == circ_id {
+            let slot = c.last.1;
+            if self
                 .halves
-                .by_slot(c.last.1)
-                .is_some_and(|h| h.conn == conn && h.circ_id == circ_id);
-        let slot = if cached {
-            c.last.1
-        } else {
-            let slot = *c.circuits.get(&circ_id)?;
-            c.last = (circ_id, slot);
-            slot
-        };
-        // Its connection's read share counts the circuits that read.
-        if self.halves.first_read_in(slot, self.read_tick) {
-            c.times.active_in_now += 1;
+                .by_slot(slot)
+                .is_some_and(|h| h.conn == conn && h.circ_id == circ_id)
+            {
+                return Some(slot);
+            }
         }
+        let slot = *c.circuits.get(&circ_id)?;
+        c.last = (circ_id, slot);
         Some(slot)
     }
 

@@ -101,11 +101,6 @@ impl Half {
 
 struct Entry {
     gen: u32,
-    /// The core's second in which a cell read for this slot's half last
-    /// counted it as one of its connection's reading circuits
-    /// ([`HalfTable::first_read_in`]); beside `gen`, in what would be
-    /// padding.
-    read_tick: u16,
     half: Option<Half>,
 }
 
@@ -130,20 +125,6 @@ impl HalfTable {
             free: Vec::new(),
             live: 0,
             circuit_ends: 0,
-        }
-    }
-
-    /// A cell was read for the half at `slot` in second `tick`: true the
-    /// first time in that second (the connection counts one more reading
-    /// circuit).
-    #[inline]
-    pub fn first_read_in(&mut self, slot: u32, tick: u16) -> bool {
-        match self.entries.get_mut(slot as usize) {
-            Some(e) if e.read_tick != tick => {
-                e.read_tick = tick;
-                true
-            }
-            _ => false,
         }
     }
 
@@ -185,7 +166,6 @@ impl HalfTable {
         let slot = self.entries.len() as u32;
         self.entries.push(Entry {
             gen: 0,
-            read_tick: u16::MAX,
             half: Some(h),
         });
         HalfRef {

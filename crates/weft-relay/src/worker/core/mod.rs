@@ -318,9 +318,6 @@ pub(crate) struct Circuits {
     /// The driver's clock at the start of this round (ns on the workers'
     /// shared epoch): read once per round, passed in ([`Circuits::set_now`]).
     now_ns: u64,
-    /// Seconds of housekeeping so far (wrapping): which second a half's
-    /// reads were counted in (`Half::read_tick`).
-    read_tick: u16,
     /// When the core's once-a-second timers run next ([`Circuits::begin_round`]).
     next_tick_ns: u64,
     /// Connections with a PADDING cell due within the second: (when, the
@@ -381,7 +378,6 @@ impl Circuits {
             effects: VecDeque::new(),
             counters: CoreCounters::default(),
             now_ns: 0,
-            read_tick: 0,
             next_tick_ns: 0,
             pad_due: Default::default(),
             circpad: Default::default(),

@@ -60,11 +60,6 @@ pub(crate) struct ConnTimes {
     /// (beside the times the cell path already writes).
     pub(super) cells_read: u64,
     pub(super) cells_written: u64,
-    /// Circuits that delivered cells on this connection in the last
-    /// second, and so far in this one: its read share
-    /// ([`Circuits::read_weight`]).
-    pub(super) active_in: u32,
-    pub(super) active_in_now: u32,
 }
 
 impl ConnTimes {
@@ -76,8 +71,6 @@ impl ConnTimes {
             idle_timeout_ns,
             cells_read: 0,
             cells_written: 0,
-            active_in: 0,
-            active_in_now: 0,
         }
     }
 
@@ -86,9 +79,6 @@ impl ConnTimes {
         self.last_write_ns.max(self.last_read_ns)
     }
 }
-
-/// Most read shares one connection gets per round ([`Circuits::read_weight`]).
-pub(crate) const MAX_READ_SHARES: u32 = 16;
 
 impl Circuits {
     /// Move connection `c`'s cells read and written since the last call
@@ -103,19 +93,6 @@ impl Circuits {
         let on = usize::from(c.padding.enabled());
         counters.cells_read[on] += std::mem::take(&mut c.times.cells_read);
         counters.cells_written[on] += std::mem::take(&mut c.times.cells_written);
-    }
-
-    /// How many shares of the read budget connection `idx` gets in a
-    /// round: one per circuit that delivered cells on it in the last
-    /// second (at least 1, at most [`MAX_READ_SHARES`]), so a link that
-    /// carries many busy circuits (to another relay) reads for each of
-    /// them, not as much as a client's link with one, and each circuit
-    /// gets about the same share of a worker short of CPU.
-    pub(crate) fn read_weight(&self, idx: usize) -> u64 {
-        match self.conns.get(idx) {
-            Some(Some(c)) => u64::from(c.times.active_in.clamp(1, MAX_READ_SHARES)),
-            _ => 1,
-        }
     }
 
     /// How long a connection that just opened may stay without circuits,
@@ -196,7 +173,6 @@ impl Circuits {
         for (idx, c) in conns.iter_mut().enumerate() {
             let Some(c) = c else { continue };
             Self::fold_cell_counts(&mut counters.padding, c);
-            c.times.active_in = std::mem::take(&mut c.times.active_in_now);
             if !c.circuits.is_empty() {
                 c.times.last_had_circuits_ns = now;
             } else {
@@ -227,7 +203,6 @@ impl Circuits {
                 pad_due.push(Reverse((t, idx)));
             }
         }
-        self.read_tick = self.read_tick.wrapping_add(1);
         // C's pending padding timers: the heap holds one entry per
         // scheduled time (and the stale ones of this second, as C's timers
         // still pending after a connection's activity).
