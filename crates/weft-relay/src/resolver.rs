@@ -456,11 +456,7 @@ async fn lookup(r: &TokioResolver, q: &DnsQuery) -> DnsAnswer {
     };
     match r.lookup_ip(name.as_str()).await {
         Ok(found) => {
-            let ttl = found
-                .valid_until()
-                .saturating_duration_since(Instant::now())
-                .as_secs()
-                .min(u64::from(u32::MAX)) as u32;
+            let ttl = ttl_left(found.valid_until());
             for ip in found.iter() {
                 match ip {
                     IpAddr::V4(a) if answer.v4.is_err() => answer.v4 = Ok((a, ttl)),
@@ -487,11 +483,7 @@ async fn reverse_lookup(r: &TokioResolver, q: &DnsQuery, mut answer: DnsAnswer) 
     let name = format!("{}.", q.host.trim_end_matches('.'));
     match r.lookup(name.as_str(), RecordType::PTR).await {
         Ok(found) => {
-            let ttl = found
-                .valid_until()
-                .saturating_duration_since(Instant::now())
-                .as_secs()
-                .min(u64::from(u32::MAX)) as u32;
+            let ttl = ttl_left(found.valid_until());
             let first = found.answers().iter().find_map(|rec| match &rec.data {
                 RData::PTR(p) => Some(p.0.to_string()),
                 _ => None,
@@ -510,6 +502,15 @@ async fn reverse_lookup(r: &TokioResolver, q: &DnsQuery, mut answer: DnsAnswer) 
         Err(e) => answer.v4 = Err(!(e.is_nx_domain() || e.is_no_records_found())),
     }
     answer
+}
+
+/// Seconds from now until `until` (a lookup's record TTL, before C's
+/// fuzzing).
+fn ttl_left(until: Instant) -> u32 {
+    until
+        .saturating_duration_since(Instant::now())
+        .as_secs()
+        .min(u64::from(u32::MAX)) as u32
 }
 
 /// A uniform random number for the fuzzy TTLs.

@@ -253,6 +253,20 @@ mod tests {
         LinkKeys::generate(&relay, now).unwrap()
     }
 
+    /// A client and a server link over loopback TCP, not yet shaken hands.
+    fn pair(acceptor: &SslAcceptor, connector: &SslConnector) -> (TlsLink, TlsLink) {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let client_tcp = std::net::TcpStream::connect(listener.local_addr().unwrap()).unwrap();
+        let (server_tcp, _) = listener.accept().unwrap();
+        for s in [&client_tcp, &server_tcp] {
+            s.set_nonblocking(true).unwrap();
+        }
+        (
+            TlsLink::connect(connector, mio::net::TcpStream::from_std(client_tcp)).unwrap(),
+            TlsLink::accept(acceptor, mio::net::TcpStream::from_std(server_tcp)).unwrap(),
+        )
+    }
+
     /// The groups a client offering only `groups` gets from weft's server
     /// context: the negotiated group's name, or None if the handshake
     /// fails.
@@ -262,17 +276,7 @@ mod tests {
         if c.set_groups_list(groups).is_err() {
             return None;
         }
-        let connector = c.build();
-        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-        let client_tcp = std::net::TcpStream::connect(listener.local_addr().unwrap()).unwrap();
-        let (server_tcp, _) = listener.accept().unwrap();
-        for s in [&client_tcp, &server_tcp] {
-            s.set_nonblocking(true).unwrap();
-        }
-        let mut client =
-            TlsLink::connect(&connector, mio::net::TcpStream::from_std(client_tcp)).unwrap();
-        let mut server =
-            TlsLink::accept(acceptor, mio::net::TcpStream::from_std(server_tcp)).unwrap();
+        let (mut client, mut server) = pair(acceptor, &c.build());
         let mut failed = false;
         pump(&mut || {
             match (client.handshake(), server.handshake()) {
@@ -328,17 +332,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let link = link_keys(dir.path());
         let (acceptor, connector) = contexts(&link).unwrap();
-        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-        let addr = listener.local_addr().unwrap();
-        let client_tcp = std::net::TcpStream::connect(addr).unwrap();
-        let (server_tcp, _) = listener.accept().unwrap();
-        for s in [&client_tcp, &server_tcp] {
-            s.set_nonblocking(true).unwrap();
-        }
-        let mut client =
-            TlsLink::connect(&connector, mio::net::TcpStream::from_std(client_tcp)).unwrap();
-        let mut server =
-            TlsLink::accept(&acceptor, mio::net::TcpStream::from_std(server_tcp)).unwrap();
+        let (mut client, mut server) = pair(&acceptor, &connector);
         assert!(!server.release_buffers(), "not during the handshake");
         pump(&mut || {
             let c = client.handshake().unwrap();

@@ -143,8 +143,6 @@ pub fn check_extra_info(net: &Testnet, fp: &str, h: &SeededHistory) -> Result<()
         );
         eprintln!("[stats] and the dirreq statistics weft's last run wrote");
     }
-    let file = tempfile::NamedTempFile::new()?;
-    std::fs::write(file.path(), &ei)?;
     let script = r#"
 import sys
 from stem.descriptor.extrainfo_descriptor import RelayExtraInfoDescriptor
@@ -160,18 +158,7 @@ if d.dir_stats_end:
           d.geoip_db_digest)
 print('unrecognized', d.get_unrecognized_lines())
 "#;
-    let out = std::process::Command::new("python3")
-        .args(["-c", script])
-        .arg(file.path())
-        .output()
-        .context("python3 (stem; scripts/install-deps.sh installs it)")?;
-    let stdout = String::from_utf8_lossy(&out.stdout).to_string();
-    if !out.status.success() {
-        bail!(
-            "stem refused weft's extra-info: {}\n{ei}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-    }
+    let stdout = stem(script, &ei)?;
     eprintln!("[stats] stem: {}", stdout.trim().replace('\n', "; "));
     for (name, keyword) in [
         ("write", "write-history"),
@@ -250,8 +237,6 @@ pub fn check_padding_counts(net: &Testnet, fp: &str) -> Result<()> {
         .find(|l| l.starts_with("padding-counts "))
         .context("padding-counts line")?;
     eprintln!("[stats] auth0 serves weft's extra-info with: {line}");
-    let file = tempfile::NamedTempFile::new()?;
-    std::fs::write(file.path(), &ei)?;
     let script = r#"
 import sys
 from stem.descriptor.extrainfo_descriptor import RelayExtraInfoDescriptor
@@ -259,17 +244,7 @@ d = RelayExtraInfoDescriptor(open(sys.argv[1], 'rb').read(), validate=True)
 print(d.padding_counts_interval, ' '.join('%s=%s' % kv for kv in sorted(d.padding_counts.items())))
 print('unrecognized', d.get_unrecognized_lines())
 "#;
-    let out = std::process::Command::new("python3")
-        .args(["-c", script])
-        .arg(file.path())
-        .output()
-        .context("python3 (stem)")?;
-    let stdout = String::from_utf8_lossy(&out.stdout).to_string();
-    ensure!(
-        out.status.success(),
-        "stem refused weft's extra-info: {}\n{ei}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    let stdout = stem(script, &ei)?;
     eprintln!("[stats] stem: {}", stdout.trim().replace('\n', "; "));
     let counts = stdout.lines().next().unwrap_or("");
     let get = |k: &str| -> u64 {
@@ -322,4 +297,23 @@ pub fn check_ipv6_policy(net: &Testnet, fp: &str, want: &str) -> Result<()> {
         );
         std::thread::sleep(Duration::from_secs(2));
     }
+}
+
+/// Run the python `script` (stem) on the extra-info `ei` (its path as
+/// the first argument): its output, or an error with stem's complaint.
+fn stem(script: &str, ei: &str) -> Result<String> {
+    let file = tempfile::NamedTempFile::new()?;
+    std::fs::write(file.path(), ei)?;
+    let out = std::process::Command::new("python3")
+        .args(["-c", script])
+        .arg(file.path())
+        .output()
+        .context("python3 (stem; scripts/install-deps.sh installs it)")?;
+    if !out.status.success() {
+        bail!(
+            "stem refused weft's extra-info: {}\n{ei}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    Ok(String::from_utf8_lossy(&out.stdout).to_string())
 }
