@@ -47,6 +47,9 @@ pub struct TestnetConfig {
     /// Extra torrc lines for stock client `i` (`client_torrc[i]`, e.g.
     /// `ConfluxClientUX latency`); clients past the end get none.
     pub client_torrc: Vec<Vec<String>>,
+    /// Extra torrc lines for every onion service (after its
+    /// `HiddenServicePort`, e.g. `HiddenServiceNumIntroductionPoints 5`).
+    pub service_torrc: Vec<String>,
     /// Extra torrc lines for stock relay `i` (`relay_torrc[i]`, e.g.
     /// `BandwidthRate 300 KBytes`).
     pub relay_torrc: Vec<Vec<String>>,
@@ -111,6 +114,7 @@ impl Default for TestnetConfig {
             clients_choose_circuits: false,
             consensus_params: String::new(),
             client_torrc: Vec::new(),
+            service_torrc: Vec::new(),
             relay_torrc: Vec::new(),
             exit_torrc: Vec::new(),
             authority_torrc: Vec::new(),

@@ -319,6 +319,7 @@ impl Testnet {
             clients_choose_circuits: self.config.clients_choose_circuits,
             consensus_params: self.config.consensus_params.clone(),
             client_torrc: self.config.client_torrc.clone(),
+            service_torrc: self.config.service_torrc.clone(),
             relay_torrc: self.config.relay_torrc.clone(),
             exit_torrc: self.config.exit_torrc.clone(),
             authority_torrc: self.config.authority_torrc.clone(),

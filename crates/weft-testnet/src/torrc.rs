@@ -48,6 +48,8 @@ pub(crate) struct NetFacts {
     pub(crate) consensus_params: String,
     /// Extra lines for stock clients, by client index.
     pub(crate) client_torrc: Vec<Vec<String>>,
+    /// Extra lines for every onion service.
+    pub(crate) service_torrc: Vec<String>,
     /// Extra lines for stock relays, by relay index.
     pub(crate) relay_torrc: Vec<Vec<String>>,
     pub(crate) exit_torrc: Vec<Vec<String>>,
@@ -207,6 +209,9 @@ pub(crate) fn stock_torrc(
                 line(&format!("HiddenServiceDir {d}/hs{i}"));
                 line("HiddenServiceVersion 3");
                 line(&format!("HiddenServicePort 80 127.0.0.1:{target}"));
+                for l in &facts.service_torrc {
+                    line(l);
+                }
             }
         }
         // weft has its own torrc (weft_torrc); never generated here.
