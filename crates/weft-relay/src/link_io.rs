@@ -39,6 +39,11 @@ const FULL_READ_BUF: usize = READ_BUF + MAX_VAR_CELL;
 /// than four cells of room grows to [`FULL_READ_BUF`] (compacting at 16 KiB
 /// of room instead cost 8-18% in end-to-end pairs at 0.15 CPU).
 const WAKE_READ_BUF: usize = 32 * 1024;
+/// The read buffer of a light link's next wake
+/// ([`LinkConn::release_light_buffers`]): a page, for the keepalive or the
+/// cell it wakes for; one fill that fills it grows it to
+/// [`WAKE_READ_BUF`].
+const LIGHT_READ_BUF: usize = 4 * 1024;
 /// Largest TLS record plaintext (OpenSSL's buffers, [`TLS_RECORD_BUFFERS`]).
 const MAX_RECORD: usize = 16 * 1024;
 /// The write buffer's first allocation (on the first cell queued after the
@@ -124,6 +129,12 @@ pub struct LinkConn {
     /// OpenSSL's buffers were given back and TLS has not been used since:
     /// nothing to give back again.
     tls_released: bool,
+    /// The buffers were last given back by a light link: the next read
+    /// buffer is [`LIGHT_READ_BUF`].
+    light_wake: bool,
+    /// The last fill filled the read buffer to its end (a small buffer
+    /// that fills grows at the next fill).
+    filled_up: bool,
     /// TLS ciphertext is not visible; these count plaintext bytes.
     pub read_total: u64,
     /// Plaintext bytes handed to TLS.
@@ -162,6 +173,8 @@ impl LinkConn {
             wbuf: Vec::new(),
             wpos: 0,
             tls_released: false,
+            light_wake: false,
+            filled_up: false,
             read_total: 0,
             written_total: 0,
         }
@@ -300,7 +313,10 @@ impl LinkConn {
             self.rend -= self.rstart;
             self.rstart = 0;
         }
-        if self.rbuf.len() < FULL_READ_BUF && self.rbuf.len() - self.rend < CELL_LEN * 4 {
+        if self.rbuf.len() < FULL_READ_BUF
+            && (self.rbuf.len() - self.rend < CELL_LEN * 4
+                || self.filled_up && self.rbuf.len() < WAKE_READ_BUF)
+        {
             self.grow_read_buffer();
         }
         if self.rend >= self.rbuf.len() {
@@ -311,6 +327,7 @@ impl LinkConn {
         match self.tls.read(&mut self.rbuf[self.rend..end])? {
             TlsIo::Done(n) => {
                 self.rend += n;
+                self.filled_up = self.rend == self.rbuf.len();
                 self.read_total += n as u64;
                 Ok(IoState::Progress)
             }
@@ -332,6 +349,22 @@ impl LinkConn {
         if !matches!(self.phase, Phase::Open) {
             return 0;
         }
+        self.light_wake = false;
+        self.release_buffers()
+    }
+
+    /// The same for a light link (one that moves a few cells now and
+    /// then), as soon as its buffers are empty; its next read buffer is a
+    /// page ([`LIGHT_READ_BUF`]), grown when a read fills it.
+    pub fn release_light_buffers(&mut self) -> usize {
+        if !matches!(self.phase, Phase::Open) {
+            return 0;
+        }
+        self.light_wake = true;
+        self.release_buffers()
+    }
+
+    fn release_buffers(&mut self) -> usize {
         let mut freed = 0;
         if self.rstart == self.rend && !self.rbuf.is_empty() {
             freed += self.rbuf.len();
@@ -351,12 +384,15 @@ impl LinkConn {
         freed
     }
 
-    /// A read buffer at the first read or after an idle spell (small), or
-    /// the full one when the small one filled up with one large cell; what
-    /// it held (from `rstart`, which is then 0) is kept.
+    /// A read buffer at the first read or after an idle spell (small: a
+    /// page after a light link's release), the wake size when a page
+    /// filled, or the full one when the wake size filled up with one
+    /// large cell; what it held (from `rstart`, which is then 0) is kept.
     #[cold]
     fn grow_read_buffer(&mut self) {
-        let len = if self.rbuf.is_empty() {
+        let len = if self.rbuf.is_empty() && self.light_wake {
+            LIGHT_READ_BUF
+        } else if self.rbuf.len() < WAKE_READ_BUF {
             WAKE_READ_BUF
         } else {
             FULL_READ_BUF
@@ -566,6 +602,41 @@ mod tests {
             std::thread::sleep(Duration::from_micros(200));
         }
         got
+    }
+
+    /// A light link gives its buffers back as soon as they empty and
+    /// wakes with a page: a cell fits; a burst grows it to the wake size
+    /// at once and on to the full size, so a light link that turns busy
+    /// reads as a busy one.
+    #[test]
+    fn a_light_link_wakes_with_a_page_and_grows_when_it_fills() {
+        let (mut a, mut b) = open_pair();
+        assert_eq!(carry(&mut a, &mut b, 2), [1, 2]);
+        assert!(b.release_light_buffers() >= WAKE_READ_BUF);
+        assert_eq!(b.rbuf.len(), 0);
+        assert_eq!(carry(&mut a, &mut b, 1), [1]);
+        assert_eq!(b.rbuf.len(), LIGHT_READ_BUF);
+        b.release_light_buffers();
+        // 300 cells held: the page fills, then the wake size, then it is
+        // full size, keeping every byte.
+        for i in 0..300 {
+            a.queue_cell(i + 1, weft_proto::cell::cmd::RELAY, &[2; BODY_LEN]);
+        }
+        for _ in 0..4000 {
+            a.flush().unwrap();
+            let _ = b.fill().unwrap();
+            if b.buffered_in() >= 200 * CELL_LEN {
+                break;
+            }
+            std::thread::sleep(Duration::from_micros(200));
+        }
+        assert_eq!(b.rbuf.len(), FULL_READ_BUF);
+        let got = carry(&mut a, &mut b, 0);
+        assert_eq!(got, (1..=300).collect::<Vec<u32>>());
+        // An idle release after that wakes with the usual size.
+        b.release_idle_buffers();
+        assert_eq!(carry(&mut a, &mut b, 1), [1]);
+        assert_eq!(b.rbuf.len(), WAKE_READ_BUF);
     }
 
     /// An idle link gives its buffers back and reads on: a few cells in

@@ -19,6 +19,10 @@ use crate::link_io::LinkConn;
 use crate::messages::{ConnId, ControllerMsg};
 use crate::tls::TlsLink;
 
+/// Bytes a link may move in two seconds and still count as light
+/// ([`Conn::is_light`]): sixteen cells, a few keepalives or pings.
+pub(crate) const LIGHT_LINK_BYTES: u64 = 16 * 514;
+
 /// Where a connection is in its life.
 pub(crate) enum ConnState {
     /// Outbound TCP connect in progress.
@@ -58,6 +62,8 @@ pub(crate) struct Conn {
     pub(crate) closing: Option<String>,
     /// Bytes read and written since the last report (load balancing).
     pub(crate) bytes_recent: u64,
+    /// `bytes_recent` of the second before.
+    pub(crate) bytes_last_second: u64,
 }
 
 impl Conn {
@@ -81,7 +87,17 @@ impl Conn {
             stalled: false,
             closing: None,
             bytes_recent: 0,
+            bytes_last_second: 0,
         }
+    }
+
+    /// A link that moved at most [`LIGHT_LINK_BYTES`] in this second and
+    /// the one before: it gives its buffers back as soon as they empty,
+    /// as C Tor's links do (`SSL_MODE_RELEASE_BUFFERS`, empty `buf_t`
+    /// chunks freed). A busy link keeps them, so relaying allocates
+    /// nothing.
+    pub(crate) fn is_light(&self) -> bool {
+        self.bytes_recent + self.bytes_last_second <= LIGHT_LINK_BYTES
     }
 
     /// True once the link handshake is done.

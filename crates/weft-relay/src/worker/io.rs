@@ -73,6 +73,9 @@ impl Worker {
                 }
                 Ok(IoState::WouldBlock) => {
                     c.readable = false;
+                    if c.is_light() && !c.writing {
+                        self.trim.released(c.link.release_light_buffers());
+                    }
                     return;
                 }
                 Ok(IoState::Closed) => {
@@ -172,6 +175,7 @@ impl Worker {
             to_close,
             ctx,
             write_bucket,
+            trim,
             ..
         } = self;
         let Some(c) = conns.get_mut(idx) else {
@@ -232,6 +236,9 @@ impl Worker {
             return false;
         }
         c.writing = false;
+        if c.is_light() && c.link.buffered_in() == 0 {
+            trim.released(c.link.release_light_buffers());
+        }
         true
     }
 }

@@ -250,13 +250,9 @@ pub struct Worker {
     /// The last report went out while the worker was idle
     /// ([`Worker::housekeeping_due`]).
     idle_reported: bool,
-    /// Bytes idle links gave back since the heap was last trimmed
-    /// ([`WorkerConfig::heap_trim`], in the once-a-second pass).
-    released_since_trim: usize,
-    /// Not before then: each trim is followed by a pause 1000 times as
-    /// long as it took (at least 10 s), so trimming itself costs a worker
-    /// at most 0.1% of its time however large the heap.
-    next_trim: Instant,
+    /// When the heap is trimmed next ([`WorkerConfig::heap_trim`], in the
+    /// once-a-second pass).
+    trim: report::TrimPacer,
     /// When the KIST scheduler runs next.
     next_sched_run: Instant,
     stopping: bool,
@@ -322,8 +318,7 @@ impl Worker {
             reported: Counters::default(),
             next_housekeeping: now + Duration::from_secs(1),
             idle_reported: false,
-            released_since_trim: 0,
-            next_trim: now,
+            trim: report::TrimPacer::new(now),
             next_sched_run: now,
             stopping: false,
             move_asked: None,
