@@ -604,6 +604,27 @@ mod tests {
         got
     }
 
+    /// Send 300 cells (150 KiB) from `a` and let `b` read them without
+    /// handing any out (a reader that waits for ring room) until 200 are
+    /// held: its read buffer must have grown to full size, keeping every
+    /// byte; then read them all.
+    fn hold_a_burst_then_read_it(a: &mut LinkConn, b: &mut LinkConn) {
+        for i in 0..300 {
+            a.queue_cell(i + 1, weft_proto::cell::cmd::RELAY, &[1; BODY_LEN]);
+        }
+        for _ in 0..4000 {
+            a.flush().unwrap();
+            let _ = b.fill().unwrap();
+            if b.buffered_in() >= 200 * CELL_LEN {
+                break;
+            }
+            std::thread::sleep(Duration::from_micros(200));
+        }
+        assert_eq!(b.rbuf.len(), FULL_READ_BUF);
+        let got = carry(a, b, 0);
+        assert_eq!(got, (1..=300).collect::<Vec<u32>>());
+    }
+
     /// A light link gives its buffers back as soon as they empty and
     /// wakes with a page: a cell fits; a burst grows it to the wake size
     /// at once and on to the full size, so a light link that turns busy
@@ -619,20 +640,7 @@ mod tests {
         b.release_light_buffers();
         // 300 cells held: the page fills, then the wake size, then it is
         // full size, keeping every byte.
-        for i in 0..300 {
-            a.queue_cell(i + 1, weft_proto::cell::cmd::RELAY, &[2; BODY_LEN]);
-        }
-        for _ in 0..4000 {
-            a.flush().unwrap();
-            let _ = b.fill().unwrap();
-            if b.buffered_in() >= 200 * CELL_LEN {
-                break;
-            }
-            std::thread::sleep(Duration::from_micros(200));
-        }
-        assert_eq!(b.rbuf.len(), FULL_READ_BUF);
-        let got = carry(&mut a, &mut b, 0);
-        assert_eq!(got, (1..=300).collect::<Vec<u32>>());
+        hold_a_burst_then_read_it(&mut a, &mut b);
         // An idle release after that wakes with the usual size.
         b.release_idle_buffers();
         assert_eq!(carry(&mut a, &mut b, 1), [1]);
@@ -656,20 +664,7 @@ mod tests {
         // 300 cells (150 KiB) read before any is handed out (a reader
         // that waits for ring room): the small buffer fills and grows,
         // keeping what it held.
-        for i in 0..300 {
-            a.queue_cell(i + 1, weft_proto::cell::cmd::RELAY, &[1; BODY_LEN]);
-        }
-        for _ in 0..4000 {
-            a.flush().unwrap();
-            let _ = b.fill().unwrap();
-            if b.buffered_in() >= 200 * CELL_LEN {
-                break;
-            }
-            std::thread::sleep(Duration::from_micros(200));
-        }
-        assert_eq!(b.rbuf.len(), FULL_READ_BUF);
-        let got = carry(&mut a, &mut b, 0);
-        assert_eq!(got, (1..=300).collect::<Vec<u32>>());
+        hold_a_burst_then_read_it(&mut a, &mut b);
         // The read buffer stays while it holds part of a cell.
         b.rend = b.rstart + 1;
         b.release_idle_buffers();
