@@ -7,8 +7,9 @@
 //! in every later answer. If the well-known names of
 //! `ServerDNSTestAddresses` are answered with such an address too — more
 //! than half of them — DNS is useless: the exit stops being one (its
-//! descriptor says `reject *:*`) until weft restarts. Sans-IO: the
-//! resolver thread (`resolver.rs`) asks and feeds the answers in.
+//! descriptor says `reject *:*`) until a reload reads a changed
+//! name-server file. Sans-IO: the resolver thread (`resolver/thread.rs`)
+//! asks and feeds the answers in.
 //! [C dns.c dns_launch_wildcard_checks(), wildcard_increment_answer(),
 //! add_wildcarded_test_address(), answer_is_wildcarded(),
 //! evdns_callback(); relay_periodic.c check_dns_honesty_callback()]

@@ -34,6 +34,7 @@ pub mod oom;
 pub mod outbound;
 pub mod pool;
 pub mod privileges;
+pub mod resolv_conf;
 pub mod resolver;
 pub mod ring;
 pub mod sched_slice;

@@ -198,9 +198,10 @@ pub use crate::worker_report::{
 #[allow(clippy::large_enum_variant)]
 #[derive(Debug)]
 pub enum ControllerMsg {
-    /// The exit's name servers redirect most test addresses
-    /// ([`crate::dns_honesty`]): stop being an exit.
-    DnsUseless,
+    /// The exit's DNS changed: its name servers could (not) be
+    /// configured, or they redirect most test addresses
+    /// ([`crate::dns_honesty`]); unusable DNS withdraws the exit.
+    Dns(crate::resolver::DnsStatus),
     /// A CREATE was answered on an inbound IPv6 connection whose NETINFO
     /// gave our IPv6 address: our IPv6 ORPort is reachable from `peer`
     /// (`controller/reachability.rs`; once per such connection).

@@ -8,7 +8,9 @@
 //! channel and later finds the answer in its inbox.
 //!
 //! Like C Tor's evdns setup: `/etc/resolv.conf` (or
-//! `ServerDNSResolvConfFile`), /etc/hosts consulted, IPv6 (AAAA) asked
+//! `ServerDNSResolvConfFile`, read as C reads it: [`crate::resolv_conf`];
+//! read again on a reload if it changed, and every ten minutes while it
+//! cannot be used: [`thread`]), /etc/hosts consulted, IPv6 (AAAA) asked
 //! only with `IPv6Exit`, the case of each query's name randomized (the
 //! 0x20 hack, `ServerDNSRandomizeCase`, on by default as in C) and an
 //! answer that does not repeat it exactly dropped as forged. Every answer, found or failed, is kept by the
@@ -29,12 +31,12 @@ use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 use std::path::PathBuf;
 use std::time::Instant;
 
-use hickory_resolver::config::{LookupIpStrategy, ResolverConfig, ResolverOpts};
-use hickory_resolver::net::runtime::TokioRuntimeProvider;
 use hickory_resolver::TokioResolver;
 use tokio::sync::mpsc::{unbounded_channel, UnboundedReceiver, UnboundedSender};
-use tracing::{info, warn};
 use weft_proto::circuit::exit::clip_dns_fuzzy_ttl;
+
+mod thread;
+pub use thread::{DnsStatus, ResolverSetup};
 
 /// One family's answer: the address and its TTL (seconds, not clipped),
 /// or whether the failure may be transient.
@@ -101,7 +103,7 @@ const CACHE_MAX: usize = 16_384;
 /// fuzzy TTL (C Tor's `clip_dns_fuzzy_ttl`), kept until the smallest of
 /// those runs out; owned by the resolver thread.
 #[derive(Default)]
-struct AnswerCache {
+pub(crate) struct AnswerCache {
     entries: HashMap<(String, bool), (DnsAnswer, Instant)>,
 }
 
@@ -173,20 +175,39 @@ impl AnswerCache {
 /// Where workers send lookups (cheap to clone; sending never blocks).
 #[derive(Debug, Clone)]
 pub struct Resolver {
-    tx: UnboundedSender<DnsQuery>,
+    tx: UnboundedSender<Request>,
 }
 
 impl Resolver {
     /// Ask for a lookup; the answer comes to the query's worker. False if
     /// the resolver thread is gone.
     pub fn query(&self, q: DnsQuery) -> bool {
-        self.tx.send(q).is_ok()
+        self.tx.send(Request::Lookup(q)).is_ok()
+    }
+
+    /// A reload (SIGHUP): read the name-server configuration again if it
+    /// changed, as C's `dns_reset()`; the thread tells the controller
+    /// what came of it.
+    pub fn reload(&self, resolv_conf: Option<PathBuf>, randomize_case: bool) {
+        let _ = self.tx.send(Request::Reload {
+            resolv_conf,
+            randomize_case,
+        });
     }
 }
 
 /// The receiving end, until [`ResolverRequests::spawn`] starts the thread.
 pub struct ResolverRequests {
-    rx: UnboundedReceiver<DnsQuery>,
+    rx: UnboundedReceiver<Request>,
+}
+
+/// What the resolver thread is sent.
+enum Request {
+    Lookup(DnsQuery),
+    Reload {
+        resolv_conf: Option<PathBuf>,
+        randomize_case: bool,
+    },
 }
 
 /// A resolver handle and its (not yet started) thread's requests.
@@ -195,254 +216,9 @@ pub fn channel() -> (Resolver, ResolverRequests) {
     (Resolver { tx }, ResolverRequests { rx })
 }
 
-/// How the resolver thread is set up (the torrc's DNS options).
-#[derive(Debug, Clone)]
-pub struct ResolverSetup {
-    /// `ServerDNSResolvConfFile` (None: `/etc/resolv.conf`).
-    pub resolv_conf: Option<PathBuf>,
-    /// `ServerDNSRandomizeCase`.
-    pub randomize_case: bool,
-    /// `ServerDNSDetectHijacking`: check now and then that names that
-    /// cannot exist are not found ([`crate::dns_honesty`]).
-    pub detect_hijacking: bool,
-    /// `ServerDNSTestAddresses`.
-    pub test_addresses: Vec<String>,
-    /// Tests: the first round of checks this long after the start, and
-    /// the test addresses this long after the bogus names (None: C's 60
-    /// to 180 s, and 30 s).
-    pub first_check: Option<std::time::Duration>,
-}
-
-impl ResolverSetup {
-    /// C Tor's defaults with `resolv_conf`.
-    pub fn with_conf(resolv_conf: Option<PathBuf>) -> ResolverSetup {
-        ResolverSetup {
-            resolv_conf,
-            randomize_case: true,
-            detect_hijacking: true,
-            test_addresses: crate::dns_honesty::DEFAULT_TEST_ADDRESSES
-                .iter()
-                .map(|s| s.to_string())
-                .collect(),
-            first_check: None,
-        }
-    }
-}
-
-impl ResolverRequests {
-    /// Start the resolver thread with the name servers of
-    /// `setup.resolv_conf` (default `/etc/resolv.conf`); each answer goes to
-    /// `deliver(worker, answer)`. A configuration that cannot be read is
-    /// logged, and every lookup then fails (RESOLVEFAILED), as C Tor's
-    /// exits fail lookups without name servers; the second value says
-    /// whether the name servers could be configured (false: the exit must
-    /// not claim to be one). `useless()` is called once if the checks of
-    /// [`crate::dns_honesty`] find the name servers useless (the exit must
-    /// then withdraw).
-    pub fn spawn(
-        self,
-        setup: ResolverSetup,
-        deliver: impl Fn(usize, DnsAnswer) + Send + Sync + 'static,
-        useless: impl Fn() + Send + 'static,
-    ) -> std::io::Result<(std::thread::JoinHandle<()>, bool)> {
-        let path = setup
-            .resolv_conf
-            .unwrap_or_else(|| PathBuf::from("/etc/resolv.conf"));
-        let randomize_case = setup.randomize_case;
-        let config = std::fs::read(&path)
-            .map_err(|e| e.to_string())
-            .and_then(|d| {
-                hickory_resolver::system_conf::parse_resolv_conf(d).map_err(|e| e.to_string())
-            });
-        let usable = config.is_ok();
-        let mut rx = self.rx;
-        let handle = std::thread::Builder::new()
-            .name("weft-resolver".into())
-            .spawn(move || {
-                let rt = match tokio::runtime::Builder::new_current_thread()
-                    .enable_all()
-                    .build()
-                {
-                    Ok(rt) => rt,
-                    Err(e) => {
-                        warn!("DNS: cannot start the resolver's runtime: {e}; lookups fail");
-                        return fail_all(&mut rx, &deliver);
-                    }
-                };
-                let resolvers = match config {
-                    Ok((conf, mut opts)) => {
-                        opts.case_randomization = randomize_case;
-                        rt.block_on(async { build(conf, opts) })
-                    }
-                    Err(e) => Err(e),
-                };
-                let (v4, v46) = match resolvers {
-                    Ok(r) => {
-                        info!("DNS: name servers from {}", path.display());
-                        r
-                    }
-                    Err(e) => {
-                        warn!(
-                            "DNS: cannot use {}: {e}; every lookup fails until weft restarts",
-                            path.display()
-                        );
-                        return fail_all(&mut rx, &deliver);
-                    }
-                };
-                let deliver = std::sync::Arc::new(deliver);
-                let cache = std::rc::Rc::new(std::cell::RefCell::new(AnswerCache::default()));
-                let honesty = Honesty::new(&setup.test_addresses, useless);
-                let local = tokio::task::LocalSet::new();
-                local.block_on(&rt, async move {
-                    if setup.detect_hijacking {
-                        tokio::task::spawn_local(honesty.clone().run(
-                            v4.clone(),
-                            v46.clone(),
-                            setup.first_check,
-                        ));
-                    }
-                    while let Some(q) = rx.recv().await {
-                        if let Some(a) = cache.borrow().get(&q, Instant::now()) {
-                            deliver(q.worker, a);
-                            continue;
-                        }
-                        let r = if q.want_v6 { v46.clone() } else { v4.clone() };
-                        let (deliver, cache, honesty) =
-                            (deliver.clone(), cache.clone(), honesty.clone());
-                        tokio::task::spawn_local(async move {
-                            let found = honesty.filter(&q.host, lookup(&r, &q).await);
-                            let answer =
-                                cache
-                                    .borrow_mut()
-                                    .put(&q, found, Instant::now(), &mut random_u32);
-                            deliver(q.worker, answer);
-                        });
-                    }
-                });
-            })?;
-        Ok((handle, usable))
-    }
-}
-
-/// Two resolvers sharing nothing but configuration: IPv4 only, and both
-/// families.
-fn build(
-    conf: ResolverConfig,
-    opts: ResolverOpts,
-) -> Result<(TokioResolver, TokioResolver), String> {
-    let make = |strategy| {
-        let mut b =
-            TokioResolver::builder_with_config(conf.clone(), TokioRuntimeProvider::default());
-        let mut o = opts.clone();
-        o.ip_strategy = strategy;
-        *b.options_mut() = o;
-        b.build().map_err(|e| e.to_string())
-    };
-    Ok((
-        make(LookupIpStrategy::Ipv4Only)?,
-        make(LookupIpStrategy::Ipv4AndIpv6)?,
-    ))
-}
-
-/// The resolver thread's side of [`crate::dns_honesty`]: the checks' state,
-/// the rounds of checks, and the filter every answer passes.
-#[derive(Clone)]
-struct Honesty {
-    state: std::rc::Rc<std::cell::RefCell<crate::dns_honesty::DnsHonesty>>,
-    useless: std::rc::Rc<dyn Fn()>,
-}
-
-impl Honesty {
-    fn new(test_addresses: &[String], useless: impl Fn() + 'static) -> Honesty {
-        Honesty {
-            state: std::rc::Rc::new(std::cell::RefCell::new(
-                crate::dns_honesty::DnsHonesty::new(test_addresses),
-            )),
-            useless: std::rc::Rc::new(useless),
-        }
-    }
-
-    /// An address the name servers give for names that do not exist is
-    /// "not found" (C: treated as `DNS_ERR_NOTEXIST`); a test address
-    /// answered with one counts toward useless DNS.
-    fn filter(&self, host: &str, mut a: DnsAnswer) -> DnsAnswer {
-        let mut redirected = false;
-        {
-            let s = self.state.borrow();
-            if matches!(a.v4, Ok((ip, _)) if s.is_wildcarded(&IpAddr::V4(ip))) {
-                a.v4 = Err(false);
-                redirected = true;
-            }
-            if matches!(a.v6, Ok((ip, _)) if s.is_wildcarded(&IpAddr::V6(ip))) {
-                a.v6 = Err(false);
-                redirected = true;
-            }
-        }
-        if redirected {
-            tracing::debug!("DNS: {host} resolves to a hijacked address; treated as not found");
-            let v = self.state.borrow_mut().test_address_redirected(host);
-            if v == crate::dns_honesty::Verdict::Broken {
-                warn!(
-                    "Your DNS provider tried to redirect \"{host}\" to a junk address, as it did most test addresses (ServerDNSTestAddresses). I'm going to stop being an exit node for now, since our DNS seems so broken."
-                );
-                (self.useless)();
-            }
-        }
-        a
-    }
-
-    /// Rounds of checks: the bogus names, 30 s later the test addresses;
-    /// the first round `first` after the start (C: 60 to 180 s), the next
-    /// ones 12 to 24 hours apart.
-    async fn run(self, v4: TokioResolver, v46: TokioResolver, first: Option<std::time::Duration>) {
-        use crate::dns_honesty::{self as h, DnsHonesty, Verdict};
-        let mut rng = rand::rng();
-        tokio::time::sleep(first.unwrap_or_else(|| h::first_check_delay(&mut rng))).await;
-        loop {
-            info!("DNS: checking whether our name servers hijack names that do not exist");
-            for (name, ipv6) in DnsHonesty::bogus_names(&mut rng) {
-                let (r, me) = (if ipv6 { v46.clone() } else { v4.clone() }, self.clone());
-                tokio::task::spawn_local(async move {
-                    let addrs: Vec<IpAddr> = match r.lookup_ip(format!("{name}.")).await {
-                        Ok(found) => found.iter().collect(),
-                        Err(_) => Vec::new(),
-                    };
-                    for v in me.state.borrow_mut().check_answered(&addrs) {
-                        if let Verdict::Wildcarded(a) = v {
-                            tracing::info!(
-                                "Your DNS provider has given \"{a}\" as an answer for more than five different invalid addresses. Apparently they are hijacking DNS failures. I'll try to correct for this by treating future occurrences of \"{a}\" as 'not found'."
-                            );
-                        }
-                    }
-                });
-            }
-            tokio::time::sleep(first.unwrap_or(h::TEST_ADDRESS_DELAY)).await;
-            let tests = self.state.borrow().test_addresses().to_vec();
-            for host in tests {
-                for r in [v4.clone(), v46.clone()] {
-                    let (me, host) = (self.clone(), host.clone());
-                    tokio::task::spawn_local(async move {
-                        let q = DnsQuery {
-                            worker: 0,
-                            key: 0,
-                            tag: 0,
-                            host,
-                            want_v6: false,
-                            reverse: None,
-                        };
-                        let a = lookup(&r, &q).await;
-                        me.filter(&q.host, a);
-                    });
-                }
-            }
-            tokio::time::sleep(h::next_check_delay(&mut rng)).await;
-        }
-    }
-}
-
 /// Look `q.host` up; the first address of each family with its TTL (or
 /// for a reverse lookup, the first name).
-async fn lookup(r: &TokioResolver, q: &DnsQuery) -> DnsAnswer {
+pub(crate) async fn lookup(r: &TokioResolver, q: &DnsQuery) -> DnsAnswer {
     let mut answer = DnsAnswer::failed(q.key, q.tag, false);
     if q.reverse.is_some() {
         return reverse_lookup(r, q, answer).await;
@@ -514,94 +290,13 @@ fn ttl_left(until: Instant) -> u32 {
 }
 
 /// A uniform random number for the fuzzy TTLs.
-fn random_u32() -> u32 {
+pub(crate) fn random_u32() -> u32 {
     u32::from_le_bytes(weft_crypto::random_array::<4>())
-}
-
-/// Without name servers: answer every request with a failure.
-fn fail_all(rx: &mut UnboundedReceiver<DnsQuery>, deliver: &impl Fn(usize, DnsAnswer)) {
-    while let Some(q) = rx.blocking_recv() {
-        deliver(q.worker, DnsAnswer::failed(q.key, q.tag, false));
-    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::sync::mpsc;
-    use std::time::Duration;
-
-    fn setup(resolv_conf: Option<PathBuf>, randomize_case: bool) -> ResolverSetup {
-        ResolverSetup {
-            randomize_case,
-            detect_hijacking: false,
-            ..ResolverSetup::with_conf(resolv_conf)
-        }
-    }
-
-    /// A resolver whose only source is a hosts-style answer: the resolv.conf
-    /// names a server that does not exist, /etc/hosts knows `localhost`.
-    #[test]
-    fn localhost_resolves_from_the_hosts_file_and_answers_reach_their_worker() {
-        let dir = tempfile::tempdir().unwrap();
-        let conf = dir.path().join("resolv.conf");
-        std::fs::write(
-            &conf,
-            "nameserver 127.0.0.1\noptions timeout:1 attempts:1\n",
-        )
-        .unwrap();
-        let (resolver, requests) = channel();
-        let (tx, rx) = mpsc::channel();
-        let tx = std::sync::Mutex::new(tx);
-        let (_, usable) = requests
-            .spawn(
-                setup(Some(conf), true),
-                move |w, a| {
-                    tx.lock().unwrap().send((w, a)).unwrap();
-                },
-                || {},
-            )
-            .unwrap();
-        assert!(usable);
-        assert!(resolver.query(DnsQuery {
-            worker: 3,
-            key: 7,
-            tag: 11,
-            host: "localhost".into(),
-            want_v6: false,
-            reverse: None,
-        }));
-        let (w, a) = rx.recv_timeout(Duration::from_secs(20)).unwrap();
-        assert_eq!((w, a.key, a.tag), (3, 7, 11));
-        assert_eq!(a.v4.map(|(ip, _)| ip), Ok(Ipv4Addr::LOCALHOST), "{a:?}");
-    }
-
-    #[test]
-    fn an_unreadable_configuration_fails_every_lookup() {
-        let (resolver, requests) = channel();
-        let (tx, rx) = mpsc::channel();
-        let tx = std::sync::Mutex::new(tx);
-        let (_, usable) = requests
-            .spawn(
-                setup(Some("/nonexistent/resolv.conf".into()), true),
-                move |w, a| {
-                    tx.lock().unwrap().send((w, a)).unwrap();
-                },
-                || {},
-            )
-            .unwrap();
-        assert!(!usable, "the exit must withdraw");
-        resolver.query(DnsQuery {
-            worker: 0,
-            key: 1,
-            tag: 2,
-            host: "example.com".into(),
-            want_v6: true,
-            reverse: None,
-        });
-        let (_, a) = rx.recv_timeout(Duration::from_secs(5)).unwrap();
-        assert!(a.v4.is_err() && a.v6.is_err());
-    }
 
     #[test]
     fn answers_are_kept_with_a_fuzzy_ttl_that_hits_repeat() {

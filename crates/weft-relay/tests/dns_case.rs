@@ -17,7 +17,7 @@ use std::sync::mpsc;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use weft_relay::resolver::{channel, DnsAnswer, DnsQuery, ResolverSetup};
+use weft_relay::resolver::{channel, DnsAnswer, DnsQuery, DnsStatus, ResolverSetup};
 
 /// The servers' addresses (loopback addresses no other test uses).
 const ADDR: &str = "127.53.0.2:53";
@@ -88,7 +88,7 @@ fn resolve(randomize_case: bool, host: &str, dir: &std::path::Path) -> DnsAnswer
             move |_, a| {
                 let _ = tx.lock().unwrap().send(a);
             },
-            || {},
+            |_| {},
         )
         .unwrap();
     assert!(usable);
@@ -169,13 +169,13 @@ fn a_server_that_answers_every_name_is_caught_and_the_exit_withdraws() {
                     "three.weft.test".into(),
                 ],
                 first_check: Some(Duration::from_millis(200)),
-                ..ResolverSetup::with_conf(Some(conf))
+                ..ResolverSetup::with_conf(Some(conf.clone()))
             },
             move |_, a| {
                 let _ = tx.lock().unwrap().send(a);
             },
-            move || {
-                let _ = useless_tx.send(());
+            move |s: DnsStatus| {
+                let _ = useless_tx.send(s);
             },
         )
         .unwrap();
@@ -185,9 +185,10 @@ fn a_server_that_answers_every_name_is_caught_and_the_exit_withdraws() {
     let a = rx.recv_timeout(Duration::from_secs(10)).unwrap();
     assert_eq!(a.v4.map(|(ip, _)| ip), Ok(JUNK));
     // The checks' bogus names and then the test addresses: DNS is useless.
-    useless_rx
+    let s = useless_rx
         .recv_timeout(Duration::from_secs(30))
         .expect("the test addresses redirected: DNS useless");
+    assert!(s.broken && !s.usable(), "{s:?}");
     let names: Vec<String> = seen.lock().unwrap().clone();
     let bogus = names
         .iter()
@@ -202,4 +203,29 @@ fn a_server_that_answers_every_name_is_caught_and_the_exit_withdraws() {
     let a = rx.recv_timeout(Duration::from_secs(10)).unwrap();
     assert!(a.v4.is_err(), "a hijacked answer is not found: {a:?}");
     assert!(useless_rx.try_recv().is_err(), "said once");
+    // A reload with the same file: nothing changes (C's "No change").
+    resolver.reload(Some(conf.clone()), true);
+    assert!(useless_rx.recv_timeout(Duration::from_secs(1)).is_err());
+    // The operator edits resolv.conf and reloads: what was learned of the
+    // old name servers is forgotten and the exit comes back (C's
+    // dns_servers_relaunch_checks()); the checks run again at once, and
+    // these servers still hijack, so it is withdrawn again.
+    std::fs::write(
+        &conf,
+        "nameserver 127.53.0.3
+options timeout:2 attempts:1 ndots:1
+",
+    )
+    .unwrap();
+    std::fs::File::options()
+        .write(true)
+        .open(&conf)
+        .unwrap()
+        .set_modified(std::time::SystemTime::now() + Duration::from_secs(5))
+        .unwrap();
+    resolver.reload(Some(conf.clone()), true);
+    let s = useless_rx.recv_timeout(Duration::from_secs(10)).unwrap();
+    assert!(s.usable(), "back after the changed file: {s:?}");
+    let s = useless_rx.recv_timeout(Duration::from_secs(30)).unwrap();
+    assert!(s.broken, "caught again by the relaunched checks: {s:?}");
 }

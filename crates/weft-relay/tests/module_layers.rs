@@ -13,8 +13,8 @@ fn layer(m: &str) -> Option<u8> {
     Some(match m {
         "accounting" | "bucket" | "bwhist" | "context" | "control" | "dns_honesty" | "dos"
         | "ewma" | "histogram" | "kist" | "link_io" | "oom" | "outbound" | "pool"
-        | "privileges" | "resolver" | "ring" | "sched_slice" | "selftest" | "service_notify"
-        | "stats" | "tls" | "worker_report" => 0,
+        | "privileges" | "resolv_conf" | "resolver" | "ring" | "sched_slice" | "selftest"
+        | "service_notify" | "stats" | "tls" | "worker_report" => 0,
         "messages" => 1,
         "worker" => 2,
         "controller" => 3,

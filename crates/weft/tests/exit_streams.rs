@@ -491,6 +491,7 @@ fn stock_clients_use_the_fixed_windows_without_congestion_control() -> Result<()
     // bandwidth, and it republishes with the padding counts of an
     // interval that has ended.
     stats::check_padding_counts(&net, &fp)?;
+    stats::check_dns_withdrawal(&net, &fp)?;
     std::thread::sleep(Duration::from_millis(1500));
     let cc = metric(
         &net,

@@ -165,8 +165,11 @@ pub struct DirState {
     dirty: bool,
     /// The exit's DNS cannot work: the descriptor says `reject *:*`
     /// whatever the torrc's policy (C's router.c, while
-    /// `has_dns_init_failed()`).
+    /// `has_dns_init_failed()` or `dns_seems_to_be_broken()`).
     exit_withdrawn: bool,
+    /// The torrc's policy lines (`accept`/`reject`, `ipv6-policy`), put
+    /// back when DNS works again.
+    configured_policy: (Vec<String>, Option<String>),
     /// FamilyId keys: a `family-cert` each in every descriptor.
     family_keys: Vec<weft_crypto::family_keys::FamilyKey>,
     testing: bool,
@@ -241,6 +244,10 @@ impl DirState {
             published_observed: 0,
             dirty: true,
             exit_withdrawn: false,
+            configured_policy: (
+                cfg.exit_policy.descriptor_lines(),
+                cfg.exit_policy.ipv6_policy_line(),
+            ),
             family_keys: Vec::new(),
             testing: cfg.testing_tor_network,
             protocols_said: None,
@@ -387,6 +394,7 @@ impl DirState {
         d.bandwidth_burst = cfg.bandwidth_burst;
         d.exit_policy_lines = cfg.exit_policy.descriptor_lines();
         d.ipv6_policy = cfg.exit_policy.ipv6_policy_line();
+        self.configured_policy = (d.exit_policy_lines.clone(), d.ipv6_policy.clone());
         if self.exit_withdrawn {
             d.exit_policy_lines = vec!["reject *:*".into()];
             d.ipv6_policy = None;
@@ -399,18 +407,33 @@ impl DirState {
         }
     }
 
-    /// The exit's name servers cannot be used: publish `reject *:*`
-    /// (clients then pick other exits) until weft restarts with a working
-    /// configuration, as C Tor does when its DNS set-up failed.
-    pub fn withdraw_exit(&mut self) {
-        self.exit_withdrawn = true;
-        self.desc.exit_policy_lines = vec!["reject *:*".into()];
-        self.desc.ipv6_policy = None;
+    /// The exit's DNS changed: while its name servers cannot be used,
+    /// publish `reject *:*` (clients then pick other exits), and the
+    /// torrc's policy again once they can, as C's router.c does (C marks
+    /// the descriptor dirty: "dns resolvers failed", "dns resolvers
+    /// back", "dns hijacking confirmed"). True if the exit was withdrawn
+    /// or came back.
+    pub fn set_dns(&mut self, s: crate::resolver::DnsStatus) -> bool {
+        if self.exit_withdrawn != s.usable() {
+            return false;
+        }
+        self.exit_withdrawn = !s.usable();
+        if self.exit_withdrawn {
+            self.desc.exit_policy_lines = vec!["reject *:*".into()];
+            self.desc.ipv6_policy = None;
+        } else {
+            (self.desc.exit_policy_lines, self.desc.ipv6_policy) = self.configured_policy.clone();
+        }
         self.dirty = true;
+        if self.testing {
+            // C uploads at once in a testing network.
+            self.last_publish = None;
+        }
+        true
     }
 
-    /// True once the exit was withdrawn ([`DirState::withdraw_exit`]):
-    /// the workers admit no new stream either.
+    /// True while the exit is withdrawn ([`DirState::set_dns`]): the
+    /// workers admit no new stream either.
     pub fn exit_withdrawn(&self) -> bool {
         self.exit_withdrawn
     }

@@ -256,29 +256,10 @@ async fn run_controller(cfg: RelayConfig, mut hooks: RelayHooks) -> anyhow::Resu
             worker::spawn_thread(w, cfg.worker_sched_slice)?;
         }
     }
-    let mut dns_usable = true;
-    if let Some(q) = dns_requests {
-        let handles = workers.clone();
-        let conf = crate::resolver::ResolverSetup {
-            resolv_conf: cfg.dns_resolv_conf.clone(),
-            randomize_case: cfg.dns_randomize_case,
-            detect_hijacking: cfg.dns_detect_hijacking,
-            test_addresses: cfg.dns_test_addresses.clone(),
-            first_check: None,
-        };
-        let to_controller = tx.clone();
-        (_, dns_usable) = q.spawn(
-            conf,
-            move |w, answer| {
-                if let Some(h) = handles.get(w) {
-                    h.send(CoreMsg::Resolved(answer));
-                }
-            },
-            move || {
-                let _ = to_controller.send(ControllerMsg::DnsUseless);
-            },
-        )?;
-    }
+    let dns_usable = match dns_requests {
+        Some(q) => relay_context::start_resolver(&cfg, q, workers.clone(), tx.clone())?,
+        None => true,
+    };
     if let Some(w) = local_worker {
         tokio::task::spawn_local(local::drive_local_worker(w));
         info!("ConnectionThreads 0: connections run on the main thread");
@@ -309,8 +290,11 @@ async fn run_controller(cfg: RelayConfig, mut hooks: RelayHooks) -> anyhow::Resu
     let (dir_tx, mut dir_rx) = unbounded_channel::<DirEvent>();
     let mut dir = DirState::new(&cfg, dir_tx, ctx.dir_cache);
     if !dns_usable {
-        warn!("DNS does not work: not claiming to be an exit (the descriptor says reject *:*) until weft restarts with usable name servers, as C Tor");
-        dir.withdraw_exit();
+        warn!("DNS does not work: not claiming to be an exit (the descriptor says reject *:*) until a reload or the retry every 10 minutes finds usable name servers, as C Tor");
+        dir.set_dns(crate::resolver::DnsStatus {
+            init_failed: true,
+            broken: false,
+        });
     }
     dir.set_family_keys(family_keys);
     let (cache_tx, mut cache_rx) = unbounded_channel::<dir_cache::CacheEvent>();
@@ -387,12 +371,7 @@ async fn run_controller(cfg: RelayConfig, mut hooks: RelayHooks) -> anyhow::Resu
             },
             _ = tokio::time::sleep(Duration::from_millis(50)), if c.limits.accept_paused_until.is_some() => {}
             Some(m) = rx.recv() => match m {
-                ControllerMsg::DnsUseless => {
-                    // As C's router.c while dns_seems_to_be_broken().
-                    warn!("DNS is useless: the descriptor says reject *:* and no new stream is admitted until weft restarts");
-                    dir.withdraw_exit();
-                    c.rebuild_context(&dir);
-                }
+                ControllerMsg::Dns(s) => c.on_dns(s, &mut dir),
                 ControllerMsg::CreateOverIpv6 { peer } => {
                     dir.on_create_over_ipv6(peer, c.cfg.extend_allow_private)
                 }
@@ -531,7 +510,7 @@ impl Controller {
         let Some(m) = m else { return };
         match m {
             // Handled in the controller's loop (the directory's state).
-            ControllerMsg::DnsUseless | ControllerMsg::CreateOverIpv6 { .. } => {}
+            ControllerMsg::Dns(_) | ControllerMsg::CreateOverIpv6 { .. } => {}
             // Handled by the onion-service tables above.
             ControllerMsg::IntroEstablished { .. }
             | ControllerMsg::IntroMoved { .. }
@@ -729,6 +708,23 @@ impl Controller {
     /// Build a new immutable context from the current keys, link keys and
     /// network parameters, and hand it to every worker (new connections use
     /// it; open ones keep theirs).
+    /// The exit's DNS changed: as C's router.c, `reject *:*` while
+    /// `has_dns_init_failed()` or `dns_seems_to_be_broken()`, the torrc's
+    /// policy once it works; the workers' admission follows.
+    fn on_dns(&mut self, s: crate::resolver::DnsStatus, dir: &mut DirState) {
+        if !dir.set_dns(s) {
+            return;
+        }
+        if s.usable() {
+            info!("DNS works again (dns resolvers back): the descriptor says the torrc's exit policy again");
+        } else if s.broken {
+            warn!("DNS is useless: the descriptor says reject *:* and no new stream is admitted until a reload reads a changed name-server configuration");
+        } else {
+            warn!("DNS does not work (dns resolvers failed): the descriptor says reject *:* and no new stream is admitted until a reload or the retry finds usable name servers");
+        }
+        self.rebuild_context(dir);
+    }
+
     fn rebuild_context(&mut self, dir: &DirState) -> bool {
         match SharedContext::build(
             &self.keys,

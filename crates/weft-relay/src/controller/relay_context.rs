@@ -1,7 +1,8 @@
 //! What the workers' relay context is built from: the scheduling and
 //! congestion parameters (the torrc where set, else the consensus, else
 //! C Tor's defaults), the exit's admission settings (policy, re-entry
-//! set, the consensus's relays), our own addresses.
+//! set, the consensus's relays), our own addresses; and the start of the
+//! exit's resolver thread, whose status withdraws or restores the exit.
 
 use std::net::{IpAddr, SocketAddr};
 use std::sync::Arc;
@@ -106,6 +107,38 @@ pub(super) fn our_addrs(cfg: &RelayConfig) -> Vec<IpAddr> {
     let mut a = vec![cfg.advertised.ip()];
     a.extend(cfg.ipv6_or_port.map(|(_, adv)| IpAddr::V6(*adv.ip())));
     a
+}
+
+/// Start the exit's resolver thread (`ServerDNS*` options), its answers
+/// going to the asking worker and its changes of status to the
+/// controller; false if the name servers cannot be configured (the exit
+/// starts withdrawn).
+pub(super) fn start_resolver(
+    cfg: &RelayConfig,
+    requests: crate::resolver::ResolverRequests,
+    workers: Vec<crate::worker::WorkerHandle>,
+    to_controller: tokio::sync::mpsc::UnboundedSender<crate::messages::ControllerMsg>,
+) -> std::io::Result<bool> {
+    let conf = crate::resolver::ResolverSetup {
+        resolv_conf: cfg.dns_resolv_conf.clone(),
+        randomize_case: cfg.dns_randomize_case,
+        detect_hijacking: cfg.dns_detect_hijacking,
+        test_addresses: cfg.dns_test_addresses.clone(),
+        first_check: None,
+        retry: crate::resolv_conf::RETRY_INTERVAL,
+    };
+    let (_, usable) = requests.spawn(
+        conf,
+        move |w, answer| {
+            if let Some(h) = workers.get(w) {
+                h.send(crate::worker::CoreMsg::Resolved(answer));
+            }
+        },
+        move |s| {
+            let _ = to_controller.send(crate::messages::ControllerMsg::Dns(s));
+        },
+    )?;
+    Ok(usable)
 }
 
 #[cfg(test)]

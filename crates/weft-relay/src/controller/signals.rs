@@ -247,8 +247,6 @@ impl Controller {
         needs_restart!("MaxMemInQueues", max_mem_in_queues);
         needs_restart!("ConnLimit", conn_limit);
         needs_restart!("TokenBucketRefillInterval", token_bucket_refill);
-        needs_restart!("ServerDNSResolvConfFile", dns_resolv_conf);
-        needs_restart!("ServerDNSRandomizeCase", dns_randomize_case);
         needs_restart!("ServerDNSDetectHijacking", dns_detect_hijacking);
         needs_restart!("ServerDNSTestAddresses", dns_test_addresses);
         needs_restart!(
@@ -304,6 +302,11 @@ impl Controller {
                 old.heartbeat_period == new.heartbeat_period,
             ),
             ("OutboundBindAddress", old.outbound == new.outbound),
+            (
+                "ServerDNSResolvConfFile/RandomizeCase",
+                old.dns_resolv_conf == new.dns_resolv_conf
+                    && old.dns_randomize_case == new.dns_randomize_case,
+            ),
             ("ShutdownWaitLength", old.shutdown_wait == new.shutdown_wait),
             ("Accounting options", old.accounting == new.accounting),
         ] {
@@ -315,6 +318,15 @@ impl Controller {
             old.bandwidth_rate != new.bandwidth_rate || old.bandwidth_burst != new.bandwidth_burst;
         self.reload_accounting(&new);
         self.cfg = new;
+        // C's dns_reset(): the name servers read again if their file
+        // changed (ServerDNSResolvConfFile and ServerDNSRandomizeCase
+        // apply now); the thread says what came of it.
+        if let Some(r) = &self.resolver {
+            r.reload(
+                self.cfg.dns_resolv_conf.clone(),
+                self.cfg.dns_randomize_case,
+            );
+        }
         if bw_changed {
             let n = self.workers.len().max(1) as u64;
             let (rate, burst) = (

@@ -317,3 +317,67 @@ fn stem(script: &str, ei: &str) -> Result<String> {
     }
     Ok(String::from_utf8_lossy(&out.stdout).to_string())
 }
+
+/// C's router.c as the authorities see it: a reload that names a
+/// resolver configuration that cannot be read (a directory: C's "Unable
+/// to parse") makes weft publish `reject *:*` at once (`has_dns_init_failed()`),
+/// and the reload that gives its working file back puts the exit policy
+/// back ("dns resolvers back"). Read from auth0's copy of weft's
+/// descriptor.
+pub fn check_dns_withdrawal(net: &Testnet, fp: &str) -> Result<()> {
+    let node = net.weft().context("no weft node")?;
+    let torrc = node.torrc();
+    let base = std::fs::read_to_string(&torrc)?;
+    let pid = net.weft_pid().context("weft's pid")?;
+    let unreadable = torrc.with_extension("resolv-dir");
+    std::fs::create_dir_all(&unreadable)?;
+    let broken: String = base
+        .lines()
+        .map(|l| {
+            if l.starts_with("ServerDNSResolvConfFile ") {
+                format!("ServerDNSResolvConfFile {}\n", unreadable.display())
+            } else {
+                format!("{l}\n")
+            }
+        })
+        .collect();
+    ensure!(broken != base, "no ServerDNSResolvConfFile in weft's torrc");
+    let hup = || -> Result<()> {
+        ensure!(std::process::Command::new("kill")
+            .args(["-HUP", &pid.to_string()])
+            .status()?
+            .success());
+        Ok(())
+    };
+    let wait_for = |what: &str, want: &dyn Fn(&str) -> bool| -> Result<Duration> {
+        let t0 = Instant::now();
+        loop {
+            let desc = from_authority(net, &format!("/tor/server/fp/{fp}"))?;
+            if want(&desc) {
+                return Ok(t0.elapsed());
+            }
+            ensure!(
+                t0.elapsed() < Duration::from_secs(120),
+                "auth0 has no descriptor of weft with {what} after 120 s:\n{desc}"
+            );
+            std::thread::sleep(Duration::from_secs(1));
+        }
+    };
+    std::fs::write(&torrc, &broken)?;
+    hup()?;
+    let took = wait_for("reject *:* only", &|d| {
+        d.contains("\nreject *:*\n") && !d.contains("\naccept ") && !d.contains("\nipv6-policy ")
+    })?;
+    eprintln!("[dns] unreadable name-server file: auth0 has weft's descriptor with reject *:* {:.1} s after the reload", took.as_secs_f64());
+    std::fs::write(&torrc, &base)?;
+    hup()?;
+    let took = wait_for("its exit policy", &|d| {
+        d.contains("\naccept ") && d.contains("\nipv6-policy accept ")
+    })?;
+    eprintln!(
+        "[dns] working file again: auth0 has weft's exit policy {:.1} s after the reload",
+        took.as_secs_f64()
+    );
+    let _ = std::fs::remove_dir(&unreadable);
+    Ok(())
+}
