@@ -2,7 +2,7 @@
 //! `configure_nameservers()` does: which outcomes make the exit withdraw
 //! (C's `has_dns_init_failed()`), which fall back to a local name server,
 //! and when a reload reads the file again. No resolver is built here; the
-//! resolver thread ([`crate::resolver`]) builds one from what this returns.
+//! resolver thread (`resolver/thread.rs`) builds one from what this returns.
 //!
 //! As C 0.4.9 (`dns.c`, with libevent's `evdns_base_resolv_conf_parse`):
 //! - a file that cannot be stat()ed (missing) or is empty: a warning, and
