@@ -427,6 +427,11 @@ pub fn rows(results: &[StepResult]) -> Vec<Row> {
         );
         add("CPU-s/GiB (active)", &|f| f.cpu_s_per_gib, 2);
         add(
+            "… less the idle circuits' CPU rate",
+            &|f| f.cpu_s_per_gib_less_idle,
+            2,
+        );
+        add(
             "node delay p50 (ms)",
             &|f| Some(f.delay_ms.p50).filter(|_| f.delay_ms.count > 0),
             2,

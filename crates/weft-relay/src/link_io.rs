@@ -349,7 +349,12 @@ impl LinkConn {
         if !matches!(self.phase, Phase::Open) {
             return 0;
         }
-        self.light_wake = false;
+        // A read buffer given back now was a busy one's: wake with the
+        // usual size. One already given back keeps how it was given
+        // back (a light link silent for a second stays light).
+        if !self.rbuf.is_empty() {
+            self.light_wake = false;
+        }
         self.release_buffers()
     }
 
@@ -635,6 +640,12 @@ mod tests {
         assert_eq!(carry(&mut a, &mut b, 2), [1, 2]);
         assert!(b.release_light_buffers() >= WAKE_READ_BUF);
         assert_eq!(b.rbuf.len(), 0);
+        assert_eq!(carry(&mut a, &mut b, 1), [1]);
+        assert_eq!(b.rbuf.len(), LIGHT_READ_BUF);
+        b.release_light_buffers();
+        // Silent for a second: the idle pass finds its buffers given
+        // back already, and it still wakes with a page.
+        assert_eq!(b.release_idle_buffers(), 0);
         assert_eq!(carry(&mut a, &mut b, 1), [1]);
         assert_eq!(b.rbuf.len(), LIGHT_READ_BUF);
         b.release_light_buffers();

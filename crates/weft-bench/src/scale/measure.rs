@@ -103,6 +103,11 @@ pub struct Figures {
     pub active_mib_per_s: f64,
     /// CPU-seconds per GiB of bulk traffic.
     pub cpu_s_per_gib: Option<f64>,
+    /// The same less what the idle circuits cost meanwhile: the active
+    /// window's CPU minus the idle phase's CPU rate (from the same
+    /// clock, /proc's ticks) over the window, per GiB — the cost of the
+    /// active traffic itself, which the issue asks to stay flat.
+    pub cpu_s_per_gib_less_idle: Option<f64>,
     /// Node delay of the marked bulk cells (both directions), ms.
     pub delay_ms: Percentiles,
     /// The same upstream only (generator → sink).
@@ -525,6 +530,10 @@ pub(super) fn measure(
     f.rss_per_active_circuit = plan::per_unit(f.rss_idle, f.rss_active, f.active_circuits);
     f.active_mib_per_s = f.active_bytes as f64 / f.active_s.max(1e-6) / (1u64 << 20) as f64;
     f.cpu_s_per_gib = plan::cpu_s_per_gib(f.active_cpu_s, f.active_bytes);
+    f.cpu_s_per_gib_less_idle = plan::cpu_s_per_gib(
+        (f.active_cpu_s - f.idle_cpu_share_ticks * f.active_s).max(0.0),
+        f.active_bytes,
+    );
     f.corrupt_cells = load.sum(|c| &c.corrupt);
     f.circuits_lost_later = load.sum(|c| &c.failed) - f.circuits_failed_building;
     let reports = load.finish()?;
