@@ -69,12 +69,14 @@ pub fn read(path: &Path, last: Option<&ReadStamp>, force: bool) -> ConfOutcome {
         return ConfOutcome::Unchanged;
     }
     let data = match &meta {
-        Some(m) if m.is_file() && m.len() == 0 => None,
+        // C falls back when stat() says size 0, a regular file or not (a
+        // FIFO or a device says 0 too).
+        Some(m) if m.len() == 0 => None,
         None => None,
-        Some(m) if m.len() > MAX_RESOLV_CONF && m.is_file() => {
+        Some(m) if m.len() > MAX_RESOLV_CONF => {
             return failed(path, &format!("larger than {MAX_RESOLV_CONF} bytes"))
         }
-        Some(_) => match std::fs::read(path) {
+        Some(_) => match read_bounded(path) {
             Ok(d) if d.len() as u64 > MAX_RESOLV_CONF => {
                 return failed(path, &format!("larger than {MAX_RESOLV_CONF} bytes"))
             }
@@ -96,6 +98,17 @@ pub fn read(path: &Path, last: Option<&ReadStamp>, force: bool) -> ConfOutcome {
     }
     info!("Parsing resolver configuration in '{}'", path.display());
     servers(data, stamp)
+}
+
+/// Read at most one byte over [`MAX_RESOLV_CONF`] (the file can grow, or
+/// not be a regular file, between the stat() and the read).
+fn read_bounded(path: &Path) -> std::io::Result<Vec<u8>> {
+    use std::io::Read;
+    let mut data = Vec::new();
+    std::fs::File::open(path)?
+        .take(MAX_RESOLV_CONF + 1)
+        .read_to_end(&mut data)?;
+    Ok(data)
 }
 
 fn servers(data: Vec<u8>, stamp: Option<ReadStamp>) -> ConfOutcome {
@@ -152,6 +165,14 @@ mod tests {
         let big = dir.path().join("big.conf");
         std::fs::write(&big, "#".repeat(MAX_RESOLV_CONF as usize + 1)).unwrap();
         assert!(matches!(read(&big, None, false), ConfOutcome::Failed(_)));
+        // A device that never ends: stat() says 0 bytes, so C falls back
+        // (and nothing reads it without bound).
+        assert_eq!(
+            servers_of(&read(Path::new("/dev/zero"), None, false)),
+            ["127.0.0.1"]
+        );
+        let data = read_bounded(Path::new("/dev/zero")).unwrap();
+        assert_eq!(data.len() as u64, MAX_RESOLV_CONF + 1);
         let good = dir.path().join("resolv.conf");
         std::fs::write(&good, "nameserver 127.53.0.9\nbogus line\n").unwrap();
         assert_eq!(servers_of(&read(&good, None, false)), ["127.53.0.9"]);
