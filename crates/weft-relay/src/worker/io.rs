@@ -17,8 +17,12 @@ use crate::link_io::{IoState, LinkConn};
 const READ_BUDGET: u64 = 128 * 1024;
 /// Bytes of cells staged for one connection per round (no KIST).
 const WRITE_BATCH: usize = 64 * 1024;
-/// Most bytes staged for one connection per KIST run.
+/// Most bytes written to one connection per KIST run.
 const MAX_KIST_BATCH: usize = 1 << 20;
+/// Most bytes staged in a connection's write buffer at once: a KIST run
+/// stages and flushes its batch in chunks of this size, so a busy link's
+/// buffer stays this small (issue 37: memory per active circuit).
+const STAGE_CHUNK: usize = WRITE_BATCH;
 
 impl Worker {
     /// Read every connection on the to-read list.
@@ -209,31 +213,46 @@ impl Worker {
                 None => WRITE_BATCH,
             }
         };
-        let filled = core.fill(idx, &mut c.link, budget, allowed, now_ns);
-        write_bucket.consume(filled.staged as u64);
-        let before = c.link.written_total;
-        let flushed = match c.link.flush() {
-            Ok(all) => all,
-            Err(e) => {
-                c.closing = Some(format!("write: {e}"));
-                to_close.push(idx);
-                return true;
+        // Stage and flush in chunks of at most STAGE_CHUNK, until the
+        // run's budget is written, the socket is full or nothing is left:
+        // the write buffer of a busy link stays one chunk, not a batch.
+        let mut left = budget;
+        let mut allowed = allowed;
+        loop {
+            let chunk = left.min(STAGE_CHUNK);
+            let filled = core.fill(idx, &mut c.link, chunk, allowed, now_ns);
+            write_bucket.consume(filled.staged as u64);
+            allowed = allowed.saturating_sub(filled.staged);
+            let before = c.link.written_total;
+            let flushed = match c.link.flush() {
+                Ok(all) => all,
+                Err(e) => {
+                    c.closing = Some(format!("write: {e}"));
+                    to_close.push(idx);
+                    return true;
+                }
+            };
+            let n = c.link.written_total - before;
+            if n > 0 {
+                counters.written += n;
+                if c.peer_addr.is_ipv6() {
+                    counters.written_v6 += n;
+                }
+                c.bytes_recent += n;
             }
-        };
-        let n = c.link.written_total - before;
-        if n > 0 {
-            counters.written += n;
-            if c.peer_addr.is_ipv6() {
-                counters.written_v6 += n;
+            if !flushed {
+                c.writable = false;
+                return false;
             }
-            c.bytes_recent += n;
-        }
-        if !flushed {
-            c.writable = false;
-            return false;
-        }
-        if filled.more {
-            return false;
+            if !filled.more {
+                break;
+            }
+            left = left.saturating_sub(n as usize);
+            if left == 0 || filled.staged == 0 {
+                // The run's share is written (or the bucket is empty):
+                // the rest waits for the next run.
+                return false;
+            }
         }
         c.writing = false;
         if c.is_light() && c.link.buffered_in() == 0 {
