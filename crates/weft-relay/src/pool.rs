@@ -7,14 +7,22 @@
 //! an intrusive FIFO of slot indices (head, tail, length), owned by the
 //! circuit half whose connection will write the cells.
 //!
-//! The pool grows (doubling) only when every slot is in use, up to a hard
-//! cap; beyond the cap [`CellPool::alloc`] fails and the caller closes the
-//! circuit at fault (see the worker's queue limits).
+//! The pool grows only when every slot is in use, by one chunk of
+//! [`CHUNK`] slots (a separate allocation: nothing is copied, and memory
+//! committed is what the queues' high-water mark needed, rounded up to a
+//! chunk, not up to a doubling), up to a hard cap; beyond the cap
+//! [`CellPool::alloc`] fails and the caller closes the circuit at fault
+//! (see the worker's queue limits).
 
 use weft_proto::cell::BODY_LEN;
 
 /// "No slot" in the intrusive links.
 const NIL: u32 = u32::MAX;
+
+/// log2 of [`CHUNK`].
+const CHUNK_SHIFT: u32 = 10;
+/// Slots per chunk: the pool's unit of growth (1,024 slots, 544 KiB).
+pub const CHUNK: usize = 1 << CHUNK_SHIFT;
 
 /// One queued cell.
 #[derive(Clone)]
@@ -36,7 +44,11 @@ pub struct CellSlot {
 
 /// A per-worker pool of cell slots.
 pub struct CellPool {
-    slots: Vec<CellSlot>,
+    /// Slot `i` is `chunks[i / CHUNK][i % CHUNK]`; every chunk but the
+    /// last (cut by the cap) holds [`CHUNK`] slots.
+    chunks: Vec<Box<[CellSlot]>>,
+    /// Slots in all chunks.
+    len: usize,
     free: Vec<u32>,
     cap: usize,
 }
@@ -44,7 +56,7 @@ pub struct CellPool {
 impl std::fmt::Debug for CellPool {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("CellPool")
-            .field("slots", &self.slots.len())
+            .field("slots", &self.len)
             .field("free", &self.free.len())
             .field("cap", &self.cap)
             .finish()
@@ -55,7 +67,8 @@ impl CellPool {
     /// A pool with `initial` slots that may grow to `cap` slots.
     pub fn new(initial: usize, cap: usize) -> Self {
         let mut p = CellPool {
-            slots: Vec::new(),
+            chunks: Vec::new(),
+            len: 0,
             free: Vec::new(),
             cap: cap.max(1),
         };
@@ -63,60 +76,61 @@ impl CellPool {
         p
     }
 
+    /// Add chunks until the pool holds at least `to` slots (at most the
+    /// cap). New slots are written (resident) at once.
     fn grow(&mut self, to: usize) {
-        let from = self.slots.len();
         let to = to.min(self.cap);
-        if to <= from {
-            return;
+        while self.len < to {
+            let from = self.len;
+            let n = CHUNK.min(self.cap - from);
+            let chunk = vec![
+                CellSlot {
+                    next: NIL,
+                    circ_id: 0,
+                    command: 0,
+                    stamp_ns: 0,
+                    queued_ns: 0,
+                    body: [0; BODY_LEN],
+                };
+                n
+            ];
+            self.chunks.push(chunk.into_boxed_slice());
+            self.len += n;
+            self.free.reserve(n);
+            self.free.extend((from as u32..self.len as u32).rev());
         }
-        self.slots.resize(
-            to,
-            CellSlot {
-                next: NIL,
-                circ_id: 0,
-                command: 0,
-                stamp_ns: 0,
-                queued_ns: 0,
-                body: [0; BODY_LEN],
-            },
-        );
-        self.free.reserve(to - from);
-        self.free.extend((from as u32..to as u32).rev());
     }
 
     /// Slots in use.
     pub fn in_use(&self) -> usize {
-        self.slots.len() - self.free.len()
+        self.len - self.free.len()
     }
 
     /// Slots allocated (in use or free).
     pub fn capacity(&self) -> usize {
-        self.slots.len()
+        self.len
     }
 
     /// Take a slot, growing the pool if it is exhausted and below its cap.
     pub fn alloc(&mut self) -> Option<u32> {
         if self.free.is_empty() {
-            let n = self.slots.len();
-            // Double while small; past 64 Ki slots (35 MB) grow by an
-            // eighth, since new slots are written (resident) at once and a
-            // doubling would commit up to twice what the queues hold.
-            let step = if n < 1 << 16 { n.max(64) } else { n / 8 };
-            self.grow(n + step);
+            self.grow(self.len + 1);
         }
         let i = self.free.pop()?;
-        self.slots[i as usize].next = NIL;
+        self.slot_mut(i).next = NIL;
         Some(i)
     }
 
     /// The slot `i`.
+    #[inline]
     pub fn slot(&self, i: u32) -> &CellSlot {
-        &self.slots[i as usize]
+        &self.chunks[(i >> CHUNK_SHIFT) as usize][i as usize & (CHUNK - 1)]
     }
 
     /// The slot `i`, mutably.
+    #[inline]
     pub fn slot_mut(&mut self, i: u32) -> &mut CellSlot {
-        &mut self.slots[i as usize]
+        &mut self.chunks[(i >> CHUNK_SHIFT) as usize][i as usize & (CHUNK - 1)]
     }
 
     /// Write a cell into slot `i`: its command, when it was read and
@@ -130,7 +144,7 @@ impl CellPool {
         queued_ns: u64,
         body: &[u8; BODY_LEN],
     ) {
-        let c = &mut self.slots[i as usize];
+        let c = self.slot_mut(i);
         c.command = command;
         c.stamp_ns = stamp_ns;
         c.queued_ns = queued_ns;
@@ -257,10 +271,25 @@ mod tests {
     }
 
     #[test]
-    fn a_large_pool_grows_by_an_eighth() {
-        let mut pool = CellPool::new(1 << 16, 1 << 20);
-        let n: Vec<u32> = (0..=(1 << 16)).map(|_| pool.alloc().unwrap()).collect();
-        assert_eq!(pool.capacity(), (1 << 16) + (1 << 13), "not doubled");
-        assert_eq!(n.len(), (1 << 16) + 1);
+    fn a_pool_grows_by_one_chunk_and_keeps_its_slots_in_place() {
+        let mut pool = CellPool::new(CHUNK, 4 * CHUNK + 10);
+        assert_eq!(pool.capacity(), CHUNK);
+        let first = pool.alloc().unwrap();
+        pool.slot_mut(first).body[0] = 7;
+        let mut n = vec![first];
+        n.extend((1..=CHUNK).map(|_| pool.alloc().unwrap()));
+        assert_eq!(pool.capacity(), 2 * CHUNK, "one chunk more, not doubled");
+        // Slots already handed out did not move or change.
+        assert_eq!(pool.slot(first).body[0], 7);
+        n.extend(std::iter::from_fn(|| pool.alloc()));
+        assert_eq!(n.len(), 4 * CHUNK + 10, "the last chunk is cut by the cap");
+        let mut sorted = n.clone();
+        sorted.sort_unstable();
+        sorted.dedup();
+        assert_eq!(sorted.len(), n.len(), "every slot handed out once");
+        for &i in &n {
+            pool.slot_mut(i).circ_id = i;
+        }
+        assert!(n.iter().all(|&i| pool.slot(i).circ_id == i));
     }
 }

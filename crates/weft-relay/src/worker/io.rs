@@ -168,7 +168,8 @@ impl Worker {
         list.retain(|&idx| !self.write_conn(idx, now_ns));
     }
 
-    /// Stage up to one batch of cells for connection `idx` and flush.
+    /// Write up to one batch of cells for connection `idx` (what KIST and
+    /// the write bucket allow), staged and flushed a chunk at a time.
     /// Returns true when it has nothing left to write (it leaves the
     /// writing list).
     fn write_conn(&mut self, idx: usize, now_ns: u64) -> bool {
