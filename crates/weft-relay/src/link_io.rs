@@ -50,6 +50,14 @@ const MAX_RECORD: usize = 16 * 1024;
 /// handshake or an idle spell): eight cells; it grows as a `Vec` when a
 /// round queues more, and keeps that size while the link is busy.
 const WAKE_WRITE_BUF: usize = 8 * CELL_LEN;
+/// Most bytes the driver stages in a write buffer before it flushes
+/// (`worker/io.rs`: a KIST run writes its batch in chunks of this size),
+/// so a busy link's buffer stays small (issue 37). 127 cells: staging
+/// stops at the first cell that reaches it, so the buffer holds at most
+/// 128 cells, the capacity its doubling from [`WAKE_WRITE_BUF`] reaches
+/// (one cell more would double it to 256 cells, a mapping of its own past
+/// malloc's 128 KiB threshold).
+pub const STAGE_CHUNK: usize = 127 * CELL_LEN;
 /// What OpenSSL's two record buffers take (read and write, 16 KiB of
 /// plaintext each plus record overhead), counted when they are freed.
 const TLS_RECORD_BUFFERS: usize = 2 * (MAX_RECORD + 1024);
@@ -721,5 +729,21 @@ mod tests {
             "write buffer {}",
             a.wbuf.capacity()
         );
+    }
+
+    /// A staged chunk ([`STAGE_CHUNK`]) and the one cell that reaches it
+    /// fit the capacity the write buffer doubles to: 128 cells.
+    #[test]
+    fn a_staged_chunk_fits_the_doubled_write_buffer() {
+        let (mut a, _b) = open_pair();
+        a.wbuf = Vec::new();
+        a.wpos = 0;
+        let body = [0u8; BODY_LEN];
+        while a.pending_out() < STAGE_CHUNK {
+            a.queue_cell(1, 3, &body);
+        }
+        assert_eq!(a.pending_out(), STAGE_CHUNK);
+        a.queue_cell(1, 3, &body);
+        assert_eq!(a.wbuf.capacity(), 128 * CELL_LEN);
     }
 }

@@ -11,7 +11,7 @@ use super::core::dispatch::CellVerdict;
 use super::core::sched::CellSink;
 use super::Worker;
 use crate::kist;
-use crate::link_io::{IoState, LinkConn};
+use crate::link_io::{IoState, LinkConn, STAGE_CHUNK};
 
 /// Bytes read from one connection per round before others get a turn.
 const READ_BUDGET: u64 = 128 * 1024;
@@ -19,10 +19,6 @@ const READ_BUDGET: u64 = 128 * 1024;
 const WRITE_BATCH: usize = 64 * 1024;
 /// Most bytes written to one connection per KIST run.
 const MAX_KIST_BATCH: usize = 1 << 20;
-/// Most bytes staged in a connection's write buffer at once: a KIST run
-/// stages and flushes its batch in chunks of this size, so a busy link's
-/// buffer stays this small (issue 37: memory per active circuit).
-const STAGE_CHUNK: usize = WRITE_BATCH;
 
 impl Worker {
     /// Read every connection on the to-read list.
