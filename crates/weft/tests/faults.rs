@@ -113,6 +113,17 @@ impl Relay {
         }
     }
 
+    /// Send `sig` and leave the process running.
+    fn send(&self, sig: &str) -> Result<()> {
+        let c = self.child.as_ref().context("not running")?;
+        let st = Command::new("kill")
+            .arg(format!("-{sig}"))
+            .arg(c.id().to_string())
+            .status()?;
+        ensure!(st.success(), "kill -{sig} failed");
+        Ok(())
+    }
+
     fn hop(&self) -> Result<weft_proto::origin::HopTarget> {
         let fp = std::fs::read_to_string(self.data().join("fingerprint"))?;
         let mut rsa_id = [0u8; 20];
@@ -272,6 +283,41 @@ fn an_unreadable_or_corrupt_key_stops_the_start_with_a_clear_line() -> Result<()
 }
 
 /// Close `s` with a TCP reset (SO_LINGER 0).
+/// Stopped and continued (SIGSTOP then SIGCONT: a debugger, job control,
+/// a cgroup freezer), weft relays on: every worker's `epoll_wait` returns
+/// EINTR on the continue, which once ended the workers' threads.
+#[test]
+fn a_stop_and_continue_during_traffic_leaves_the_relay_relaying() -> Result<()> {
+    let tmp = tempfile::tempdir()?;
+    let mut relay = Relay::new(tmp.path());
+    relay.start()?;
+    let run = load(&relay, &tmp.path().join("load"))?;
+    std::thread::sleep(Duration::from_secs(1));
+    for _ in 0..3 {
+        relay.send("STOP")?;
+        std::thread::sleep(Duration::from_millis(300));
+        relay.send("CONT")?;
+        std::thread::sleep(Duration::from_millis(300));
+    }
+    let before = run.sum(|c| c.down_cells.load(Ordering::Relaxed));
+    std::thread::sleep(Duration::from_secs(2));
+    let after = run.sum(|c| c.down_cells.load(Ordering::Relaxed));
+    let corrupt = run.sum(|c| c.corrupt.load(Ordering::Relaxed));
+    run.set_phase(PHASE_STOP);
+    let errors: Vec<String> = run.finish()?.into_iter().flat_map(|r| r.errors).collect();
+    let log = relay.log();
+    ensure!(
+        !log.contains("event loop failed"),
+        "a worker's event loop ended:\n{log}"
+    );
+    ensure!(
+        after > before + 1000 && corrupt == 0 && errors.is_empty(),
+        "after stop and continue: {} cells in 2 s, {corrupt} corrupt, {errors:?}",
+        after - before
+    );
+    Ok(())
+}
+
 fn reset(s: TcpStream) {
     let s = socket2::Socket::from(s);
     let _ = s.set_linger(Some(Duration::ZERO));

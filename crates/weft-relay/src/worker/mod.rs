@@ -486,10 +486,10 @@ impl Worker {
             // (a cell read earlier would wait for that run in our queue
             // anyway). Only a wake-up (the inbox, an urgent ring) ends the
             // sleep early; then the sockets' readiness, without waiting.
-            self.quiet_poll.poll(&mut self.quiet_events, timeout)?;
-            self.poll.poll(&mut self.events, Some(Duration::ZERO))?;
+            poll_events(&mut self.quiet_poll, &mut self.quiet_events, timeout)?;
+            poll_events(&mut self.poll, &mut self.events, Some(Duration::ZERO))?;
         } else {
-            self.poll.poll(&mut self.events, timeout)?;
+            poll_events(&mut self.poll, &mut self.events, timeout)?;
         }
         self.notifier.awake();
         let t0 = Instant::now();
@@ -654,6 +654,26 @@ pub fn thread_cpu_ns() -> u64 {
         return 0;
     }
     (ts.tv_sec as u64) * 1_000_000_000 + ts.tv_nsec as u64
+}
+
+/// Wait for readiness on `poll`. `epoll_wait` fails with EINTR when the
+/// process is stopped and continued (SIGSTOP or SIGTSTP then SIGCONT: a
+/// debugger attaching, job control, a cgroup freezer), even with no signal
+/// handler installed: that is a wake-up with no events, not a failure of
+/// the event loop (it used to end every worker's thread, and the relay
+/// stopped relaying while its process lived on).
+fn poll_events(
+    poll: &mut Poll,
+    events: &mut Events,
+    timeout: Option<Duration>,
+) -> std::io::Result<()> {
+    match poll.poll(events, timeout) {
+        Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {
+            events.clear();
+            Ok(())
+        }
+        r => r,
+    }
 }
 
 /// Start a worker on its own OS thread.
