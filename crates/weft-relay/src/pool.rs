@@ -13,6 +13,12 @@
 //! chunk, not up to a doubling), up to a hard cap; beyond the cap
 //! [`CellPool::alloc`] fails and the caller closes the circuit at fault
 //! (see the worker's queue limits).
+//!
+//! It shrinks as C Tor's buffers give their empty chunks back: once a
+//! second the worker calls [`CellPool::shrink`], which, after the pool
+//! has not grown for [`QUIET_PASSES`] calls, frees the trailing chunks
+//! (all but the first) that hold no cell. A burst's queues cost memory
+//! while the burst lasts, not for the rest of the relay's life (issue 37).
 
 use weft_proto::cell::BODY_LEN;
 
@@ -23,6 +29,10 @@ const NIL: u32 = u32::MAX;
 const CHUNK_SHIFT: u32 = 10;
 /// Slots per chunk: the pool's unit of growth (1,024 slots, 544 KiB).
 pub const CHUNK: usize = 1 << CHUNK_SHIFT;
+
+/// Calls of [`CellPool::shrink`] (one a second) without growth before
+/// chunks go back: a load that needs them again soon keeps them.
+pub const QUIET_PASSES: u32 = 10;
 
 /// One queued cell.
 #[derive(Clone)]
@@ -51,6 +61,8 @@ pub struct CellPool {
     len: usize,
     free: Vec<u32>,
     cap: usize,
+    /// [`CellPool::shrink`] calls since the pool last grew.
+    quiet: u32,
 }
 
 impl std::fmt::Debug for CellPool {
@@ -71,6 +83,7 @@ impl CellPool {
             len: 0,
             free: Vec::new(),
             cap: cap.max(1),
+            quiet: 0,
         };
         p.grow(initial.clamp(1, p.cap));
         p
@@ -80,6 +93,7 @@ impl CellPool {
     /// cap). New slots are written (resident) at once.
     fn grow(&mut self, to: usize) {
         let to = to.min(self.cap);
+        self.quiet = 0;
         while self.len < to {
             let from = self.len;
             let n = CHUNK.min(self.cap - from);
@@ -154,6 +168,33 @@ impl CellPool {
     /// Return slot `i`.
     pub fn release(&mut self, i: u32) {
         self.free.push(i);
+    }
+
+    /// The once-a-second pass: after [`QUIET_PASSES`] passes without
+    /// growth, free the trailing chunks (never the first) whose slots are
+    /// all free. Returns the slots freed. Costs one walk of the free list
+    /// when the pool has a chunk to spare, nothing per cell.
+    pub fn shrink(&mut self) -> usize {
+        self.quiet = self.quiet.saturating_add(1);
+        if self.quiet < QUIET_PASSES || self.chunks.len() < 2 || self.in_use() + CHUNK > self.len {
+            return 0;
+        }
+        // Free the last chunk while all its slots are on the free list (it
+        // holds no cell); one walk of the list per chunk looked at, no
+        // allocation (the lists keep their capacity for the next growth).
+        let before = self.len;
+        while self.chunks.len() > 1 {
+            let last = self.chunks.len() - 1;
+            let n = self.chunks[last].len();
+            let start = (last << CHUNK_SHIFT) as u32;
+            if self.free.iter().filter(|&&i| i >= start).count() != n {
+                break;
+            }
+            self.free.retain(|&i| i < start);
+            self.chunks.pop();
+            self.len -= n;
+        }
+        before - self.len
     }
 }
 
@@ -291,5 +332,54 @@ mod tests {
             pool.slot_mut(i).circ_id = i;
         }
         assert!(n.iter().all(|&i| pool.slot(i).circ_id == i));
+    }
+
+    #[test]
+    fn a_quiet_pool_gives_back_its_empty_trailing_chunks() {
+        let mut pool = CellPool::new(CHUNK, 8 * CHUNK);
+        let mut held: Vec<u32> = (0..3 * CHUNK + 1).map(|_| pool.alloc().unwrap()).collect();
+        assert_eq!(pool.capacity(), 4 * CHUNK);
+        // A cell in the last chunk keeps it (and those before it).
+        let last = *held.iter().max().unwrap();
+        held.retain(|&i| i != last);
+        for i in held.drain(..) {
+            pool.release(i);
+        }
+        for _ in 0..2 * QUIET_PASSES {
+            assert_eq!(pool.shrink(), 0, "a cell is still queued in the last chunk");
+        }
+        // Once it leaves, the pool shrinks to its first chunk.
+        pool.release(last);
+        assert_eq!(pool.shrink(), 3 * CHUNK);
+        assert_eq!((pool.capacity(), pool.in_use()), (CHUNK, 0));
+        // Slots handed out afterwards are the first chunk's, each once.
+        let mut again: Vec<u32> = (0..CHUNK).map(|_| pool.alloc().unwrap()).collect();
+        again.sort_unstable();
+        again.dedup();
+        assert_eq!(again.len(), CHUNK);
+        assert!(again.iter().all(|&i| (i as usize) < CHUNK));
+        assert_eq!(pool.capacity(), CHUNK);
+    }
+
+    #[test]
+    fn a_pool_that_grew_recently_keeps_its_chunks() {
+        let mut pool = CellPool::new(CHUNK, 8 * CHUNK);
+        let held: Vec<u32> = (0..CHUNK + 1).map(|_| pool.alloc().unwrap()).collect();
+        for i in held {
+            pool.release(i);
+        }
+        for _ in 1..QUIET_PASSES {
+            assert_eq!(pool.shrink(), 0, "not yet quiet");
+        }
+        // Growth restarts the count.
+        let held: Vec<u32> = (0..2 * CHUNK + 1).map(|_| pool.alloc().unwrap()).collect();
+        for i in held {
+            pool.release(i);
+        }
+        for _ in 1..QUIET_PASSES {
+            assert_eq!(pool.shrink(), 0);
+        }
+        assert_eq!(pool.shrink(), 2 * CHUNK);
+        assert_eq!(pool.capacity(), CHUNK);
     }
 }

@@ -122,6 +122,33 @@ pub struct Figures {
     pub errors: Vec<String>,
     /// Warnings in the target's log: count and the first few lines.
     pub log_warnings: (usize, Vec<String>),
+    /// weft only, from its MetricsPort (summed over workers): cell slots
+    /// its pools had allocated and cells waiting in its circuit queues,
+    /// at the end of the idle window and the highest of the active
+    /// window's samples — how much of the RSS under load is queued cells.
+    pub weft_cells: Option<WeftCells>,
+}
+
+/// weft's cell gauges over a step (`weft_worker_pool_cells`,
+/// `weft_worker_queued_cells`).
+#[derive(Debug, Clone, Copy, Default, Serialize)]
+pub struct WeftCells {
+    /// Pool slots at the end of the idle window.
+    pub pool_idle: u64,
+    /// Highest pool slots under load.
+    pub pool_active_max: u64,
+    /// Highest queued cells under load.
+    pub queued_active_max: u64,
+    /// Scrapes under load that answered.
+    pub samples: u64,
+}
+
+/// The two cell gauges of one scrape, if the target has a MetricsPort.
+fn weft_cell_gauges(target: &Target) -> Option<(u64, u64)> {
+    let port = target.metrics_port?;
+    let s = crate::metrics::scrape(port, &target.metrics_token).ok()?;
+    let g = |k: &str| s.values.get(k).copied().unwrap_or(0.0) as u64;
+    Some((g("weft_worker_pool_cells"), g("weft_worker_queued_cells")))
 }
 
 /// The load side's relay identities, made once per run.
@@ -284,11 +311,17 @@ impl Clock {
 
 /// Sleep `secs` in slices, sampling RSS every `every` (returns the samples).
 fn sample_rss(target: &Target, secs: f64, every: Duration) -> Vec<u64> {
+    sample_rss_and(target, secs, every, || {})
+}
+
+/// As [`sample_rss`], calling `also` after each sample.
+fn sample_rss_and(target: &Target, secs: f64, every: Duration, mut also: impl FnMut()) -> Vec<u64> {
     let end = Instant::now() + Duration::from_secs_f64(secs);
     let mut v = Vec::new();
     while Instant::now() < end {
         std::thread::sleep(every.min(end.saturating_duration_since(Instant::now())));
         v.push(target.rss_bytes());
+        also();
     }
     v
 }
@@ -511,13 +544,24 @@ pub(super) fn measure(
     ));
 
     // Bulk load on the active circuits.
+    let mut cells = weft_cell_gauges(&target).map(|(pool, _)| WeftCells {
+        pool_idle: pool,
+        ..WeftCells::default()
+    });
     f.active_circuits = bulk.iter().sum::<usize>() as u64;
     load.set_phase(MANY_ACTIVE);
     std::thread::sleep(Duration::from_secs_f64(p.warmup_s));
     load.set_phase(MANY_MEASURE);
     let (up_a, down_a) = (load.sum(|c| &c.up_cells), load.sum(|c| &c.down_cells));
     let (cpu_a, lcpu_a, t_a) = (process_cpu_s(pid), load.cpu_ns(), Instant::now());
-    let rss = sample_rss(&target, p.active_s, Duration::from_millis(500));
+    let rss = sample_rss_and(&target, p.active_s, Duration::from_millis(500), || {
+        if let (Some(c), Some((pool, queued))) = (cells.as_mut(), weft_cell_gauges(&target)) {
+            c.pool_active_max = c.pool_active_max.max(pool);
+            c.queued_active_max = c.queued_active_max.max(queued);
+            c.samples += 1;
+        }
+    });
+    f.weft_cells = cells;
     f.active_s = t_a.elapsed().as_secs_f64();
     f.active_cells = (
         load.sum(|c| &c.up_cells) - up_a,
@@ -534,6 +578,15 @@ pub(super) fn measure(
         (f.active_cpu_s - f.idle_cpu_share_ticks * f.active_s).max(0.0),
         f.active_bytes,
     );
+    if let Some(c) = f.weft_cells {
+        clock.say(
+            &tag,
+            &format!(
+            "cells: pool {} slots idle, at most {} under load ({} MiB at 544 B); at most {} queued",
+            c.pool_idle, c.pool_active_max, (c.pool_active_max * 544) >> 20, c.queued_active_max
+        ),
+        );
+    }
     f.corrupt_cells = load.sum(|c| &c.corrupt);
     f.circuits_lost_later = load.sum(|c| &c.failed) - f.circuits_failed_building;
     let reports = load.finish()?;

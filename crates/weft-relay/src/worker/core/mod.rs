@@ -681,6 +681,13 @@ impl Circuits {
         );
     }
 
+    /// The once-a-second pass over the cell pool: a quiet pool gives its
+    /// empty trailing chunks back ([`CellPool::shrink`]). Returns the
+    /// slots freed.
+    pub(crate) fn shrink_pool(&mut self) -> usize {
+        self.pool.shrink()
+    }
+
     /// The core's side of the report (see [`CoreReport`]); the queued
     /// bytes in it are what the controller last heard.
     pub(crate) fn report(&mut self) -> CoreReport {
