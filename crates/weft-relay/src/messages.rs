@@ -198,6 +198,15 @@ pub use crate::worker_report::{
 #[allow(clippy::large_enum_variant)]
 #[derive(Debug)]
 pub enum ControllerMsg {
+    /// A worker's event loop failed and its thread ended: the relay can no
+    /// longer carry that worker's connections, so the process exits with
+    /// the reason (a supervisor restarts it) rather than live on half dead.
+    WorkerFailed {
+        /// The worker.
+        worker: usize,
+        /// What failed.
+        why: String,
+    },
     /// The exit's DNS changed: its name servers could (not) be
     /// configured, or they redirect most test addresses
     /// ([`crate::dns_honesty`]); unusable DNS withdraws the exit.

@@ -42,7 +42,7 @@ pub(super) async fn drive_local_worker(mut w: Worker) {
     };
     while !w.stopped() {
         if let Err(e) = w.turn(Some(Duration::ZERO)) {
-            error!("worker 0: event loop failed: {e}");
+            w.failed(&e);
             break;
         }
         match w.sleep_time() {

@@ -371,6 +371,10 @@ async fn run_controller(cfg: RelayConfig, mut hooks: RelayHooks) -> anyhow::Resu
             },
             _ = tokio::time::sleep(Duration::from_millis(50)), if c.limits.accept_paused_until.is_some() => {}
             Some(m) = rx.recv() => match m {
+                ControllerMsg::WorkerFailed { worker, why } => {
+                    fatal = Some(format!("worker {worker}: event loop failed: {why}"));
+                    break;
+                }
                 ControllerMsg::Dns(s) => c.on_dns(s, &mut dir),
                 ControllerMsg::CreateOverIpv6 { peer } => {
                     dir.on_create_over_ipv6(peer, c.cfg.extend_allow_private)
@@ -509,8 +513,11 @@ impl Controller {
         self.conflux.on_msg(&mut m, &mut to_worker);
         let Some(m) = m else { return };
         match m {
-            // Handled in the controller's loop (the directory's state).
-            ControllerMsg::Dns(_) | ControllerMsg::CreateOverIpv6 { .. } => {}
+            // Handled in the controller's loop (the directory's state, the
+            // end of the process).
+            ControllerMsg::Dns(_)
+            | ControllerMsg::CreateOverIpv6 { .. }
+            | ControllerMsg::WorkerFailed { .. } => {}
             // Handled by the onion-service tables above.
             ControllerMsg::IntroEstablished { .. }
             | ControllerMsg::IntroMoved { .. }

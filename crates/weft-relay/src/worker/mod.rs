@@ -338,13 +338,23 @@ impl Worker {
         &self.notifier
     }
 
+    /// The event loop failed with `e`: log it and tell the controller,
+    /// which ends the process ([`ControllerMsg::WorkerFailed`]).
+    pub fn failed(&self, e: &std::io::Error) {
+        tracing::error!("worker {}: event loop failed: {e}", self.id);
+        let _ = self.controller.send(ControllerMsg::WorkerFailed {
+            worker: self.id,
+            why: e.to_string(),
+        });
+    }
+
     /// Run on the current thread until shutdown.
     pub fn run(mut self) {
         debug!("worker {} running", self.id);
         while !self.stopping {
             let timeout = self.sleep_time();
             if let Err(e) = self.turn(timeout) {
-                tracing::error!("worker {}: event loop failed: {e}", self.id);
+                self.failed(&e);
                 break;
             }
         }

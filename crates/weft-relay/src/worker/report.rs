@@ -22,6 +22,13 @@ const TRIM_AFTER: usize = 1024 * 1024;
 const TRIM_PAUSE: u32 = 1000;
 /// The shortest time between two trims of one worker.
 const TRIM_INTERVAL: Duration = Duration::from_secs(10);
+/// Connections with more circuit halves than this are not offered to the
+/// balancer: a move sends a few ordered messages per half (to each peer's
+/// worker), and a relay link with 12,500 circuits (a sink of the scale
+/// bench at 100,000) put ~30,000 of them in one ring's waiting line — 17 MiB
+/// of RSS while the bulk load ran (issue 37), and a pause for every one of
+/// its circuits. A busy relay has many lighter connections to move.
+pub(crate) const MAX_MOVE_HALVES: usize = 1024;
 /// Circuits built or closed after which a worker trims the heap once a
 /// second passes without one built: a burst of circuit creation leaves
 /// its handshakes', queues' and grown tables' freed blocks in the
@@ -186,17 +193,25 @@ impl Worker {
     }
 
     /// The four connections that moved the most bytes since the last call
-    /// (and reset the counts). A connection that moved none gives back
+    /// (and reset the counts), of those light enough to move to another
+    /// worker (at most [`MAX_MOVE_HALVES`] circuits: the balancer picks
+    /// from these). A connection that moved none gives back
     /// its buffers ([`crate::link_io::LinkConn::release_idle_buffers`]),
     /// and once that adds up to [`TRIM_AFTER`] the heap's free pages go
     /// back to the kernel ([`super::WorkerConfig::heap_trim`]).
     fn tally_conns(&mut self, created: u64, halves: u64) -> [(ConnId, u64); 4] {
         let mut top = [(0u64, 0u64); 4];
-        for (_, c) in self.conns.iter_mut() {
+        let Worker {
+            conns, core, trim, ..
+        } = self;
+        for (idx, c) in conns.iter_mut() {
             let b = std::mem::take(&mut c.bytes_recent);
             c.bytes_last_second = b;
             if b == 0 {
-                self.trim.released(c.link.release_idle_buffers());
+                trim.released(c.link.release_idle_buffers());
+            }
+            if core.circuits_on(idx) > MAX_MOVE_HALVES {
+                continue;
             }
             if let Some(i) = top.iter().position(|t| b > t.1) {
                 top[i..].rotate_right(1);

@@ -35,6 +35,9 @@ pub(crate) enum Handed {
     Stalled,
 }
 
+/// Entries (536 bytes each) an empty waiting line keeps allocated.
+const WAITING_KEPT: usize = 64;
+
 impl Circuits {
     /// Push `msg` on the ring to worker `w`, unless something is waiting
     /// for room on that ring (it goes first) or the ring is full.
@@ -124,6 +127,11 @@ impl Circuits {
                     }
                 }
                 self.waiting[w].pop_front();
+            }
+            // A burst (a connection's move sends messages per circuit) may
+            // have grown the line; once it is empty, give that back.
+            if self.waiting[w].is_empty() && self.waiting[w].capacity() > WAITING_KEPT {
+                self.waiting[w].shrink_to(WAITING_KEPT);
             }
         }
     }

@@ -483,6 +483,11 @@ impl Circuits {
     }
 
     /// The connection at `idx`, if open.
+    /// Circuit halves on connection `idx` (0 if it is not open here).
+    pub(crate) fn circuits_on(&self, idx: usize) -> usize {
+        self.conn(idx).map_or(0, |c| c.circuits.len())
+    }
+
     pub(crate) fn conn(&self, idx: usize) -> Option<&ConnCircuits> {
         self.conns.get(idx).and_then(Option::as_ref)
     }

@@ -42,6 +42,7 @@ mod resolve;
 mod scale;
 mod streams;
 mod timers;
+mod waiting;
 
 /// Bound on the steps of [`Net::settle`].
 const MAX_STEPS: usize = 200;

@@ -1,0 +1,46 @@
+//! The ring's waiting line after a burst: a connection's move sends
+//! ordered messages per circuit, which queue behind a full ring; once the
+//! line is placed, its room goes back (issue 37: a sink link's 12,500
+//! circuits once held 17 MiB there while the bulk load ran). And the
+//! circuit count the balancer reads to leave such a link in place.
+
+use super::*;
+
+#[test]
+fn a_waiting_line_that_grew_in_a_burst_gives_its_room_back_once_placed() {
+    // A ring of 4 slots, full of cells the other worker has not read yet.
+    let mut net = Net::new(2, 4);
+    let (mut client, _next, circ, relabel) = two_hop(&mut net, 0, 1);
+    for i in 0..8u32 {
+        let mut b = client_data(&mut client, i);
+        if net.cell(0, 1, circ, cmd::RELAY, &mut b) == CellVerdict::Pause {
+            break;
+        }
+    }
+    let target = net.cores[1]
+        .halves
+        .reference(net.cores[1].conn(2).unwrap().circuits[&relabel])
+        .unwrap();
+    for _ in 0..120 {
+        net.cores[0].send_ordered(target, RingMsg::SourceDone { to: target });
+    }
+    assert!(net.cores[0].waiting[1].len() > 100);
+    assert!(net.cores[0].waiting[1].capacity() > 64);
+    net.settle();
+    assert!(net.cores[0].waiting[1].is_empty());
+    assert!(
+        net.cores[0].waiting[1].capacity() <= 64,
+        "kept {} entries' room",
+        net.cores[0].waiting[1].capacity()
+    );
+}
+
+#[test]
+fn the_balancer_reads_how_many_circuits_a_connection_carries() {
+    let mut net = Net::new(2, 64);
+    let (_client, _next, _circ, _relabel) = two_hop(&mut net, 0, 1);
+    assert_eq!(net.cores[0].circuits_on(1), 1);
+    assert_eq!(net.cores[1].circuits_on(2), 1);
+    assert_eq!(net.cores[0].circuits_on(99), 0);
+    assert!(crate::worker::report::MAX_MOVE_HALVES >= 256);
+}
