@@ -235,10 +235,6 @@ impl Worker {
     pub(crate) fn housekeeping(&mut self) {
         self.next_housekeeping = Instant::now() + Duration::from_secs(1);
         self.idle_reported = self.is_idle();
-        let freed = self.core.shrink_pool();
-        if freed > 0 {
-            tracing::debug!("cell pool gave back {freed} slots");
-        }
         self.report();
         self.apply_effects();
         self.reap();

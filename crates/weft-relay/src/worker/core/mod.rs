@@ -8,7 +8,7 @@
 //! [`Effect`]s and lists it drains.
 //!
 //! The API, as in quinn-proto's `Connection` (the driver calls nothing
-//! else; `tests/core_types.rs` checks it), ten entry points:
+//! else; `tests/core_types.rs` checks it), eleven entry points:
 //!
 //! * inputs — [`Circuits::on_cell`] (one cell read from a connection,
 //!   [`crate::worker::core::dispatch`]; its `Pause` stops the
@@ -29,7 +29,10 @@
 //!   [`crate::worker::core::sched`]), [`Circuits::pump_stream`] (an exit
 //!   stream's bytes through its socket,
 //!   [`crate::worker::core::streams::pump`]), [`Circuits::end_round`]
-//!   (the rings published) and [`Circuits::report`] (the counters);
+//!   (the rings published), [`Circuits::report`] (the counters; once a
+//!   second, when a quiet pool also gives chunks back) and
+//!   [`Circuits::circuits_on`] (a connection's circuit count, which the
+//!   balancer's candidates are filtered by);
 //! * the first step of a move, [`Circuits::detach`] (the connection's
 //!   circuits given up, or `None` while it cannot move).
 //!
@@ -686,16 +689,15 @@ impl Circuits {
         );
     }
 
-    /// The once-a-second pass over the cell pool: a quiet pool gives its
-    /// empty trailing chunks back ([`CellPool::shrink`]). Returns the
-    /// slots freed.
-    pub(crate) fn shrink_pool(&mut self) -> usize {
-        self.pool.shrink()
-    }
-
     /// The core's side of the report (see [`CoreReport`]); the queued
-    /// bytes in it are what the controller last heard.
+    /// bytes in it are what the controller last heard. The driver asks
+    /// once a second, which is also when a quiet cell pool gives its empty
+    /// trailing chunks back ([`CellPool::shrink`]) before its gauge is read.
     pub(crate) fn report(&mut self) -> CoreReport {
+        let freed = self.pool.shrink();
+        if freed > 0 {
+            tracing::debug!("cell pool gave back {freed} slots");
+        }
         let (mut exit, opened, refused) = self.streams.report();
         exit.cfx = self.conflux.report();
         CoreReport {
