@@ -9,7 +9,7 @@
 //! [`crate::traffic::socks5_connect_host`]).
 
 use std::collections::{HashMap, HashSet};
-use std::time::{Duration, Instant};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use anyhow::{anyhow, bail, Context, Result};
 
@@ -51,6 +51,54 @@ impl Testnet {
             uploaded: HashMap::new(),
             failed: Vec::new(),
         })
+    }
+}
+
+/// The first onion-service time period that starts after `now` (Unix
+/// seconds), in a network whose authorities vote every `voting_interval`
+/// seconds. C tor on a `TestingTorNetwork` makes a time period one shared
+/// random protocol run (24 voting intervals) and starts it half a run (12
+/// intervals) into the run (`get_time_period_length`,
+/// `hs_get_time_period_num` in hs_common.c): every 8 minutes here, at
+/// Unix time ≡ 240 (mod 480).
+pub fn hs_time_period_start_after(now: u64, voting_interval: u64) -> u64 {
+    let length = 24 * voting_interval;
+    let offset = 12 * voting_interval;
+    match now.checked_sub(offset) {
+        Some(since) => (since / length + 1) * length + offset,
+        None => offset,
+    }
+}
+
+impl Testnet {
+    /// Wait, if need be, so that the next `busy` does not meet an
+    /// onion-service time period's start: if one starts within `busy` from
+    /// now, sleep until `settle` after it. Returns the time slept.
+    ///
+    /// At that start every stock client drops its cached descriptors when
+    /// the first consensus of the new period reaches it (C's
+    /// `cached_client_descriptor_has_expired`) and fetches the new
+    /// period's, whose introduction points differ. A connection whose
+    /// introduction circuit was already open to an old point then fails at
+    /// once with a general SOCKS failure ("Unable to find introduction
+    /// point", `consider_sending_introduce1`, a permanent error in C): a
+    /// stock client's race, whatever the relays. With 20 s votes that
+    /// start comes every 8 minutes, so a test that needs every connection
+    /// to succeed keeps its rounds clear of it.
+    pub fn wait_clear_of_hs_time_period_start(&self, busy: Duration, settle: Duration) -> Duration {
+        let now = SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .unwrap_or_default();
+        let start = Duration::from_secs(hs_time_period_start_after(
+            now.as_secs(),
+            crate::torrc::VOTING_INTERVAL_SECS,
+        ));
+        if start > now + busy {
+            return Duration::ZERO;
+        }
+        let wait = start + settle - now;
+        std::thread::sleep(wait);
+        wait
     }
 }
 
@@ -201,6 +249,21 @@ impl HsCircuitCount {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn time_periods_start_every_24_votes_half_a_run_in() {
+        // 2026-11-29 08:44:00 UTC: a start (minutes since the epoch ≡ 4
+        // mod 8), as a stock client's logs showed.
+        let start = 1_795_941_840;
+        assert_eq!(start % 480, 240);
+        assert_eq!(hs_time_period_start_after(start - 1, 20), start);
+        assert_eq!(hs_time_period_start_after(start, 20), start + 480);
+        assert_eq!(hs_time_period_start_after(start - 479, 20), start);
+        assert_eq!(hs_time_period_start_after(start - 480, 20), start);
+        // One-hour votes: daily periods starting at 12:00 UTC.
+        assert_eq!(hs_time_period_start_after(0, 3600), 12 * 3600);
+        assert_eq!(hs_time_period_start_after(12 * 3600, 3600), 36 * 3600);
+    }
 
     #[test]
     fn counts_hs_circuits_through_a_relay() {

@@ -11,6 +11,12 @@ use crate::network::Role;
 /// Set to give every stock node a debug-level log (`debug.log`).
 pub const DEBUG_LOG_ENV: &str = "WEFT_TESTNET_DEBUG_LOG";
 
+/// The authorities' voting interval (and initial voting interval), in
+/// seconds: a consensus every 20 s. Onion-service time periods follow from
+/// it ([`crate::onion::hs_time_period_start_after`]).
+pub const VOTING_INTERVAL_SECS: u64 = 20;
+const VOTING_INTERVAL: &str = "20";
+
 /// `AuthDirFastGuarantee` on the test authorities, in bytes/s.
 ///
 /// tor 0.4.9 (voteflags.c: `dirserv_compute_performance_thresholds`) sets the
@@ -222,10 +228,10 @@ pub(crate) fn stock_torrc(
         let _ = writeln!(a, "AuthoritativeDirectory 1");
         let _ = writeln!(a, "V3AuthoritativeDirectory 1");
         for (k, v) in [
-            ("V3AuthVotingInterval", "20"),
+            ("V3AuthVotingInterval", VOTING_INTERVAL),
             ("V3AuthVoteDelay", "4"),
             ("V3AuthDistDelay", "4"),
-            ("TestingV3AuthInitialVotingInterval", "20"),
+            ("TestingV3AuthInitialVotingInterval", VOTING_INTERVAL),
             ("TestingV3AuthInitialVoteDelay", "4"),
             ("TestingV3AuthInitialDistDelay", "4"),
             ("V3AuthNIntervalsValid", "2"),

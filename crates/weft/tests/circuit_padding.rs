@@ -85,6 +85,9 @@ fn stock_clients_negotiate_the_onion_service_padding_machines_with_weft() -> Res
         .command(&format!("SETCONF HSLayer2Nodes={fp}"))?;
     ensure!(reply.is_ok(), "SETCONF HSLayer2Nodes: {reply:?}");
 
+    // Clear of an onion-service time period's start, where a stock client
+    // can lose a connection to its own race (see the helper).
+    net.wait_clear_of_hs_time_period_start(Duration::from_secs(30), Duration::from_secs(45));
     let socks = net.node("client0")?.socks_addr().context("client0 socks")?;
     let mut failures = Vec::new();
     for i in 0..CONNECTIONS {

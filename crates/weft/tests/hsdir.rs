@@ -448,7 +448,10 @@ fn weft_is_an_hsdir_for_stock_services_and_clients() -> Result<()> {
         .getinfo(&format!("hs/client/desc/id/{addr}"))?;
     bad_uploads(&net, &base_dir, &stock, &blinded_key_b64(&stock)?)?;
 
-    // Connect, with the descriptors fetched from weft.
+    // Connect, with the descriptors fetched from weft, clear of an
+    // onion-service time period's start (a stock client's race there can
+    // lose a connection; see the helper).
+    net.wait_clear_of_hs_time_period_start(Duration::from_secs(30), Duration::from_secs(45));
     let failures = connections(&net, &onions)?;
     eprintln!(
         "[hsdir] {} of {CONNECTIONS} onion connections intact",

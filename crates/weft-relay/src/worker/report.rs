@@ -29,6 +29,27 @@ const TRIM_INTERVAL: Duration = Duration::from_secs(10);
 /// of RSS while the bulk load ran (issue 37), and a pause for every one of
 /// its circuits. A busy relay has many lighter connections to move.
 pub(crate) const MAX_MOVE_HALVES: usize = 1024;
+/// The four busiest connections of the last second that the balancer may
+/// move (bytes read and written; none with more than [`MAX_MOVE_HALVES`]
+/// circuit halves), busiest first; unused places are `(0, 0)`.
+#[derive(Default)]
+struct MoveCandidates {
+    top: [(ConnId, u64); 4],
+}
+
+impl MoveCandidates {
+    /// Consider connection `id`, which moved `bytes` and holds `halves`.
+    fn offer(&mut self, id: ConnId, bytes: u64, halves: usize) {
+        if halves > MAX_MOVE_HALVES {
+            return;
+        }
+        if let Some(i) = self.top.iter().position(|t| bytes > t.1) {
+            self.top[i..].rotate_right(1);
+            self.top[i] = (id, bytes);
+        }
+    }
+}
+
 /// Circuits built or closed after which a worker trims the heap once a
 /// second passes without one built: a burst of circuit creation leaves
 /// its handshakes', queues' and grown tables' freed blocks in the
@@ -200,7 +221,7 @@ impl Worker {
     /// and once that adds up to [`TRIM_AFTER`] the heap's free pages go
     /// back to the kernel ([`super::WorkerConfig::heap_trim`]).
     fn tally_conns(&mut self, created: u64, halves: u64) -> [(ConnId, u64); 4] {
-        let mut top = [(0u64, 0u64); 4];
+        let mut top = MoveCandidates::default();
         let Worker {
             conns, core, trim, ..
         } = self;
@@ -210,13 +231,7 @@ impl Worker {
             if b == 0 {
                 trim.released(c.link.release_idle_buffers());
             }
-            if core.circuits_on(idx) > MAX_MOVE_HALVES {
-                continue;
-            }
-            if let Some(i) = top.iter().position(|t| b > t.1) {
-                top[i..].rotate_right(1);
-                top[i] = (c.id, b);
-            }
+            top.offer(c.id, b, core.circuits_on(idx));
         }
         let now = Instant::now();
         if self.trim.due(now, created, halves) {
@@ -227,7 +242,7 @@ impl Worker {
                 tracing::debug!("heap trimmed in {took:?}");
             }
         }
-        top
+        top.top
     }
 
     /// Once a second: the report. (The protocol's timers are the core's,
@@ -245,6 +260,24 @@ impl Worker {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_balancer_is_offered_the_busiest_links_but_none_too_big_to_move() {
+        let mut c = MoveCandidates::default();
+        c.offer(1, 500, 10);
+        // The busiest link of all, but a sink of 12,500 circuits: left.
+        c.offer(2, 9_000, 12_500);
+        c.offer(3, 700, MAX_MOVE_HALVES);
+        c.offer(4, 0, 1);
+        c.offer(5, 600, MAX_MOVE_HALVES + 1);
+        c.offer(6, 100, 2);
+        c.offer(7, 800, 3);
+        assert_eq!(c.top, [(7, 800), (3, 700), (1, 500), (6, 100)]);
+        // Idle links are never candidates.
+        let mut idle = MoveCandidates::default();
+        idle.offer(8, 0, 1);
+        assert_eq!(idle.top, [(0, 0); 4]);
+    }
 
     #[test]
     fn a_burst_of_circuits_is_trimmed_after_once_it_is_over() {
