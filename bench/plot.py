@@ -54,6 +54,9 @@ def main():
         figs = [
             ("rss_per_idle_circuit", "RSS per idle circuit, bytes", "scale_rss_per_circuit.png",
              "RSS per circuit ((idle − connections only) / circuits)"),
+            ("rss_per_idle_circuit_second_half", "RSS per idle circuit, bytes",
+             "scale_rss_per_circuit_second_half.png",
+             "RSS per circuit of the second half ((idle − first half) / second half)"),
             ("cpu_s_per_gib", "CPU-seconds per GiB (bulk circuits)", "scale_cpu_per_gib.png",
              "CPU-s/GiB of the %d bulk circuits among idle ones" % data["procedure"]["active"]),
         ]

@@ -396,6 +396,11 @@ pub fn rows(results: &[StepResult]) -> Vec<Row> {
             0,
         );
         add(
+            "… each of the second half (bytes)",
+            &|f| f.rss_per_idle_circuit_second_half,
+            0,
+        );
+        add(
             "RSS per active circuit (KiB)",
             &|f| f.rss_per_active_circuit.map(|b| b / 1024.0),
             1,

@@ -111,6 +111,9 @@ pub struct ManyCounters {
     pub corrupt: AtomicU64,
     /// The thread's CPU time, ns.
     pub cpu_ns: AtomicU64,
+    /// 1 while the thread has circuits to build within the build share
+    /// ([`ManyRun::set_build_share`]) or builds in flight, else 0.
+    pub building: AtomicU64,
 }
 
 /// What a scale load thread reports when it stops.
@@ -357,9 +360,17 @@ pub fn run_many(
             }
         }
         let mut moved = t.service_ready(phase);
+        let limit = match shared.build_share.load(Ordering::Relaxed) {
+            0 => t.order.len(),
+            share => t.order.len() * (share.min(1000) as usize) / 1000,
+        };
         if phase >= MANY_BUILD {
-            moved |= t.issue_creates();
+            moved |= t.issue_creates(limit);
         }
+        counters.building.store(
+            u64::from(t.next_issue < limit || t.in_flight > 0),
+            Ordering::Relaxed,
+        );
         if phase >= MANY_IDLE {
             moved |= t.pings();
         }
@@ -739,6 +750,17 @@ impl ManyRun {
     /// Move every load thread to phase `p` (MANY_*).
     pub fn set_phase(&self, p: u8) {
         self.shared.phase.store(p, Ordering::Relaxed);
+    }
+
+    /// Build only `per_mille` thousandths of each thread's circuits (in
+    /// their build order) until set higher; 0 or 1000: all.
+    pub fn set_build_share(&self, per_mille: u32) {
+        self.shared.build_share.store(per_mille, Ordering::Relaxed);
+    }
+
+    /// True while a load thread still builds within the build share.
+    pub fn building(&self) -> bool {
+        self.sum(|c| &c.building) > 0
     }
 
     /// True if a load thread has ended (an error).

@@ -162,6 +162,9 @@ pub struct Counters {
 pub struct Shared {
     /// One of the PHASE_* values.
     pub phase: AtomicU8,
+    /// Scale loads: the share of each thread's circuits built, in
+    /// thousandths; 0 (the default) builds them all.
+    pub build_share: std::sync::atomic::AtomicU32,
 }
 
 /// What a load thread reports when it stops.

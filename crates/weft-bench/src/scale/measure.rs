@@ -60,6 +60,16 @@ pub struct Figures {
     pub rss_per_connection: Option<f64>,
     /// (RSS idle − RSS with connections) / circuits built.
     pub rss_per_idle_circuit: Option<f64>,
+    /// Circuits built in the first half of the build, after which the
+    /// build paused for [`Figures::rss_first_half`].
+    pub circuits_first_half: u64,
+    /// RSS with the first half of the circuits (median over 1 s after the
+    /// settle time).
+    pub rss_first_half: u64,
+    /// (RSS idle − RSS with the first half) / circuits of the second half:
+    /// what one more circuit costs, once the first ones have paid what
+    /// comes once (code pages, rings and tables first touched).
+    pub rss_per_idle_circuit_second_half: Option<f64>,
     /// (RSS active − RSS idle) / bulk circuits.
     pub rss_per_active_circuit: Option<f64>,
     /// Seconds the build took.
@@ -448,15 +458,31 @@ pub(super) fn measure(
     let cap = (p.create_cap > 0.0)
         .then(|| CpuCap::apply(pid, &format!("scale-{label}"), p.create_cap))
         .transpose()?;
+    // In two halves: the RSS between them separates what a circuit costs
+    // from what the first circuits pay once.
     let (cpu0, lcpu0, t0) = (process_cpu_s(pid), load.cpu_ns(), Instant::now());
+    load.set_build_share(500);
     load.set_phase(MANY_BUILD);
     let mut next_say = t0 + Duration::from_secs(5);
+    let mut paused = Duration::ZERO;
+    let mut first_half = true;
     loop {
         let (built, failed) = (load.sum(|c| &c.built), load.sum(|c| &c.failed));
+        if first_half && !load.building() {
+            first_half = false;
+            let pause = Instant::now();
+            std::thread::sleep(Duration::from_secs_f64(p.settle_s));
+            f.circuits_first_half = built;
+            f.rss_first_half =
+                median_u64(&mut sample_rss(&target, 1.0, Duration::from_millis(250)));
+            load.set_build_share(0);
+            paused += pause.elapsed();
+            continue;
+        }
         if built + failed >= m || load.any_ended() || !alive(pid) {
             break;
         }
-        if t0.elapsed().as_secs_f64() > p.build_timeout_s {
+        if (t0.elapsed() - paused).as_secs_f64() > p.build_timeout_s {
             clock.say(
                 &tag,
                 &format!(
@@ -471,14 +497,15 @@ pub(super) fn measure(
                 &tag,
                 &format!(
                     "circuits: {built}/{m} built, {failed} failed, {:.0}/s",
-                    built as f64 / t0.elapsed().as_secs_f64()
+                    built as f64 / (t0.elapsed() - paused).as_secs_f64()
                 ),
             );
             next_say += Duration::from_secs(5);
         }
         std::thread::sleep(Duration::from_millis(20));
     }
-    f.create_s = t0.elapsed().as_secs_f64();
+    f.create_s = (t0.elapsed() - paused).as_secs_f64();
+    // The pause's CPU (a settled target, near nothing) is counted.
     f.create_cpu_s = process_cpu_s(pid) - cpu0;
     f.create_load_busy = busy(&lcpu0, &load.cpu_ns(), f.create_s);
     drop(cap);
@@ -529,6 +556,11 @@ pub(super) fn measure(
     );
     f.rss_idle = median_u64(&mut rss);
     f.rss_per_idle_circuit = plan::per_unit(f.rss_connections, f.rss_idle, f.circuits_built);
+    f.rss_per_idle_circuit_second_half = plan::per_unit(
+        f.rss_first_half,
+        f.rss_idle,
+        f.circuits_built.saturating_sub(f.circuits_first_half),
+    );
     f.idle_cpu_share = idle_cpu_s / f.idle_s.max(1e-6);
     f.idle_cpu_share_ticks = (cpu_b - cpu_a) / f.idle_s.max(1e-6);
     let idle_circuits = f
@@ -538,8 +570,10 @@ pub(super) fn measure(
     f.idle_ctx_switches_per_s =
         ((cs_b.0 + cs_b.1).saturating_sub(cs_a.0 + cs_a.1)) as f64 / f.idle_s.max(1e-6);
     clock.say(&tag, &format!(
-        "idle: RSS {} MiB ({:.0} B per circuit), {:.2}% of a CPU, {:.0} context switches/s, {}/{} idle cells arrived",
-        f.rss_idle >> 20, f.rss_per_idle_circuit.unwrap_or(f64::NAN), f.idle_cpu_share * 100.0,
+        "idle: RSS {} MiB ({:.0} B per circuit; {:.0} B each of the second half, after {} MiB with the first {}), {:.2}% of a CPU, {:.0} context switches/s, {}/{} idle cells arrived",
+        f.rss_idle >> 20, f.rss_per_idle_circuit.unwrap_or(f64::NAN),
+        f.rss_per_idle_circuit_second_half.unwrap_or(f64::NAN), f.rss_first_half >> 20, f.circuits_first_half,
+        f.idle_cpu_share * 100.0,
         f.idle_ctx_switches_per_s, f.idle_cells.1, f.idle_cells.0
     ));
 

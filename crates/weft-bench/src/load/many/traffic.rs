@@ -273,10 +273,12 @@ impl Many<'_> {
         Ok(())
     }
 
-    /// Start circuit builds until `in_flight` are under way.
-    pub(super) fn issue_creates(&mut self) -> bool {
+    /// Start circuit builds until `in_flight` are under way, for the
+    /// circuits before `limit` in the build order.
+    pub(super) fn issue_creates(&mut self, limit: usize) -> bool {
         let mut moved = false;
-        while self.in_flight < self.cfg.in_flight && self.next_issue < self.order.len() {
+        let limit = limit.min(self.order.len());
+        while self.in_flight < self.cfg.in_flight && self.next_issue < limit {
             let c = self.order[self.next_issue] as usize;
             self.next_issue += 1;
             if self.circs[c].state != St::Queued {
