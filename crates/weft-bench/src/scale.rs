@@ -8,7 +8,10 @@
 //!    connections only;
 //! 3. with the target capped at `create_cap` CPUs (a cgroup), build the M
 //!    circuits (CREATE2 + EXTEND2 each, spread unevenly over the
-//!    connections, a window of builds in flight): the creation rate;
+//!    connections, a window of builds in flight): the creation rate; in
+//!    two halves, with the RSS read between them, so the second half's
+//!    RSS per circuit shows what one more circuit costs apart from what
+//!    the first ones pay once;
 //! 4. lift the cap; the circuits are idle but for one cell every
 //!    `ping_s` seconds each: RSS with idle circuits, CPU share and context
 //!    switches over `idle_s`;
