@@ -692,12 +692,15 @@ impl Circuits {
     /// The core's side of the report (see [`CoreReport`]); the queued
     /// bytes in it are what the controller last heard. The driver asks
     /// once a second, which is also when a quiet cell pool gives its empty
-    /// trailing chunks back ([`CellPool::shrink`]) before its gauge is read.
+    /// trailing chunks back ([`CellPool::shrink`]) before its gauge is read,
+    /// and an emptied waiting line the room a burst grew
+    /// ([`Circuits::shrink_waiting`]).
     pub(crate) fn report(&mut self) -> CoreReport {
         let freed = self.pool.shrink();
         if freed > 0 {
             tracing::debug!("cell pool gave back {freed} slots");
         }
+        self.shrink_waiting();
         let (mut exit, opened, refused) = self.streams.report();
         exit.cfx = self.conflux.report();
         CoreReport {
