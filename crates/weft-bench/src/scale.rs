@@ -67,6 +67,10 @@ pub struct ScaleArgs {
     /// Extra torrc line for weft (repeatable).
     #[arg(long)]
     pub weft_option: Vec<String>,
+    /// Measure weft only (a diagnostic: the table has no tor column and
+    /// no ratios).
+    #[arg(long)]
+    pub skip_tor: bool,
     /// tor binary (default: from PATH).
     #[arg(long)]
     pub tor: Option<PathBuf>,
@@ -112,7 +116,8 @@ pub struct ScaleArgs {
     /// Zipf exponent of circuits over connections (0: even).
     #[arg(long, default_value_t = 0.8)]
     pub skew: f64,
-    /// Working directory.
+    /// Working directory (kept afterwards, with the targets' logs; the
+    /// default one is removed).
     #[arg(long)]
     pub dir: Option<PathBuf>,
 }
@@ -132,6 +137,8 @@ pub struct ScaleProcedure {
     pub common_options: Vec<String>,
     /// Extra torrc lines for weft.
     pub weft_options: Vec<String>,
+    /// Stock tor was not measured.
+    pub skip_tor: bool,
     /// Generator identities.
     pub identities: usize,
     /// Sinks.
@@ -188,6 +195,7 @@ impl ScaleArgs {
             weft_threads: self.weft_threads,
             common_options: COMMON_OPTIONS.iter().map(|s| s.to_string()).collect(),
             weft_options: self.weft_option.clone(),
+            skip_tor: self.skip_tor,
             identities: self
                 .identities
                 .unwrap_or_else(|| steps.iter().map(|s| s.connections).max().unwrap_or(1))
@@ -352,6 +360,9 @@ pub fn run(env: &ScaleEnv, p: &ScaleProcedure, nofile: &NoFile) -> Result<Vec<St
             failures: Vec::new(),
         };
         for kind in &kinds {
+            if p.skip_tor && matches!(kind, TargetKind::Tor { .. }) {
+                continue;
+            }
             match measure(env, p, used, kind.clone(), &ids, &clock) {
                 Ok(f) if matches!(kind, TargetKind::Tor { .. }) => r.tor = Some(f),
                 Ok(f) => r.weft = Some(f),
@@ -459,6 +470,26 @@ pub fn rows(results: &[StepResult]) -> Vec<Row> {
             &|f| Some(f.delay_down_ms.p99).filter(|_| f.delay_down_ms.count > 0),
             2,
         );
+        add(
+            "up:down cells",
+            &|f| Some(f.active_cells.0 as f64 / f.active_cells.1.max(1) as f64),
+            2,
+        );
+        add(
+            "circuit shares up, least ÷ mean",
+            &|f| f.fairness_up.map(|x| x.min_over_mean),
+            2,
+        );
+        add(
+            "circuit shares down, least ÷ mean",
+            &|f| f.fairness_down.map(|x| x.min_over_mean),
+            2,
+        );
+        add(
+            "circuit shares, Jain's index (lower of up, down)",
+            &|f| Some(f.fairness_up?.jain.min(f.fairness_down?.jain)),
+            3,
+        );
     }
     rows
 }
@@ -536,8 +567,9 @@ pub fn run_cli(args: &ScaleArgs, date: &str, stamp: &str) -> Result<()> {
     };
     let started = Instant::now();
     let results = run(&env, &p, &nofile)?;
-    let _ = std::fs::remove_dir_all(&dir);
     if args.dir.is_none() {
+        // A directory given with --dir stays, with the targets' logs.
+        let _ = std::fs::remove_dir_all(&dir);
         // The default dir's parent is this process's own; gone if empty.
         if let Some(parent) = dir.parent() {
             let _ = std::fs::remove_dir(parent);

@@ -195,6 +195,19 @@ impl EwmaMux {
         }
     }
 
+    /// Circuit `e`, not in the mux (nothing of it waits), sent `n` cells
+    /// with the round's `weight` some other way (the cross-worker ring had
+    /// room for them): its count grows as if the mux had served them, so
+    /// a busy circuit that starts to wait does not look quiet.
+    #[inline]
+    pub fn charge_idle(&self, e: &mut CircuitEwma, n: u32, weight: f64) {
+        if !self.enabled() || e.active {
+            return;
+        }
+        self.current(e);
+        e.count += f64::from(n) * weight;
+    }
+
     /// Take circuit `key` out (it closed or its queue was dropped).
     pub fn remove(&mut self, key: u32, e: &mut CircuitEwma) {
         if !e.active {
@@ -281,6 +294,29 @@ mod tests {
         m.sent(1, &mut e[1], 1, w20, true);
         // Stored: c1 = 4 + 4 = 8 (true 2 at t=20), c2 = 6 (true 1.5).
         assert_eq!(m.peek(), Some(2));
+    }
+
+    /// A circuit charged while it was not waiting goes in behind one that
+    /// sent less: what it sent straight through still counts.
+    #[test]
+    fn cells_charged_while_idle_count_when_the_circuit_waits() {
+        let mut m = EwmaMux::new(10.0);
+        let mut e = [CircuitEwma::default(); 3];
+        let w = m.weight(0.0);
+        m.charge_idle(&mut e[1], 50, w);
+        m.charge_idle(&mut e[2], 2, w);
+        assert_eq!((e[1].count, e[2].count), (50.0, 2.0));
+        m.activate(1, &mut e[1]);
+        m.activate(2, &mut e[2]);
+        assert_eq!(m.peek(), Some(2), "the quiet one first");
+        // Active circuits are charged by `sent`, not here.
+        m.charge_idle(&mut e[2], 100, w);
+        assert_eq!(e[2].count, 2.0);
+        // Round robin keeps no counts.
+        let rr = EwmaMux::new(0.0);
+        let mut x = CircuitEwma::default();
+        rr.charge_idle(&mut x, 5, 1.0);
+        assert_eq!(x.count, 0.0);
     }
 
     #[test]

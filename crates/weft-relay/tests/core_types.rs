@@ -207,8 +207,8 @@ fn path(via: &BTreeMap<String, String>, t: &str) -> String {
 /// inputs (the cells, the rings' messages, every other event — the
 /// round's clock among them), outputs (`poll_*`, the cells for a
 /// connection, an exit stream's bytes, the rings at the round's end, the
-/// report, a connection's circuit count for the balancer's choice) and the
-/// first step of a move. Eleven in all. A new entry point
+/// report, a connection's circuit count for the balancer's choice, a
+/// connection's read budget) and the first step of a move. Twelve in all. A new entry point
 /// fails this test until it is added here on purpose; the driver reads
 /// no field of the core at all.
 const DRIVER_ENTRY_POINTS: &[&str] = &[
@@ -226,6 +226,9 @@ const DRIVER_ENTRY_POINTS: &[&str] = &[
     // how many circuits a connection carries: the balancer is offered only
     // connections light enough to move (`worker/report.rs`)
     "circuits_on",
+    // how much the driver may read from a connection this round: a share
+    // that grows with its busy circuits (`worker/core/read_share.rs`)
+    "read_budget",
     // a move's first step: the core gives up a connection's circuits
     "detach",
 ];

@@ -116,6 +116,24 @@ pub struct ManyCounters {
     pub building: AtomicU64,
 }
 
+/// Cells one bulk circuit delivered in the measured phase.
+#[derive(Debug, Clone, Copy, serde::Serialize)]
+pub struct BulkShare {
+    /// Its generator connection (the thread's index).
+    pub gen: u32,
+    /// Its sink (the thread's index).
+    pub sink: u16,
+    /// The generator connection's source address and the sink's port
+    /// (to find them in the target's log).
+    pub gen_source: std::net::Ipv4Addr,
+    /// The sink's port.
+    pub sink_port: u16,
+    /// Cells that reached the sink.
+    pub up: u64,
+    /// Cells that reached the generator.
+    pub down: u64,
+}
+
 /// What a scale load thread reports when it stops.
 #[derive(Debug)]
 pub struct ManyReport {
@@ -124,6 +142,9 @@ pub struct ManyReport {
     pub delay_up: Histogram<u64>,
     /// The same downstream (sink → generator).
     pub delay_down: Histogram<u64>,
+    /// What each bulk circuit delivered in the measured phase, for the
+    /// fairness figures.
+    pub per_circuit: Vec<BulkShare>,
     /// First errors.
     pub errors: Vec<String>,
 }
@@ -234,6 +255,9 @@ struct Many<'a> {
     errors: Vec<String>,
     delay_up: Histogram<u64>,
     delay_down: Histogram<u64>,
+    /// Each bulk circuit's cells received (up, down) when the measured
+    /// phase began.
+    measure_base: Option<Vec<(u64, u64)>>,
 }
 
 /// A non-blocking TCP connection to `to` from `source` (bound first, so
@@ -318,6 +342,7 @@ pub fn run_many(
         errors: Vec::new(),
         delay_up: histogram(),
         delay_down: histogram(),
+        measure_base: None,
     };
     for (i, s) in t.sinks.iter().enumerate() {
         let mut l = TcpListener::bind(s.hop.addr)
@@ -377,13 +402,34 @@ pub fn run_many(
         if phase >= MANY_ACTIVE {
             moved |= t.bulk_send();
         }
+        if phase >= MANY_MEASURE && t.measure_base.is_none() {
+            t.measure_base = Some(t.bulk_received());
+        }
         t.flush_dirty();
         busy = moved;
         t.publish(counters);
     }
+    let now = t.bulk_received();
+    let per_circuit = match &t.measure_base {
+        Some(base) => now
+            .iter()
+            .zip(base)
+            .zip(&t.bulk)
+            .map(|((n, b), &c)| BulkShare {
+                gen: t.circs[c].gen,
+                sink: t.circs[c].sink,
+                gen_source: t.specs[t.circs[c].gen as usize].source,
+                sink_port: t.sinks[usize::from(t.circs[c].sink)].hop.addr.port(),
+                up: n.0 - b.0,
+                down: n.1 - b.1,
+            })
+            .collect(),
+        None => Vec::new(),
+    };
     Ok(ManyReport {
         delay_up: t.delay_up,
         delay_down: t.delay_down,
+        per_circuit,
         errors: t.errors,
     })
 }

@@ -124,6 +124,14 @@ pub struct Figures {
     pub delay_up_ms: Percentiles,
     /// The same downstream only (sink → generator).
     pub delay_down_ms: Percentiles,
+    /// How evenly the bulk circuits shared the up direction in the active
+    /// window.
+    pub fairness_up: Option<plan::Fairness>,
+    /// The same, down.
+    pub fairness_down: Option<plan::Fairness>,
+    /// What each bulk circuit delivered (load thread, and the circuit's
+    /// share), for a closer look.
+    pub bulk_circuits: Vec<(usize, crate::load::many::BulkShare)>,
     /// Busiest load thread's CPU share in the active window.
     pub active_load_busy: f64,
     /// Marked cells that arrived wrong.
@@ -626,9 +634,14 @@ pub(super) fn measure(
     let reports = load.finish()?;
     let mut up = hdrhistogram::Histogram::<u64>::new_with_bounds(1_000, 100_000_000_000, 3)?;
     let mut down = up.clone();
-    for r in reports {
+    let (mut per_up, mut per_down) = (Vec::new(), Vec::new());
+    for (thread, r) in reports.into_iter().enumerate() {
         up.add(&r.delay_up)?;
         down.add(&r.delay_down)?;
+        per_up.extend(r.per_circuit.iter().map(|c| c.up));
+        per_down.extend(r.per_circuit.iter().map(|c| c.down));
+        f.bulk_circuits
+            .extend(r.per_circuit.iter().map(|&c| (thread, c)));
         for e in r.errors {
             if f.errors.len() < 12 {
                 f.errors.push(e);
@@ -637,6 +650,8 @@ pub(super) fn measure(
     }
     f.delay_up_ms = Percentiles::from_hist(&up);
     f.delay_down_ms = Percentiles::from_hist(&down);
+    f.fairness_up = plan::fairness(&per_up);
+    f.fairness_down = plan::fairness(&per_down);
     up.add(&down)?;
     f.delay_ms = Percentiles::from_hist(&up);
     let was_alive = alive(pid);

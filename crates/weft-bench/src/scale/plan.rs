@@ -122,6 +122,38 @@ pub fn cpu_s_per_gib(cpu_s: f64, bytes: u64) -> Option<f64> {
     (bytes > 0).then(|| cpu_s / (bytes as f64 / (1u64 << 30) as f64))
 }
 
+/// How evenly circuits shared a direction: each circuit's cells over the
+/// mean, the least and the most, and Jain's index (1 when every circuit
+/// got the same, 1/n when one got everything).
+#[derive(Debug, Clone, Copy, Default, PartialEq, serde::Serialize)]
+pub struct Fairness {
+    /// Circuits counted.
+    pub circuits: usize,
+    /// The least a circuit got ÷ the mean.
+    pub min_over_mean: f64,
+    /// The most ÷ the mean.
+    pub max_over_mean: f64,
+    /// Jain's fairness index.
+    pub jain: f64,
+}
+
+/// [`Fairness`] of per-circuit cell counts; None without cells.
+pub fn fairness(cells: &[u64]) -> Option<Fairness> {
+    let n = cells.len();
+    let sum: f64 = cells.iter().map(|&c| c as f64).sum();
+    if n == 0 || sum <= 0.0 {
+        return None;
+    }
+    let mean = sum / n as f64;
+    let squares: f64 = cells.iter().map(|&c| (c as f64) * (c as f64)).sum();
+    Some(Fairness {
+        circuits: n,
+        min_over_mean: cells.iter().copied().min().unwrap_or(0) as f64 / mean,
+        max_over_mean: cells.iter().copied().max().unwrap_or(0) as f64 / mean,
+        jain: sum * sum / (n as f64 * squares),
+    })
+}
+
 /// The CPU share (CPUs) over a window, per 1,000 circuits.
 pub fn share_per_1k(cpu_s: f64, wall_s: f64, circuits: u64) -> Option<f64> {
     (circuits > 0 && wall_s > 0.0).then(|| cpu_s / wall_s / (circuits as f64 / 1000.0))
@@ -203,6 +235,18 @@ pub fn markdown(rows: &[Row]) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn fairness_of_even_and_uneven_shares() {
+        let even = fairness(&[10, 10, 10, 10]).unwrap();
+        assert_eq!((even.min_over_mean, even.max_over_mean), (1.0, 1.0));
+        assert!((even.jain - 1.0).abs() < 1e-12);
+        let one = fairness(&[0, 0, 0, 40]).unwrap();
+        assert_eq!((one.min_over_mean, one.max_over_mean), (0.0, 4.0));
+        assert!((one.jain - 0.25).abs() < 1e-12);
+        assert_eq!(fairness(&[]), None);
+        assert_eq!(fairness(&[0, 0]), None);
+    }
 
     #[test]
     fn steps_parse_and_bad_ones_are_refused() {

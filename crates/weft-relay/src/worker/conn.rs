@@ -55,9 +55,6 @@ pub(crate) struct Conn {
     pub(crate) writable: bool,
     /// On the worker's writing list ([`super::io`]).
     pub(crate) writing: bool,
-    /// The core answered `Pause` to a cell (it waits for ring room): no
-    /// reading until `Effect::Resume`.
-    pub(crate) stalled: bool,
     /// Close at the end of this round, with this reason.
     pub(crate) closing: Option<String>,
     /// Bytes read and written since the last report (load balancing).
@@ -84,7 +81,6 @@ impl Conn {
             readable: true,
             writable: true,
             writing: false,
-            stalled: false,
             closing: None,
             bytes_recent: 0,
             bytes_last_second: 0,

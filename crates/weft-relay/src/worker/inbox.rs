@@ -232,7 +232,6 @@ impl Worker {
         c.readable = true;
         c.writable = true;
         c.writing = false;
-        c.stalled = false;
         log_departure(conn_id, self.id, to, circuits.circuit_count());
         self.peers[to].send(WorkerMsg::Adopt(Box::new(MovedConn {
             conn: c,

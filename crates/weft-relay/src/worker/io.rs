@@ -9,12 +9,11 @@ use std::time::Instant;
 
 use super::core::dispatch::CellVerdict;
 use super::core::sched::CellSink;
+use super::core::ReadFrom;
 use super::Worker;
 use crate::kist;
 use crate::link_io::{IoState, LinkConn, STAGE_CHUNK};
 
-/// Bytes read from one connection per round before others get a turn.
-const READ_BUDGET: u64 = 128 * 1024;
 /// Bytes of cells staged for one connection per round (no KIST).
 const WRITE_BATCH: usize = 64 * 1024;
 /// Most bytes written to one connection per KIST run.
@@ -26,27 +25,36 @@ impl Worker {
         let mut list = std::mem::take(&mut self.scratch);
         list.clear();
         std::mem::swap(&mut list, &mut self.to_read);
+        let crossing = self.peers.len() > 1;
         for &idx in &list {
+            let before = self.counters.read;
             self.read_conn(idx);
+            if crossing && self.counters.read != before {
+                self.exchange_rings();
+            }
         }
         list.clear();
         self.scratch = list;
         self.apply_effects();
     }
 
-    /// Read and handle cells of connection `idx` until EAGAIN, a stall or
-    /// the round's budget; re-lists it if it still has bytes to read.
+    /// Read and handle cells of connection `idx` until EAGAIN or the
+    /// round's budget; re-lists it if it still has bytes to read.
     fn read_conn(&mut self, idx: usize) {
-        let mut budget = READ_BUDGET.min(self.read_bucket.available());
+        // Its share of the round: more for a link with more busy circuits.
+        let mut budget = self
+            .core
+            .read_budget(ReadFrom::Conn(idx))
+            .min(self.read_bucket.available());
         loop {
-            // Cells already buffered first (also after a stall ends).
+            // Cells already buffered first.
             if let Err(why) = self.process_conn_cells(idx) {
                 return self.close_later(idx, why);
             }
             let Some(c) = self.conns.get_mut(idx) else {
                 return;
             };
-            if c.stalled || c.closing.is_some() || !c.readable {
+            if c.closing.is_some() || !c.readable {
                 return;
             }
             if budget == 0 {
@@ -95,22 +103,15 @@ impl Worker {
         let Some(conn) = conns.get_mut(idx) else {
             return Ok(());
         };
-        if conn.stalled {
-            return Ok(());
-        }
         let mut fatal = None;
-        let mut paused = false;
         let read = conn.link.process_cells(|cell| {
             let v = core.on_cell(idx, cell, stamp);
             let flow = v.flow();
-            match v {
-                CellVerdict::Close(why) => fatal = Some(why),
-                CellVerdict::Pause => paused = true,
-                CellVerdict::Continue => {}
+            if let CellVerdict::Close(why) = v {
+                fatal = Some(why);
             }
             flow
         });
-        conn.stalled = paused;
         read?;
         match fatal {
             Some(why) => Err(why),

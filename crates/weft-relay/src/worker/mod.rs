@@ -60,13 +60,14 @@ use tracing::{debug, info};
 
 use self::conn::Conn;
 use self::core::core_event::CoreEvent;
-use self::core::{Circuits, CoreLimits, Effect};
+use self::core::{Circuits, CoreLimits, Effect, ReadFrom};
 use self::report::Counters;
 use crate::bucket::TokenBucket;
 use crate::context::SharedContext;
 use crate::kist;
 use crate::messages::{ConnId, ControllerMsg, RingMsg};
 use crate::ring::{Consumer, Notifier, Producer};
+use weft_proto::cell::CELL_LEN;
 
 pub(crate) use self::core::core_msg::CoreMsg;
 pub(crate) use self::inbox::WorkerMsg;
@@ -76,13 +77,16 @@ const WAKER: Token = Token(usize::MAX);
 /// C Tor's default `circ_max_cell_queue_size`: a circuit with this many
 /// cells waiting is closed (RESOURCELIMIT). [C relay.c]
 pub const DEFAULT_MAX_CIRCUIT_QUEUE: usize = 2500;
-/// Messages per cross-worker ring (about 530 bytes each: 270 KiB). 1024
-/// (540 KiB, more than L2 by the time the peer reads it) cost more CPU
-/// per GiB with every cell crossing; 256 cost less but left some cells
-/// waiting seconds. A full ring stalls the connection that read the cell,
-/// so a move asked for a stalled connection is retried for a while
-/// ([`Worker::retry_move`]). See docs/perf.md, "Cells that cross workers".
-pub const RING_CAPACITY: usize = 512;
+/// Most messages unread on a cross-worker ring (about 536 bytes each: 2.1
+/// MiB at most). Its room is allocated by blocks of 64 as it fills and
+/// reused warm, so a ring its consumer keeps up with costs one or two
+/// blocks ([`crate::ring`]). A worker that another one's ring cannot
+/// reach for a while (two workers sharing cores with other work take
+/// turns of a few milliseconds) finds a turn's worth waiting: with 512
+/// the circuits that cross workers got a third of what the others did
+/// (docs/perf.md, issue 51). What the ring refuses waits in its circuit's
+/// own queue ([`core::crossing`]).
+pub const RING_CAPACITY: usize = 4096;
 
 /// How the controller (and other workers) reach a worker.
 #[derive(Clone, Debug)]
@@ -261,6 +265,9 @@ pub struct Worker {
     move_asked: Option<(ConnId, usize, Instant)>,
     /// Exit streams' sockets ([`stream_io`]).
     streams: stream_io::StreamSockets,
+    /// Messages each inbound ring may still hand over this round (its
+    /// share, [`Circuits::read_budget`]).
+    ring_left: Vec<u64>,
 }
 
 impl Worker {
@@ -323,6 +330,7 @@ impl Worker {
             stopping: false,
             move_asked: None,
             streams: Default::default(),
+            ring_left: vec![0; n_workers],
         }
     }
 
@@ -510,6 +518,12 @@ impl Worker {
         self.core.handle_event(CoreEvent::RoundBegins {
             now_ns: self.round_ns,
         });
+        for w in 0..self.ring_left.len() {
+            if self.ins.get(w).is_some_and(Option::is_some) {
+                let bytes = self.core.read_budget(ReadFrom::Ring(w));
+                self.ring_left[w] = (bytes / CELL_LEN as u64).max(1);
+            }
+        }
         if self.read_bucket.refill(t0) {
             self.to_read.append(&mut self.starved);
         }
@@ -522,7 +536,7 @@ impl Worker {
             }
             if let Some(c) = self.conns.get_mut(t.0) {
                 if ev.is_readable() || ev.is_read_closed() || ev.is_error() {
-                    if !c.readable && c.is_open() && !c.stalled {
+                    if !c.readable && c.is_open() {
                         self.to_read.push(t.0);
                     }
                     c.readable = true;
@@ -560,15 +574,19 @@ impl Worker {
         Ok(())
     }
 
-    /// Hand every message waiting on the inbound rings to the core; wake a
-    /// producer that waits for room.
+    /// Hand the messages waiting on the inbound rings to the core, each
+    /// ring up to what is left of its share of the round
+    /// ([`Circuits::read_budget`]); wake a producer that waits for room.
     fn drain_rings(&mut self) {
         for w in 0..self.ins.len() {
             let Some(mut c) = self.ins[w].take() else {
                 continue;
             };
             let core = &mut self.core;
-            while c.pop_with(|m| core.on_ring_msg(m, w as u16)).is_some() {}
+            let left = &mut self.ring_left[w];
+            while *left > 0 && c.pop_with(|m| core.on_ring_msg(m, w as u16)).is_some() {
+                *left -= 1;
+            }
             if c.release() {
                 self.peers[w].notifier.wake();
             }
@@ -576,6 +594,16 @@ impl Worker {
         }
         self.core.handle_event(CoreEvent::RingsDrained);
         self.apply_effects();
+    }
+
+    /// Between two connections' reads: take what the other workers put on
+    /// our rings and give them what waits for theirs, so that a ring's room
+    /// follows the work as it is done, not once a round (a round that reads
+    /// many connections would otherwise leave the circuits that cross
+    /// workers one ring's worth per round while the others go on).
+    pub(crate) fn exchange_rings(&mut self) {
+        self.drain_rings();
+        self.end_round();
     }
 
     /// The round is over: the core publishes its rings (waking the
@@ -638,13 +666,6 @@ impl Worker {
                 Effect::Stream(io) => self.stream_socket(io),
                 Effect::PumpStream(key) => self.streams.pump_later(key),
                 Effect::Write(idx) => self.add_writing(idx),
-                Effect::Resume(idx) => {
-                    if let Some(c) = self.conns.get_mut(idx) {
-                        c.stalled = false;
-                        c.readable = true;
-                        self.to_read.push(idx);
-                    }
-                }
                 Effect::CloseConn { idx, why } => self.close_later(idx, why),
             }
         }

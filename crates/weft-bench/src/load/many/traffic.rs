@@ -352,6 +352,15 @@ impl Many<'_> {
 
     /// Fill the bulk circuits' windows, both ways, in bursts of
     /// [`BULK_BURST`] cells per circuit and direction.
+    /// Each bulk circuit's cells received so far (up at its sink, down at
+    /// its generator).
+    pub(super) fn bulk_received(&self) -> Vec<(u64, u64)> {
+        self.bulk
+            .iter()
+            .map(|&c| (self.circs[c].up.recv, self.circs[c].down.recv))
+            .collect()
+    }
+
     pub(super) fn bulk_send(&mut self) -> bool {
         let window = self.cfg.window;
         let mark_every = self.cfg.mark_every;
@@ -363,6 +372,18 @@ impl Many<'_> {
         let n = self.bulk.len();
         let first = self.bulk_rr;
         self.bulk_rr = (first + 1) % n.max(1);
+        // A sink's link carries several bulk circuits, each with its own
+        // window, as a relay's link does: it may queue a write batch for
+        // each (with one batch per link, the load itself capped the down
+        // direction of a link with many circuits once the target was fast).
+        let sink_batch: Vec<usize> = self
+            .sink_conns
+            .iter()
+            .map(|sc| {
+                let bulk = sc.circs.iter().filter(|&&c| self.circs[c].bulk).count();
+                WRITE_BATCH * bulk.max(1)
+            })
+            .collect();
         // Bounded: each pass either queues a cell or ends the loop, and
         // write buffers cap what one round queues.
         for _ in 0..256 {
@@ -404,7 +425,7 @@ impl Many<'_> {
                 while down < BULK_BURST
                     && !sc.dead
                     && circ.down.sent - circ.down.recv < window
-                    && sc.link.pending_out() < WRITE_BATCH
+                    && sc.link.pending_out() < sink_batch[s]
                 {
                     let k = circ.down.sent;
                     circ.down.sent += 1;

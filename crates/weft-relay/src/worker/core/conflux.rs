@@ -36,7 +36,6 @@ use weft_proto::relay::{self, relay_cmd, RelayHeader, RelayMsg};
 
 use crate::messages::{ConfluxCounters, ControllerMsg, HalfRef, RingMsg, SetRef, OOO_DEPTH_BOUNDS};
 use crate::worker::core::half::HalfRole;
-use crate::worker::core::handoff::Handed;
 use crate::worker::core::streams::StreamOwner;
 use crate::worker::core::Circuits;
 
@@ -139,13 +138,13 @@ impl Circuits {
         slot: u32,
         h: RelayHeader,
         body: &[u8; BODY_LEN],
-    ) -> Handed {
+    ) {
         let command = h.command;
         if !self.ctx.cfx.enabled {
             // The consensus turned conflux off (cfx_enabled=0): C closes
             // the circuit on any conflux cell.
             self.conflux_refuse(conn, slot, "conflux cell while cfx_enabled=0");
-            return Handed::Done;
+            return;
         }
         let linked = self.conflux.legs.get(&slot).and_then(|l| l.set);
         match (command, linked) {
@@ -161,17 +160,16 @@ impl Circuits {
                 };
                 if !first {
                     self.conflux_refuse(conn, slot, "a second CONFLUX_LINKED_ACK");
-                    return Handed::Done;
+                    return;
                 }
                 self.leg_snapshot(slot, set);
             }
-            (conflux::SWITCH, Some(set)) => return self.leg_to_home(conn, slot, set, h, body),
+            (conflux::SWITCH, Some(set)) => self.leg_to_home(slot, set, h, body),
             (conflux::LINKED, _) => {
                 self.conflux_refuse(conn, slot, "CONFLUX_LINKED at an exit");
             }
             _ => self.conflux_refuse(conn, slot, "conflux cell on a circuit that is not linked"),
         }
-        Handed::Done
     }
 
     /// Close the circuit at `slot` for a conflux protocol violation.
@@ -325,57 +323,30 @@ impl Circuits {
         (usize::from(set.worker) == self.me && hs.gen == set.gen).then_some(idx)
     }
 
-    /// Tell set `set`'s home about a leg (not from a connection's
-    /// reading): a full ring stalls nothing, the message waits in that
-    /// ring's line.
-    fn tell_home(&mut self, set: SetRef, msg: RingMsg) {
-        // Without a connection nothing stalls (`Handed::Done` always).
-        let _: Handed = self.send_home(None, set, msg);
-    }
-
-    /// Send a message to set `set`'s home: a call here, else its ring.
-    /// From a connection's reading (`conn`), a full ring stalls the
-    /// connection as a cell for a peer would.
-    fn send_home(&mut self, conn: Option<usize>, set: SetRef, msg: RingMsg) -> Handed {
+    /// Send a message to set `set`'s home: a call here, else its ring, in
+    /// order behind what waits there (the lane's ordered line: a full ring
+    /// stops no connection's reading).
+    fn send_home(&mut self, set: SetRef, msg: RingMsg) {
         let w = usize::from(set.worker);
-        if w == self.me {
-            self.conflux_ring_msg(&msg);
-            return Handed::Done;
+        if w != self.me {
+            self.counters.cross += 1;
         }
-        self.counters.cross += 1;
-        match (self.try_push(w, msg), conn) {
-            (Ok(()), _) => Handed::Done,
-            (Err(m), Some(conn)) => {
-                self.stall(conn, w, m);
-                Handed::Stalled
-            }
-            (Err(m), None) => {
-                self.waiting[w].push_back(crate::worker::core::Waiting::Msg(m));
-                Handed::Done
-            }
-        }
+        self.send_ordered_to(w, msg);
     }
 
     /// A multiplexed message or SWITCH on leg `slot`: to its set's home.
-    fn leg_to_home(
-        &mut self,
-        conn: usize,
-        slot: u32,
-        set: SetRef,
-        header: RelayHeader,
-        body: &[u8; BODY_LEN],
-    ) -> Handed {
+    fn leg_to_home(&mut self, slot: u32, set: SetRef, header: RelayHeader, body: &[u8; BODY_LEN]) {
         let Some(leg) = self.halves.reference(slot) else {
-            return Handed::Done;
+            return;
         };
         let msg = RelayMsg::parsed(&header, body);
         if usize::from(set.worker) == self.me {
             // Home is here: no ring message.
             self.home_cell(set, leg, &msg);
-            return Handed::Done;
+            return;
         }
         let msg = RingMsg::ConfluxCell { set, leg, msg };
-        self.send_home(Some(conn), set, msg)
+        self.send_home(set, msg)
     }
 
     /// A stream command on a half that is a leg (the dispatch asked
@@ -388,7 +359,7 @@ impl Circuits {
         header: RelayHeader,
         circuit_sendme: bool,
         body: &[u8; BODY_LEN],
-    ) -> Handed {
+    ) {
         let command = header.command;
         if circuit_sendme {
             let mut reply = [0u8; BODY_LEN];
@@ -400,16 +371,10 @@ impl Circuits {
         let set = self.conflux.legs.get(&slot).and_then(|l| l.set);
         match set {
             Some(set) if conflux::is_multiplexed(command) => {
-                self.leg_to_home(conn, slot, set, header, body)
+                self.leg_to_home(slot, set, header, body)
             }
-            Some(_) => {
-                self.conflux_refuse(conn, slot, "a stream-level SENDME on a conflux leg");
-                Handed::Done
-            }
-            None => {
-                self.conflux_refuse(conn, slot, "a stream cell before CONFLUX_LINKED");
-                Handed::Done
-            }
+            Some(_) => self.conflux_refuse(conn, slot, "a stream-level SENDME on a conflux leg"),
+            None => self.conflux_refuse(conn, slot, "a stream cell before CONFLUX_LINKED"),
         }
     }
 
@@ -420,7 +385,7 @@ impl Circuits {
         let rec = self.conflux.legs.get_mut(&to.slot);
         let (Some(conn), Some(rec)) = (conn, rec) else {
             // The circuit closed meanwhile.
-            self.tell_home(set, RingMsg::ConfluxLegGone { set, leg: to });
+            self.send_home(set, RingMsg::ConfluxLegGone { set, leg: to });
             return;
         };
         rec.set = Some(set);
@@ -463,7 +428,7 @@ impl Circuits {
             rtt_us,
             blocked,
         };
-        self.tell_home(set, RingMsg::ConfluxLegState { set, leg, state });
+        self.send_home(set, RingMsg::ConfluxLegState { set, leg, state });
     }
 
     /// After a circuit SENDME on the half at `slot`: a leg tells its home.
@@ -503,7 +468,7 @@ impl Circuits {
             return;
         }
         if let Some(LegRecord { set: Some(set), .. }) = self.conflux.legs.remove(&slot) {
-            self.tell_home(set, RingMsg::ConfluxLegGone { set, leg });
+            self.send_home(set, RingMsg::ConfluxLegGone { set, leg });
         }
     }
 

@@ -24,7 +24,6 @@ use weft_proto::circuit::{self, ForwardAction};
 use crate::link_io::{CellFlow, CellIn};
 use crate::messages::ControllerMsg;
 use crate::worker::core::half::{Half, HalfRole};
-use crate::worker::core::handoff::Handed;
 use crate::worker::core::streams::StreamOwner;
 use crate::worker::core::Circuits;
 
@@ -33,9 +32,6 @@ use crate::worker::core::Circuits;
 pub(crate) enum CellVerdict {
     /// Read on.
     Continue,
-    /// Stop reading (the cell waits for ring space; see
-    /// [`Circuits::take_resumed`]).
-    Pause,
     /// Close the connection.
     Close(String),
 }
@@ -45,7 +41,7 @@ impl CellVerdict {
     pub(crate) fn flow(&self) -> CellFlow {
         match self {
             CellVerdict::Continue => CellFlow::Continue,
-            _ => CellFlow::Pause,
+            CellVerdict::Close(_) => CellFlow::Pause,
         }
     }
 }
@@ -88,7 +84,8 @@ impl Circuits {
                     );
                     return CellVerdict::Continue;
                 };
-                self.relay(conn, slot, command, stamp_ns, body)
+                self.relay(conn, slot, command, stamp_ns, body);
+                CellVerdict::Continue
             }
             cmd::PADDING => CellVerdict::Continue,
             cmd::PADDING_NEGOTIATE => {
@@ -126,7 +123,7 @@ impl Circuits {
     /// mostly belong to the same circuit: a remembered (ID, slot) pair
     /// skips the hash lookup when the half at that slot still is that
     /// circuit on that connection. Notes the read (`stamp_ns`) for the
-    /// connection's padding clock.
+    /// connection's padding clock, and the circuit for its read budget.
     #[inline]
     fn lookup(&mut self, conn: usize, circ_id: u32, stamp_ns: u64) -> Option<u32> {
         let c = self.conns.get_mut(conn)?.as_mut()?;
@@ -139,11 +136,13 @@ impl Circuits {
                 .by_slot(slot)
                 .is_some_and(|h| h.conn == conn && h.circ_id == circ_id)
             {
+                c.reads.note(slot);
                 return Some(slot);
             }
         }
         let slot = *c.circuits.get(&circ_id)?;
         c.last = (circ_id, slot);
+        c.reads.note(slot);
         Some(slot)
     }
 
@@ -186,68 +185,57 @@ impl Circuits {
         command: u8,
         stamp_ns: u64,
         body: &mut [u8; BODY_LEN],
-    ) -> CellVerdict {
+    ) {
         let Some(h) = self.halves.by_slot(slot) else {
-            return CellVerdict::Continue;
+            return;
         };
-        let handed = match &mut h.role {
+        match &mut h.role {
             // Not on this connection any more (cannot happen: a moved
             // half's connection left with it).
-            HalfRole::Moved(_) => Handed::Done,
+            HalfRole::Moved(_) => {}
             HalfRole::Relabel { created } => {
                 let (created, peer) = (*created, h.peer);
                 if command == cmd::RELAY_EARLY {
-                    self.close_circuit(
+                    return self.close_circuit(
                         conn,
                         slot,
                         destroy_reason::PROTOCOL,
                         "RELAY_EARLY toward the client",
                     );
-                    return CellVerdict::Continue;
                 }
                 if !created {
-                    self.close_circuit(
+                    return self.close_circuit(
                         conn,
                         slot,
                         destroy_reason::PROTOCOL,
                         "relay cell before CREATED2",
                     );
-                    return CellVerdict::Continue;
                 }
                 match peer {
-                    Some(p) => self.forward(conn, p, cmd::RELAY, stamp_ns, body),
-                    None => {
-                        debug!(
-                            "worker {}: relay cell toward a client half that is gone dropped",
-                            self.me
-                        );
-                        Handed::Done
-                    }
+                    Some(p) => self.forward(conn, slot, p, cmd::RELAY, stamp_ns, body),
+                    None => debug!(
+                        "worker {}: relay cell toward a client half that is gone dropped",
+                        self.me
+                    ),
                 }
             }
             HalfRole::Origin(_) => {
                 if command == cmd::RELAY_EARLY {
-                    self.close_circuit(
+                    return self.close_circuit(
                         conn,
                         slot,
                         destroy_reason::PROTOCOL,
                         "RELAY_EARLY toward the origin",
                     );
-                    return CellVerdict::Continue;
                 }
                 self.origin_relay(conn, slot, stamp_ns, body);
-                Handed::Done
             }
             HalfRole::Keyed(k) => {
                 let action = k.on_forward(command, body, &self.fctx);
                 let peer = h.peer;
                 self.note_usage(conn, command, peer.is_some());
-                self.keyed_action(conn, slot, peer, action, stamp_ns, body)
+                self.keyed_action(conn, slot, peer, action, stamp_ns, body);
             }
-        };
-        match handed {
-            Handed::Done => CellVerdict::Continue,
-            Handed::Stalled => CellVerdict::Pause,
         }
     }
 
@@ -260,17 +248,14 @@ impl Circuits {
         action: ForwardAction,
         stamp_ns: u64,
         body: &mut [u8; BODY_LEN],
-    ) -> Handed {
+    ) {
         match action {
             ForwardAction::Pass { command } => match peer {
-                Some(p) => self.forward(conn, p, command, stamp_ns, body),
-                None => {
-                    debug!(
-                        "worker {}: relay cell for a circuit with no next hop dropped",
-                        self.me
-                    );
-                    Handed::Done
-                }
+                Some(p) => self.forward(conn, slot, p, command, stamp_ns, body),
+                None => debug!(
+                    "worker {}: relay cell for a circuit with no next hop dropped",
+                    self.me
+                ),
             },
             ForwardAction::Extend(req) => {
                 if let (Some(from), Some(c)) = (self.halves.reference(slot), self.conn(conn)) {
@@ -281,7 +266,6 @@ impl Circuits {
                         req,
                     });
                 }
-                Handed::Done
             }
             ForwardAction::Truncate { reason } => {
                 if let Some(h) = self.halves.by_slot(slot) {
@@ -289,19 +273,18 @@ impl Circuits {
                         self.destroy_later.push((p, reason));
                     }
                 }
+                // Cells that waited to cross to that hop go with it.
+                self.drop_crossing(slot);
                 self.reply(conn, slot, stamp_ns, body);
-                Handed::Done
             }
             ForwardAction::Reply => {
                 self.reply(conn, slot, stamp_ns, body);
-                Handed::Done
             }
             a @ (ForwardAction::IntroEstablished { .. }
             | ForwardAction::Introduce { .. }
             | ForwardAction::EstablishRendezvous { .. }
             | ForwardAction::Rendezvous1 { .. }) => {
                 self.onion_action(conn, slot, a, body, stamp_ns);
-                Handed::Done
             }
             ForwardAction::Stream {
                 header,
@@ -316,20 +299,16 @@ impl Circuits {
                     circuit_sendme,
                     body,
                 );
-                Handed::Done
             }
             ForwardAction::CircuitSendme { header } => {
                 self.circuit_sendme(conn, slot, &header, body);
-                Handed::Done
             }
             ForwardAction::RefusedSingleHopRendezvous => {
                 self.limit_counters.single_hop_refused += 1;
-                Handed::Done
             }
             ForwardAction::Conflux { header } => self.conflux_cell(conn, slot, header, body),
             ForwardAction::PaddingNegotiate => {
                 self.padding_negotiate_cell(conn, slot, body);
-                Handed::Done
             }
             ForwardAction::Drop => {
                 // The cell was for this hop (decrypted here): DROP, or a
@@ -337,11 +316,9 @@ impl Circuits {
                 if body[0] == weft_proto::relay::relay_cmd::DROP {
                     self.counters.drop_cells += 1;
                 }
-                Handed::Done
             }
             ForwardAction::Close { reason, why } => {
                 self.close_circuit(conn, slot, reason, &why);
-                Handed::Done
             }
         }
     }
@@ -516,10 +493,8 @@ impl Circuits {
                 CellVerdict::Continue
             }
             (HalfRole::Relabel { created: false }, cmd::CREATED2) => {
-                match self.extend_created2(conn, slot, body) {
-                    Handed::Done => CellVerdict::Continue,
-                    Handed::Stalled => CellVerdict::Pause,
-                }
+                self.extend_created2(conn, slot, body);
+                CellVerdict::Continue
             }
             _ => {
                 let why = format!("unexpected {}", cell::cmd_name(command));

@@ -16,7 +16,6 @@ use weft_proto::cell::{cmd, destroy_reason, BODY_LEN};
 
 use crate::messages::{HalfRef, RingMsg};
 use crate::worker::core::half::{Half, HalfRole};
-use crate::worker::core::handoff::Handed;
 use crate::worker::core::Circuits;
 
 impl Circuits {
@@ -48,51 +47,35 @@ impl Circuits {
     }
 
     /// CREATED2 on the relabel half at `slot` (connection `conn`): pass it
-    /// to the keyed half, in order with the cells that follow it. If the
-    /// ring to the keyed half's worker is full, the connection waits like
-    /// for a cell.
-    pub(crate) fn extend_created2(
-        &mut self,
-        conn: usize,
-        slot: u32,
-        body: &[u8; BODY_LEN],
-    ) -> Handed {
+    /// to the keyed half, in order with the cells that follow it (through
+    /// the ordered line if the ring to the keyed half's worker is full).
+    pub(crate) fn extend_created2(&mut self, conn: usize, slot: u32, body: &[u8; BODY_LEN]) {
         let hlen = usize::from(u16::from_be_bytes([body[0], body[1]]));
         if hlen + 2 > BODY_LEN {
-            self.close_circuit(
+            return self.close_circuit(
                 conn,
                 slot,
                 destroy_reason::PROTOCOL,
                 "CREATED2 with bad length",
             );
-            return Handed::Done;
         }
         let Some(h) = self.halves.by_slot(slot) else {
-            return Handed::Done;
+            return;
         };
         if let HalfRole::Relabel { created } = &mut h.role {
             *created = true;
         }
         let Some(p) = h.peer else {
-            return Handed::Done;
+            return;
         };
-        let msg = RingMsg::Created2 {
-            to: p,
-            len: (hlen + 2) as u16,
-            body: *body,
-        };
-        let w = usize::from(p.worker);
-        if w == self.me {
-            self.on_ring_msg(&msg, self.me as u16);
-            return Handed::Done;
-        }
-        match self.try_push(w, msg) {
-            Ok(()) => Handed::Done,
-            Err(m) => {
-                self.stall(conn, w, m);
-                Handed::Stalled
-            }
-        }
+        self.send_ordered(
+            p,
+            RingMsg::Created2 {
+                to: p,
+                len: (hlen + 2) as u16,
+                body: *body,
+            },
+        );
     }
 
     /// The next hop answered the CREATE2 of keyed half `to` with `created2`

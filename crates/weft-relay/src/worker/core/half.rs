@@ -72,6 +72,10 @@ pub(crate) struct Half {
     /// [`crate::worker::core::circpad`]). None, the usual case, costs the
     /// per-cell path one test.
     pub pad: Option<Box<weft_proto::circpad::CircPadding>>,
+    /// Cells for a peer on another worker that wait for room on its ring,
+    /// and this half's EWMA count there ([`crate::worker::core::crossing`]);
+    /// made at its first cell for another worker.
+    pub cross: Option<Box<crate::worker::core::crossing::HalfCrossing>>,
 }
 
 impl Half {
@@ -87,6 +91,7 @@ impl Half {
             move_state: MoveState::default(),
             held: CellQueue::default(),
             pad: None,
+            cross: None,
         }
     }
 
@@ -256,6 +261,7 @@ mod size_tests {
             size_of::<super::Entry>()
         );
         assert!(size_of::<super::HalfRole>() <= 16);
+        assert!(size_of::<crate::worker::core::move_state::MoveState>() <= 20);
         assert!(size_of::<weft_proto::circuit::KeyedHalf>() <= 1024);
         assert!(size_of::<weft_crypto::aes_ctr::Aes128Ctr>() <= 256);
     }

@@ -1,191 +1,342 @@
 //! The hand-off between the two halves of a circuit, in the circuit core:
 //! a cell that leaves one half goes to its peer's queue directly when the
-//! peer is on this worker, else onto the ring to the peer's worker
-//! ([`Circuits::forward`]); what arrives on a ring is delivered to its half
-//! ([`Circuits::on_ring_msg`], [`Circuits::deliver`]). The keyed half
-//! toward the client adds its onion layer when the cell is queued on it, so
-//! the AES-CTR keystream follows the order of the queue.
+//! peer is on this worker, else onto the ring to the peer's worker or,
+//! when that ring has no room, into the half's own crossing queue
+//! ([`Circuits::forward`], [`crate::worker::core::crossing`]); what
+//! arrives on a ring is delivered to its half ([`Circuits::on_ring_msg`],
+//! [`Circuits::deliver`]). The keyed half toward the client adds its
+//! onion layer when the cell is queued on it, so the AES-CTR keystream
+//! follows the order of the queue.
 //!
-//! Backpressure: a cell that finds its ring full waits in its
-//! connection's stall slot and the connection stops reading. Messages that
-//! must keep their order with the cells around them but come from no
-//! connection (links, migration markers) never spin and are never
-//! dropped: they join the same per-ring waiting line as the stalled
-//! connections, and [`Circuits::retry_waiting`] places both in the order
-//! they were refused before anything newer may use that ring.
+//! Nothing here stops a connection's reading: a full ring delays only the
+//! circuits whose cells it refused ([`Circuits::serve_lanes`] gives its
+//! room back in EWMA order), and messages that keep their order with the
+//! cells around them go through the lane's ordered line, which is never
+//! dropped.
 
 use tracing::debug;
 use weft_proto::cell::{cmd, destroy_reason, BODY_LEN};
 use weft_proto::circuit::NextHop;
 
+use crate::ewma::CircuitEwma;
 use crate::messages::{HalfRef, RingMsg};
+use crate::worker::core::crossing::{HalfCrossing, NO_LANE};
 use crate::worker::core::half::HalfRole;
-use crate::worker::core::{Circuits, Waiting};
+use crate::worker::core::Circuits;
 
-/// What became of a cell handed to a half. (`must_use`: a stall must
-/// reach the reader as [`crate::worker::core::dispatch::CellVerdict::Pause`],
-/// the only way the driver learns that a connection stopped.)
-#[must_use]
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Handed {
-    /// Queued, sent, held or dropped: the reader goes on.
-    Done,
-    /// The ring to that worker is full; the cell waits in the reading
-    /// connection's stall slot.
-    Stalled,
+/// What [`Circuits::serve_lane`] stopped at.
+enum Served {
+    /// The ring is full, or nothing of the lane waits.
+    Stop,
+    /// The half at this slot waits on the wrong lane (its peer moved or is
+    /// gone): it is off the lane, to be sent where its peer is now.
+    Rehome(u32),
 }
 
-/// Entries (536 bytes each) an empty waiting line keeps allocated.
-const WAITING_KEPT: usize = 64;
+/// What became of a cell for another worker.
+enum Crossed {
+    /// On the ring, in the half's crossing queue, or dropped (no such
+    /// worker, no such half).
+    Done,
+    /// The half's crossing queue is at the circuit's limit.
+    OverLimit(usize),
+    /// The pool is at its hard cap.
+    PoolExhausted,
+}
 
 impl Circuits {
-    /// Push `msg` on the ring to worker `w`, unless something is waiting
-    /// for room on that ring (it goes first) or the ring is full.
-    // The refused message comes back by value (as from the ring itself) so
-    // the caller can park it in a stall slot or the waiting line: no
-    // allocation.
-    #[allow(clippy::result_large_err)]
-    #[inline]
-    pub(crate) fn try_push(&mut self, w: usize, msg: RingMsg) -> Result<(), RingMsg> {
-        if !self.waiting[w].is_empty() {
-            return Err(msg);
-        }
-        match self.outs.get_mut(w) {
-            Some(Some(p)) => p.push(msg),
-            // No ring to that worker (it is us, or out of range): drop.
-            _ => Ok(()),
-        }
-    }
-
     /// Deliver a message that must stay in order with cells: locally, or on
-    /// the ring to the half's worker; if that ring is full or has a waiting
-    /// line, at the end of the line ([`Circuits::retry_waiting`]).
+    /// the ring to the half's worker; if that ring is full or its ordered
+    /// line is not empty, at the end of the line ([`Circuits::serve_lanes`]).
     pub(crate) fn send_ordered(&mut self, to: HalfRef, msg: RingMsg) {
         let w = usize::from(to.worker);
+        self.send_ordered_to(w, msg);
+    }
+
+    /// [`Circuits::send_ordered`] to worker `w` (a message for a conflux
+    /// set's home names no half).
+    pub(crate) fn send_ordered_to(&mut self, w: usize, msg: RingMsg) {
         if w == self.me {
             self.on_ring_msg(&msg, self.me as u16);
             return;
         }
-        if w >= self.outs.len() {
+        let Some(lane) = self.lanes.lanes.get_mut(w) else {
+            return;
+        };
+        let Some(ring) = lane.ring.as_mut() else {
+            return;
+        };
+        if lane.ordered.is_empty() {
+            if let Err(m) = ring.push(msg) {
+                lane.ordered.push_back(m);
+            }
+        } else {
+            lane.ordered.push_back(msg);
+        }
+    }
+
+    /// Place what waits on every lane, as far as the rings take it: the
+    /// ordered lines first, then the waiting circuits' cells in EWMA order.
+    pub(crate) fn serve_lanes(&mut self) {
+        for w in 0..self.lanes.lanes.len() {
+            if self.lanes.lanes[w].is_idle() {
+                continue;
+            }
+            // Bounded: each rehome takes one half off this lane for good
+            // (its peer is elsewhere, or gone).
+            while let Served::Rehome(slot) = self.serve_lane(w) {
+                self.rehome_crossing(slot);
+            }
+        }
+    }
+
+    /// Serve lane `w` until its ring is full, nothing waits, or a waiting
+    /// half turns out to belong elsewhere.
+    fn serve_lane(&mut self, w: usize) -> Served {
+        let Circuits {
+            lanes,
+            halves,
+            pool,
+            ..
+        } = self;
+        let cells = &mut lanes.cells;
+        let lane = &mut lanes.lanes[w];
+        let Some(ring) = lane.ring.as_mut() else {
+            lane.ordered.clear();
+            return Served::Stop;
+        };
+        while let Some(m) = lane.ordered.front() {
+            if ring.push(*m).is_err() {
+                return Served::Stop;
+            }
+            lane.ordered.pop_front();
+        }
+        while let Some(slot) = lane.waiting.peek() {
+            let Some(h) = halves.by_slot(slot) else {
+                let mut gone = CircuitEwma {
+                    active: true,
+                    ..Default::default()
+                };
+                lane.waiting.remove(slot, &mut gone);
+                continue;
+            };
+            let to = h.peer;
+            let Some(x) = h.cross.as_deref_mut() else {
+                let mut gone = CircuitEwma {
+                    active: true,
+                    ..Default::default()
+                };
+                lane.waiting.remove(slot, &mut gone);
+                continue;
+            };
+            let Some(front) = x.queue.front() else {
+                lane.waiting.remove(slot, &mut x.ewma);
+                x.lane = NO_LANE;
+                continue;
+            };
+            let Some(to) = to.filter(|p| usize::from(p.worker) == w) else {
+                lane.waiting.remove(slot, &mut x.ewma);
+                x.lane = NO_LANE;
+                return Served::Rehome(slot);
+            };
+            let c = pool.slot(front);
+            let (command, stamp_ns) = (c.command, c.stamp_ns);
+            let made = ring.push_with(|| RingMsg::Cell {
+                to,
+                command,
+                stamp_ns,
+                body: pool.slot(front).body,
+            });
+            if made.is_err() {
+                return Served::Stop;
+            }
+            x.queue.pop(pool);
+            pool.release(front);
+            *cells -= 1;
+            let more = !x.queue.is_empty();
+            lane.waiting.sent(slot, &mut x.ewma, 1, lane.weight, more);
+            if !more {
+                x.lane = NO_LANE;
+            }
+        }
+        Served::Stop
+    }
+
+    /// The half at `slot` has cells waiting to cross, and its peer changed
+    /// (it moved, or it is gone): take it off its lane, then drop the
+    /// cells (no peer), deliver them here in order (the peer is on this
+    /// worker now; a peer inside a move holds them for its marker, as
+    /// [`Circuits::deliver`] does any cell), or list it on its peer's lane.
+    pub(crate) fn rehome_crossing(&mut self, slot: u32) {
+        let me = self.me;
+        let Circuits { lanes, halves, .. } = self;
+        let Some(h) = halves.by_slot(slot) else {
+            return;
+        };
+        let peer = h.peer;
+        let Some(x) = h.cross.as_deref_mut() else {
+            return;
+        };
+        if let Some(l) = lanes.lanes.get_mut(usize::from(x.lane)) {
+            l.waiting.remove(slot, &mut x.ewma);
+        }
+        x.lane = NO_LANE;
+        if x.queue.is_empty() {
             return;
         }
-        if let Err(m) = self.try_push(w, msg) {
-            self.waiting[w].push_back(Waiting::Msg(m));
-        }
-    }
-
-    /// Connection `conn` must wait: `msg` for worker `w` sits in its stall
-    /// slot, at the end of `w`'s waiting line, and the connection stops
-    /// reading until it is placed.
-    pub(crate) fn stall(&mut self, conn: usize, w: usize, msg: RingMsg) {
-        if let Some(c) = self.conn_mut(conn) {
-            c.stall = Some((w, msg));
-            self.waiting[w].push_back(Waiting::Conn(conn));
-        }
-    }
-
-    /// Take connection `conn` out of every waiting line (it closed, moved
-    /// or its stalled cell was readdressed).
-    pub(crate) fn unwait(&mut self, conn: usize) {
-        for line in &mut self.waiting {
-            line.retain(|e| !matches!(e, Waiting::Conn(c) if *c == conn));
-        }
-    }
-
-    /// Place what waits for room on each ring, in the order it was refused,
-    /// as far as the rings take it; connections whose stalled cell went out
-    /// may read again ([`Circuits::take_resumed`]).
-    pub(crate) fn retry_waiting(&mut self) {
-        for w in 0..self.waiting.len() {
-            while let Some(&e) = self.waiting[w].front() {
-                let Some(Some(p)) = self.outs.get_mut(w) else {
-                    self.waiting[w].clear();
-                    break;
-                };
-                match e {
-                    Waiting::Msg(m) => {
-                        if p.push(m).is_err() {
-                            break;
-                        }
-                    }
-                    Waiting::Conn(idx) => {
-                        let Some(Some(c)) = self.conns.get_mut(idx) else {
-                            self.waiting[w].pop_front();
-                            continue;
-                        };
-                        match c.stall.take() {
-                            Some((dw, m)) if dw == w => {
-                                if let Err(m) = p.push(m) {
-                                    c.stall = Some((dw, m));
-                                    break;
-                                }
-                                self.effects
-                                    .push_back(crate::worker::core::Effect::Resume(idx));
-                            }
-                            other => c.stall = other,
-                        }
-                    }
+        match peer {
+            None => self.drop_crossing(slot),
+            Some(p) if usize::from(p.worker) == me => {
+                while let Some(s) = self
+                    .halves
+                    .by_slot(slot)
+                    .and_then(|h| h.cross.as_deref_mut())
+                    .and_then(|x| x.queue.pop(&self.pool))
+                {
+                    self.lanes.cells -= 1;
+                    let c = self.pool.slot(s);
+                    let (command, stamp_ns, body) = (c.command, c.stamp_ns, c.body);
+                    self.pool.release(s);
+                    self.deliver(p, command, stamp_ns, &body, me as u16);
                 }
-                self.waiting[w].pop_front();
+            }
+            Some(p) => {
+                let w = p.worker;
+                if let Some(l) = self.lanes.lanes.get_mut(usize::from(w)) {
+                    // Counts of every lane share one reference time (see
+                    // `Lanes::begin_round`): the count carries over.
+                    l.waiting.activate(slot, &mut x.ewma);
+                    x.lane = w;
+                } else {
+                    self.drop_crossing(slot);
+                }
             }
         }
     }
 
-    /// Once a second (from the core's report): a waiting line that a burst
-    /// grew (a connection's move sends messages per circuit) and that is
-    /// empty now gives that room back. Not where the line empties: a busy
-    /// ring's line empties and regrows many times a second, and shrinking
-    /// it each time put allocations on the data path (a CI run counted
-    /// 795 worker allocations over 75,801 exit DATA cells).
-    pub(crate) fn shrink_waiting(&mut self) {
-        for line in &mut self.waiting {
-            if line.is_empty() && line.capacity() > WAITING_KEPT {
-                line.shrink_to(WAITING_KEPT);
-            }
+    /// Drop the cells waiting in the crossing queue of the half at `slot`
+    /// (its circuit closed, or its next hop went with a TRUNCATE) and take
+    /// it off its lane.
+    pub(crate) fn drop_crossing(&mut self, slot: u32) {
+        let Circuits {
+            lanes,
+            halves,
+            pool,
+            ..
+        } = self;
+        let Some(x) = halves.by_slot(slot).and_then(|h| h.cross.as_deref_mut()) else {
+            return;
+        };
+        if let Some(l) = lanes.lanes.get_mut(usize::from(x.lane)) {
+            l.waiting.remove(slot, &mut x.ewma);
         }
+        x.lane = NO_LANE;
+        lanes.cells -= x.queue.len();
+        x.queue.clear(pool);
     }
 
-    /// Hand a cell from a half to its peer `to`: into its queue if it is on
-    /// this worker (a keyed peer adds its layer now), else onto the ring.
-    /// `conn` is the connection the cell was read from (it stalls if the
-    /// ring is full).
+    /// Hand a cell from the half at `from` to its peer `to`: into its queue
+    /// if it is on this worker (a keyed peer adds its layer now), else onto
+    /// the ring or, behind what of this half or this lane waits, into the
+    /// half's crossing queue. `conn` is the connection the cell was read
+    /// from (the circuit closes there if its crossing queue is over the
+    /// limit or the pool is exhausted).
     #[inline]
     pub(crate) fn forward(
         &mut self,
         conn: usize,
+        from: u32,
         to: HalfRef,
         command: u8,
         stamp_ns: u64,
         body: &mut [u8; BODY_LEN],
-    ) -> Handed {
+    ) {
         self.counters.cells += 1;
         let w = usize::from(to.worker);
         if w == self.me {
             self.deliver(to, command, stamp_ns, body, self.me as u16);
-            return Handed::Done;
+            return;
         }
         self.counters.cross += 1;
-        let make = || RingMsg::Cell {
-            to,
-            command,
-            stamp_ns,
-            body: *body,
-        };
-        // Straight into the ring slot: the body's one copy on this side.
-        let make = if self.waiting[w].is_empty() {
-            match self.outs.get_mut(w) {
-                Some(Some(p)) => match p.push_with(make) {
-                    Ok(()) => return Handed::Done,
-                    Err(make) => make,
-                },
-                // No ring to that worker (it is us, or out of range): drop.
-                _ => return Handed::Done,
+        match self.cross(w, from, to, command, stamp_ns, body) {
+            Crossed::Done => {}
+            Crossed::OverLimit(n) => {
+                let max = self.limits.max_circuit_queue;
+                let why = format!("{n} cells waiting for another worker, maximum allowed is {max}");
+                self.close_circuit(conn, from, destroy_reason::RESOURCELIMIT, &why);
             }
-        } else {
-            make
+            Crossed::PoolExhausted => self.close_pool_exhausted(conn, from),
+        }
+    }
+
+    /// A cell of the half at `from` for `to` on worker `w` (not us): see
+    /// [`Circuits::forward`].
+    #[inline]
+    fn cross(
+        &mut self,
+        w: usize,
+        from: u32,
+        to: HalfRef,
+        command: u8,
+        stamp_ns: u64,
+        body: &[u8; BODY_LEN],
+    ) -> Crossed {
+        let Circuits {
+            lanes,
+            halves,
+            pool,
+            limits,
+            now_ns,
+            ..
+        } = self;
+        let Some(lane) = lanes.lanes.get_mut(w) else {
+            return Crossed::Done;
         };
-        self.stall(conn, w, make());
-        Handed::Stalled
+        let idle = lane.is_idle();
+        let Some(ring) = lane.ring.as_mut() else {
+            // No ring to that worker (it is us, or out of range): drop.
+            return Crossed::Done;
+        };
+        let Some(h) = halves.by_slot(from) else {
+            return Crossed::Done;
+        };
+        // Made once per half, at its first cell for another worker.
+        let x = h.cross.get_or_insert_with(|| Box::new(HalfCrossing::new()));
+        if idle {
+            // Nothing of this lane waits (nor of this half, which would be
+            // on it): straight into the ring slot, the body's one copy on
+            // this side. While circuits wait, the ring's room is theirs in
+            // EWMA order, and a cell of another circuit takes its place
+            // among them rather than the room as it frees up.
+            debug_assert!(x.queue.is_empty() || x.lane != w as u16);
+            let made = ring.push_with(|| RingMsg::Cell {
+                to,
+                command,
+                stamp_ns,
+                body: *body,
+            });
+            if made.is_ok() {
+                lane.waiting.charge_idle(&mut x.ewma, 1, lane.weight);
+                return Crossed::Done;
+            }
+        }
+        // Behind what waits: in the circuit's own queue, bounded like its
+        // other queues.
+        let n = x.queue.len();
+        if n >= limits.max_circuit_queue {
+            return Crossed::OverLimit(n);
+        }
+        let Some(s) = pool.alloc() else {
+            return Crossed::PoolExhausted;
+        };
+        pool.put(s, command, stamp_ns, *now_ns, body);
+        x.queue.push(pool, s);
+        lanes.cells += 1;
+        if x.lane == NO_LANE {
+            x.lane = w as u16;
+            lane.waiting.activate(from, &mut x.ewma);
+        }
+        Crossed::Done
     }
 
     /// A cell for half `to` on this worker, from worker `source`: add our
@@ -286,7 +437,12 @@ impl Circuits {
                 command,
                 stamp_ns,
                 ref body,
-            } => self.deliver(to, command, stamp_ns, body, source),
+            } => {
+                if let Some(r) = self.ring_reads.get_mut(usize::from(source)) {
+                    r.note(to.slot);
+                }
+                self.deliver(to, command, stamp_ns, body, source)
+            }
             RingMsg::Linked { to, peer } => self.linked(to, peer),
             RingMsg::Introduce2 {
                 to,

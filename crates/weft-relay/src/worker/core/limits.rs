@@ -81,16 +81,39 @@ pub(crate) fn handshake_type(body: &[u8; BODY_LEN]) -> usize {
 }
 
 impl Circuits {
-    /// Bytes the queues of this worker hold (cells in the pool, and the
-    /// bytes exit streams hold for their destinations).
+    /// Bytes the queues of this worker hold (cells in the pool — queued
+    /// to write, held for a move, waiting to cross to another worker —,
+    /// messages in the lanes' ordered lines, and the bytes exit streams
+    /// hold for their destinations).
     pub(crate) fn queued_bytes(&self) -> u64 {
         self.pool.in_use() as u64 * CELL_COST
+            + self.lanes.ordered_bytes()
             + self.stream_buffered_bytes()
             + self.conflux.ooo_bytes()
     }
 
-    /// Every circuit half with queued or held cells: (age of its oldest
-    /// cell, bytes), for the controller's choice of victims.
+    /// The cells of the half `h` (queued, held, waiting to cross) and when
+    /// the oldest of them was queued.
+    fn half_cells(
+        pool: &crate::pool::CellPool,
+        h: &crate::worker::core::half::Half,
+    ) -> (usize, Option<u64>) {
+        let cross = h.cross.as_deref().map(|x| &x.queue);
+        let n = h.queue.len() + h.held.len() + cross.map_or(0, |q| q.len());
+        let oldest = [
+            h.queue.front(),
+            h.held.front(),
+            cross.and_then(|q| q.front()),
+        ]
+        .into_iter()
+        .flatten()
+        .map(|s| pool.slot(s).queued_ns)
+        .min();
+        (n, oldest)
+    }
+
+    /// Every circuit half with queued, held or crossing cells: (age of its
+    /// oldest cell, bytes), for the controller's choice of victims.
     pub(crate) fn oom_candidates(&mut self) -> Vec<(u64, u64)> {
         let now = self.now_ns;
         self.guards.oom_query_ns = now;
@@ -100,16 +123,11 @@ impl Circuits {
             let Some(h) = self.halves.by_slot(slot) else {
                 continue;
             };
-            let n = h.queue.len() + h.held.len();
+            let (n, oldest) = Self::half_cells(&self.pool, h);
             if n == 0 {
                 continue;
             }
-            let oldest = [h.queue.front(), h.held.front()]
-                .into_iter()
-                .flatten()
-                .map(|s| self.pool.slot(s).queued_ns)
-                .min()
-                .unwrap_or(now);
+            let oldest = oldest.unwrap_or(now);
             v.push((now.saturating_sub(oldest), n as u64 * CELL_COST));
         }
         v.extend(
@@ -134,12 +152,7 @@ impl Circuits {
             let Some(h) = self.halves.by_slot(slot) else {
                 continue;
             };
-            let n = h.queue.len() + h.held.len();
-            let oldest = [h.queue.front(), h.held.front()]
-                .into_iter()
-                .flatten()
-                .map(|s| self.pool.slot(s).queued_ns)
-                .min();
+            let (n, oldest) = Self::half_cells(&self.pool, h);
             if let Some(o) = oldest {
                 if now.saturating_sub(o) >= min_age_ns {
                     victims.push((StreamOwner::circuit(h.conn, slot), n as u64 * CELL_COST));

@@ -124,6 +124,9 @@ pub(crate) struct MovedHalf {
     pub(super) cells: Vec<MovedCell>,
     /// Held cells.
     pub(super) held: Vec<MovedCell>,
+    /// Cells for its peer on another worker that waited for ring room
+    /// (they cross from the new worker, behind its `PeerMoved`).
+    pub(super) crossing: Vec<MovedCell>,
     /// Its circuit padding machine, if any
     /// ([`crate::worker::core::circpad`]).
     pub(super) pad: Option<Box<weft_proto::circpad::CircPadding>>,
@@ -182,8 +185,7 @@ fn take(q: &mut CellQueue, pool: &mut CellPool) -> Vec<MovedCell> {
 }
 
 impl Circuits {
-    /// True if connection `idx` may move now: open here, not waiting for
-    /// ring space, no CREATE2 in this worker's handshake queue
+    /// True if connection `idx` may move now: open here, no CREATE2 in this worker's handshake queue
     /// ([`crate::worker::core::limits`]), no circuit in the middle of a rendezvous
     /// ([`crate::worker::core::onion`]), and no half still inside an earlier move (its
     /// own or its peer's): a half keeps one marker to wait for, and a
@@ -196,9 +198,6 @@ impl Circuits {
         let Some(Some(c)) = self.conns.get(idx) else {
             return false;
         };
-        if c.stall.is_some() {
-            return false;
-        }
         // Asked every round while a move waits (`Worker::retry_move`):
         // nothing allocated.
         let halves = &self.halves;
@@ -220,7 +219,6 @@ impl Circuits {
         Self::fold_cell_counts(&mut self.counters.padding, &mut c);
         self.conn_ids.remove(&c.id);
         self.pending.retain(|&p| p != idx);
-        self.unwait(idx);
         // None wait for a handshake (`can_detach`); this only keeps the
         // queue free of a connection that is no longer here.
         self.forget_pending_creates(idx);
@@ -242,6 +240,16 @@ impl Circuits {
             h.ewma = CircuitEwma::default();
             let cells = take(&mut h.queue, &mut self.pool);
             let held = take(&mut h.held, &mut self.pool);
+            let crossing = match h.cross.take() {
+                Some(mut x) => {
+                    if let Some(l) = self.lanes.lanes.get_mut(usize::from(x.lane)) {
+                        l.waiting.remove(slot, &mut x.ewma);
+                    }
+                    self.lanes.cells -= x.queue.len();
+                    take(&mut x.queue, &mut self.pool)
+                }
+                None => Vec::new(),
+            };
             if let Some(p) = h.peer {
                 markers.push(p);
             }
@@ -256,6 +264,7 @@ impl Circuits {
                 ewma,
                 cells,
                 held,
+                crossing,
             });
             self.forwarders.push(slot);
             if ends_circuit {
@@ -342,6 +351,10 @@ impl Circuits {
                     },
                 );
             }
+            // What waited to cross goes on from here, behind the
+            // `PeerMoved` (its lane's ordered line goes first; a peer on
+            // this worker holds it for the old worker's marker).
+            self.adopt_crossing(r, mh.crossing);
         }
         self.adopted.push((m.id, refs));
         for cell in m.urgent {
@@ -592,12 +605,10 @@ impl Circuits {
             h.move_state.expect_link_from(old);
             return;
         };
-        let conn = h.conn;
-        // A cell for the old reference may still wait in our connection's
-        // stall slot (its ring was full). It is older than anything the
-        // half sends from now on, and `Switched` below promises the old
-        // worker nothing more: readdress it to the new reference first.
-        self.readdress_stalled(conn, old_ref, peer);
+        // Cells that waited to cross to the old reference are older than
+        // anything the half sends from now on, and `Switched` below
+        // promises the old worker nothing more: they go to the new one.
+        self.rehome_crossing(to.slot);
         // We send nothing more to the old reference.
         self.owe_switched(to, old_ref);
     }
@@ -616,37 +627,33 @@ impl Circuits {
         }
     }
 
-    /// If connection `conn` is stalled on a cell for `old`, send that cell
-    /// to `new` instead (delivered now if `new` is on this worker, else
-    /// stalled on the ring to `new`'s worker).
-    fn readdress_stalled(&mut self, conn: usize, old: HalfRef, new: HalfRef) {
-        let me = self.me;
-        let Some(c) = self.conn_mut(conn) else {
-            return;
-        };
-        let Some((dw, msg)) = c.stall.take() else {
-            return;
-        };
-        if msg.target() != old {
-            c.stall = Some((dw, msg));
+    /// Cells a moved half had waiting to cross: into the crossing queue of
+    /// its new reference `r`, then where its peer is
+    /// ([`Circuits::rehome_crossing`]).
+    fn adopt_crossing(&mut self, r: HalfRef, cells: Vec<MovedCell>) {
+        if cells.is_empty() {
             return;
         }
-        let msg = msg.retarget(new);
-        let w = usize::from(new.worker);
-        if w == me {
-            // Unstalled: read again; the cell goes in ahead of anything
-            // the connection reads next.
-            self.unwait(conn);
-            self.effects
-                .push_back(crate::worker::core::Effect::Resume(conn));
-            self.on_ring_msg(&msg, me as u16);
-        } else if w == dw {
-            c.stall = Some((w, msg));
-        } else {
-            // It waits behind what already waits for the new worker.
-            self.unwait(conn);
-            self.stall(conn, w, msg);
+        let Circuits {
+            lanes,
+            halves,
+            pool,
+            ..
+        } = self;
+        let Some(h) = halves.get(r) else { return };
+        let conn = h.conn;
+        let x = h
+            .cross
+            .get_or_insert_with(|| Box::new(crate::worker::core::crossing::HalfCrossing::new()));
+        for cell in cells {
+            let Some(s) = pool.alloc() else {
+                return self.close_pool_exhausted(conn, r.slot);
+            };
+            pool.put(s, cell.command, cell.stamp_ns, cell.stamp_ns, &cell.body);
+            x.queue.push(pool, s);
+            lanes.cells += 1;
         }
+        self.rehome_crossing(r.slot);
     }
 }
 

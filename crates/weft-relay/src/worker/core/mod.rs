@@ -8,7 +8,7 @@
 //! [`Effect`]s and lists it drains.
 //!
 //! The API, as in quinn-proto's `Connection` (the driver calls nothing
-//! else; `tests/core_types.rs` checks it), eleven entry points:
+//! else; `tests/core_types.rs` checks it), twelve entry points:
 //!
 //! * inputs — [`Circuits::on_cell`] (one cell read from a connection,
 //!   [`crate::worker::core::dispatch`]; its `Pause` stops the
@@ -30,9 +30,11 @@
 //!   stream's bytes through its socket,
 //!   [`crate::worker::core::streams::pump`]), [`Circuits::end_round`]
 //!   (the rings published), [`Circuits::report`] (the counters; once a
-//!   second, when a quiet pool also gives chunks back) and
+//!   second, when a quiet pool also gives chunks back),
 //!   [`Circuits::circuits_on`] (a connection's circuit count, which the
-//!   balancer's candidates are filtered by);
+//!   balancer's candidates are filtered by) and [`Circuits::read_budget`]
+//!   (how much to read from a connection this round,
+//!   [`crate::worker::core::read_share`]);
 //! * the first step of a move, [`Circuits::detach`] (the connection's
 //!   circuits given up, or `None` while it cannot move).
 //!
@@ -45,6 +47,7 @@ pub(crate) mod circpad;
 pub(crate) mod conflux;
 pub(crate) mod core_event;
 pub(crate) mod core_msg;
+pub(crate) mod crossing;
 pub(crate) mod dispatch;
 pub(crate) mod extend;
 pub(crate) mod half;
@@ -54,6 +57,7 @@ pub(crate) mod migrate;
 pub(crate) mod move_state;
 pub(crate) mod onion;
 pub(crate) mod origin;
+pub(crate) mod read_share;
 pub(crate) mod sched;
 pub(crate) mod streams;
 #[cfg(test)]
@@ -79,6 +83,15 @@ use crate::worker::core::core_msg::CoreMsg;
 use crate::worker::core::half::{Half, HalfTable};
 use crate::worker::core::sched::ConnSched;
 
+/// Where the driver takes cells from ([`Circuits::read_budget`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum ReadFrom {
+    /// A connection (the driver's slot).
+    Conn(usize),
+    /// The ring from worker `w`.
+    Ring(usize),
+}
+
 /// What the core knows of one open connection.
 pub(crate) struct ConnCircuits {
     /// Controller-assigned identifier.
@@ -99,10 +112,11 @@ pub(crate) struct ConnCircuits {
     circuits: HashMap<u32, u32>,
     /// Output scheduling: active circuits and urgent cells.
     sched: ConnSched,
-    /// Reading is paused: a cell waits for space in the ring to a worker.
-    stall: Option<(usize, RingMsg)>,
     /// The last circuit a cell was read for: (circuit ID, slot).
     last: (u32, u32),
+    /// The circuits it read for lately (its read budget's share,
+    /// [`crate::worker::core::read_share`]).
+    reads: crate::worker::core::read_share::ConnReads,
     /// Its idle and keepalive clocks ([`crate::worker::core::timers`]).
     times: crate::worker::core::timers::ConnTimes,
     /// Link protocol version.
@@ -161,18 +175,6 @@ impl ConnCircuits {
     }
 }
 
-/// An entry of a ring's waiting line ([`Circuits::waiting`]).
-// The message is kept by value like on the ring itself (no allocation); the
-// line is short and rarely used (a full ring).
-#[allow(clippy::large_enum_variant)]
-#[derive(Clone, Copy)]
-pub(crate) enum Waiting {
-    /// This connection's stall slot holds a cell for that ring.
-    Conn(usize),
-    /// An ordered message from no connection.
-    Msg(RingMsg),
-}
-
 /// What the driver must do for the core.
 // Effects carry a controller message by value (its largest variant, the
 // worker's once-a-second report, holds two histograms): no allocation, and
@@ -195,9 +197,6 @@ pub(crate) enum Effect {
     /// writing list and calls [`Circuits::fill`] for it until nothing is
     /// left (it comes again only after new cells).
     Write(usize),
-    /// Connection `idx` may read again (the cell it stalled on went out).
-    /// It stopped when [`Circuits::on_cell`] answered `Pause`.
-    Resume(usize),
     /// Close connection `idx` (a protocol timer, [`crate::worker::core::timers`]).
     CloseConn {
         /// The driver's slot.
@@ -295,17 +294,10 @@ pub(crate) struct Circuits {
     conn_ids: HashMap<ConnId, usize>,
     /// Connections with output to write.
     pending: VecDeque<usize>,
-    /// What waits for room on the ring to each worker, in the order it was
-    /// refused: connections paused with a cell in their stall slot, and
-    /// ordered messages that came from no connection (links, migration
-    /// markers). It goes out in that order before anything else for that
-    /// worker ([`Circuits::retry_waiting`]); nothing in it is ever dropped.
-    /// Its messages are bounded by what may be queued per half (a few
-    /// markers and answers), never by cells: a cell waits in its
-    /// connection's stall slot, and the connection stops reading.
-    waiting: Vec<VecDeque<Waiting>>,
-    /// Producer ends of the rings, by destination worker.
-    outs: Vec<Option<Producer<RingMsg>>>,
+    /// The way to each other worker: its ring's producer end, its
+    /// ordered line and the circuits whose cells wait for ring room
+    /// ([`crate::worker::core::crossing`]).
+    lanes: crate::worker::core::crossing::Lanes,
     /// Halves to tear down after the current step (peer, reason).
     destroy_later: Vec<(HalfRef, u8)>,
     /// Old half slots forwarding for halves that moved away.
@@ -345,6 +337,12 @@ pub(crate) struct Circuits {
     fctx: ForwardCtx,
     /// Randomness ([`CoreRng`]), injected.
     rng: CoreRng,
+    /// Read budgets shared out by busy circuits
+    /// ([`crate::worker::core::read_share`]).
+    read_shares: crate::worker::core::read_share::ReadShares,
+    /// The circuits each inbound ring carried lately (by source worker):
+    /// a ring's cells are read like a connection's, by share.
+    ring_reads: Vec<crate::worker::core::read_share::ConnReads>,
     /// The exit's streams ([`crate::worker::core::streams`]).
     streams: crate::worker::core::streams::Streams,
     /// Conflux legs and home sets ([`crate::worker::core::conflux`]).
@@ -372,8 +370,7 @@ impl Circuits {
             conns: Vec::new(),
             conn_ids: HashMap::new(),
             pending: VecDeque::new(),
-            waiting: (0..n).map(|_| VecDeque::new()).collect(),
-            outs,
+            lanes: crate::worker::core::crossing::Lanes::new(outs, ctx.halflife_s),
             destroy_later: Vec::new(),
             forwarders: Vec::new(),
             adopted: Vec::new(),
@@ -399,6 +396,8 @@ impl Circuits {
             },
             ctx,
             rng,
+            read_shares: Default::default(),
+            ring_reads: vec![Default::default(); n],
             streams: Default::default(),
             conflux: Default::default(),
         }
@@ -443,8 +442,8 @@ impl Circuits {
             peer_rsa,
             circuits: HashMap::new(),
             sched: ConnSched::new(self.ctx.halflife_s),
-            stall: None,
             last: (0, 0),
+            reads: Default::default(),
             times: crate::worker::core::timers::ConnTimes::new(self.now_ns, link.idle_timeout_ns),
             link_version: link.version,
             padding: link.padding,
@@ -470,7 +469,6 @@ impl Circuits {
         c.sched.urgent.clear(&mut self.pool);
         self.forget_pending_creates(idx);
         self.pending.retain(|&p| p != idx);
-        self.unwait(idx);
         self.flush_destroys();
     }
 
@@ -486,6 +484,28 @@ impl Circuits {
     }
 
     /// The connection at `idx`, if open.
+    /// How many bytes the driver may take this round from a connection's
+    /// socket or from another worker's ring (a cell on a ring counts 514):
+    /// a share of the round's reading that grows with the circuits the
+    /// source carries busy ([`crate::worker::core::read_share`]). A worker
+    /// short of CPU thus serves the circuits that cross to it from another
+    /// worker as it serves those it reads itself: cells the other worker
+    /// read freely do not take its rounds from its own connections' cells
+    /// (that left the direction read on the busier worker starved).
+    /// Asked once per source and round, before taking from it.
+    pub(crate) fn read_budget(&mut self, from: ReadFrom) -> u64 {
+        let now = self.now_ns;
+        let busy = match from {
+            ReadFrom::Conn(idx) => self
+                .conns
+                .get_mut(idx)
+                .and_then(Option::as_mut)
+                .map_or(1, |c| c.reads.busy(now)),
+            ReadFrom::Ring(w) => self.ring_reads.get_mut(w).map_or(1, |r| r.busy(now)),
+        };
+        self.read_shares.budget(busy)
+    }
+
     /// Circuit halves on connection `idx` (0 if it is not open here).
     pub(crate) fn circuits_on(&self, idx: usize) -> usize {
         self.conn(idx).map_or(0, |c| c.circuits.len())
@@ -505,11 +525,13 @@ impl Circuits {
         self.conn(idx).map_or(0, |c| c.circuits.len())
     }
 
-    /// True if connection `idx` waits for ring space (the tests; the
-    /// driver learns it from `on_cell`'s `Pause` and `Effect::Resume`).
+    /// Cells the half at `slot` has waiting for room on a ring (the tests).
     #[cfg(test)]
-    pub(crate) fn is_stalled(&self, idx: usize) -> bool {
-        self.conn(idx).is_some_and(|c| c.stall.is_some())
+    pub(crate) fn crossing_len(&self, slot: u32) -> usize {
+        self.halves
+            .at(slot)
+            .and_then(|h| h.cross.as_ref())
+            .map_or(0, |x| x.queue.len())
     }
 
     /// A new immutable context (keys rotated, parameters changed).
@@ -519,6 +541,7 @@ impl Circuits {
             for c in self.conns.iter_mut().flatten() {
                 c.sched.mux.set_halflife(ctx.halflife_s);
             }
+            self.lanes.set_halflife(ctx.halflife_s);
         }
         self.fctx.allow_nonearly_extend = ctx.allow_nonearly_extend;
         self.fctx.intro_dos = ctx.intro_dos;
@@ -560,19 +583,20 @@ impl Circuits {
         }
     }
 
-    /// The round is over: publish every ring with new messages, and tell
-    /// the controller if the queued bytes moved by a step
+    /// The round is over: what waits on the lanes goes into the room the
+    /// rings have, every ring with new messages is published, and the
+    /// controller hears the queued bytes if they moved by a step
     /// ([`CoreLimits::queue_report_step`]). `wake(w, urgent)` is called
     /// for each worker that may need waking (its notifier decides):
     /// `urgent` if something here waits for room on its ring: a full ring
     /// is drained now, not at the consumer's next KIST run, even if
-    /// nothing new was published this round (else the stalled connection
-    /// waits for that run). This did not even out the two directions when
-    /// every cell crosses (docs/perf.md, "Cells that cross workers").
+    /// nothing new was published this round (else the waiting circuits
+    /// wait for that run).
     pub(crate) fn end_round(&mut self, mut wake: impl FnMut(usize, bool)) {
-        for (w, p) in self.outs.iter_mut().enumerate() {
-            if let Some(p) = p {
-                let urgent = self.waiting.get(w).is_some_and(|l| !l.is_empty());
+        self.serve_lanes();
+        for w in 0..self.lanes.lanes.len() {
+            let urgent = self.lanes.busy(w);
+            if let Some(p) = self.lanes.lanes[w].ring.as_mut() {
                 if p.publish() || urgent {
                     wake(w, urgent);
                 }
@@ -594,10 +618,16 @@ impl Circuits {
         }
     }
 
-    /// Cells queued on circuits (the report's gauge).
+    /// Cells queued on circuits, to write or to cross to another worker
+    /// (the report's gauge).
     pub(crate) fn queued_cells(&self) -> usize {
         walks::visit(self.conns.len());
-        self.conns.iter().flatten().map(|c| c.sched.queued).sum()
+        self.conns
+            .iter()
+            .flatten()
+            .map(|c| c.sched.queued)
+            .sum::<usize>()
+            + self.lanes.cells
     }
 
     // ----- tearing down ---------------------------------------------------------
@@ -619,8 +649,16 @@ impl Circuits {
             c.sched.mux.remove(slot, &mut h.ewma);
         }
         h.queue.clear(&mut self.pool);
-        // Cells held for a migration's ordering marker go back too.
+        // Cells held for a migration's ordering marker go back too, and
+        // those that waited to cross to another worker.
         h.held.clear(&mut self.pool);
+        if let Some(x) = h.cross.as_deref_mut() {
+            if let Some(l) = self.lanes.lanes.get_mut(usize::from(x.lane)) {
+                l.waiting.remove(slot, &mut x.ewma);
+            }
+            self.lanes.cells -= x.queue.len();
+            x.queue.clear(&mut self.pool);
+        }
         Some(h)
     }
 
@@ -693,14 +731,14 @@ impl Circuits {
     /// bytes in it are what the controller last heard. The driver asks
     /// once a second, which is also when a quiet cell pool gives its empty
     /// trailing chunks back ([`CellPool::shrink`]) before its gauge is read,
-    /// and an emptied waiting line the room a burst grew
-    /// ([`Circuits::shrink_waiting`]).
+    /// and an emptied ordered line the room a burst grew
+    /// ([`crate::worker::core::crossing::Lanes::shrink`]).
     pub(crate) fn report(&mut self) -> CoreReport {
         let freed = self.pool.shrink();
         if freed > 0 {
             tracing::debug!("cell pool gave back {freed} slots");
         }
-        self.shrink_waiting();
+        self.lanes.shrink();
         let (mut exit, opened, refused) = self.streams.report();
         exit.cfx = self.conflux.report();
         CoreReport {
@@ -726,6 +764,8 @@ impl Circuits {
     /// first on the CREATE2 cells that wait.
     pub(crate) fn begin_round(&mut self, now_ns: u64) {
         self.set_now(now_ns);
+        self.lanes.begin_round(now_ns as f64 / 1e9);
+        self.read_shares.begin_round();
         if now_ns >= self.next_tick_ns {
             self.next_tick_ns = now_ns + 1_000_000_000;
             self.expire_selftests();
@@ -742,7 +782,7 @@ impl Circuits {
     pub(crate) fn rings_drained(&mut self) {
         self.flush_destroys();
         self.tend_forwarders();
-        self.retry_waiting();
+        self.serve_lanes();
         self.flush_destroys();
     }
 }

@@ -20,18 +20,64 @@
 
 use crate::messages::HalfRef;
 
+/// A worker index or none, in two bytes (a half's slot must stay small:
+/// `Option<u16>` takes four).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct MaybeWorker(u16);
+
+impl MaybeWorker {
+    const NONE: MaybeWorker = MaybeWorker(u16::MAX);
+
+    fn some(w: u16) -> MaybeWorker {
+        debug_assert_ne!(w, u16::MAX, "u16::MAX is no worker");
+        MaybeWorker(w)
+    }
+
+    fn get(self) -> Option<u16> {
+        (self != MaybeWorker::NONE).then_some(self.0)
+    }
+
+    fn is(self, w: u16) -> bool {
+        self != MaybeWorker::NONE && self.0 == w
+    }
+
+    fn take(&mut self) -> Option<u16> {
+        std::mem::replace(self, MaybeWorker::NONE).get()
+    }
+}
+
 /// A half's part in a move (see the module docs). `Default`: in none.
-#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+/// Kept to 20 bytes (`half.rs` asserts a half's slot size).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct MoveState {
     /// Cells from any worker but this one wait until its `SourceDone`.
-    hold: Option<u16>,
+    hold: MaybeWorker,
     /// This worker's `SourceDone` came before the news it belongs to.
-    early_done: Option<u16>,
+    early_done: MaybeWorker,
     /// The peer moved before its `Linked` (coming from this worker, naming
     /// the old reference) reached us.
-    link_from: Option<u16>,
-    /// `Switched` for this old reference goes out when the hold ends.
-    switch_owed: Option<HalfRef>,
+    link_from: MaybeWorker,
+    /// `Switched` for this old reference goes out when the hold ends
+    /// (`worker` is `u16::MAX` when none is owed).
+    switch_owed: HalfRef,
+}
+
+/// No `Switched` owed.
+const NO_REF: HalfRef = HalfRef {
+    worker: u16::MAX,
+    slot: u32::MAX,
+    gen: u32::MAX,
+};
+
+impl Default for MoveState {
+    fn default() -> Self {
+        MoveState {
+            hold: MaybeWorker::NONE,
+            early_done: MaybeWorker::NONE,
+            link_from: MaybeWorker::NONE,
+            switch_owed: NO_REF,
+        }
+    }
 }
 
 /// What the half does when a `SourceDone` comes.
@@ -49,7 +95,7 @@ impl MoveState {
     /// in flight, and wait for its marker.
     pub(crate) fn adopted_from(from: u16) -> MoveState {
         MoveState {
-            hold: Some(from),
+            hold: MaybeWorker::some(from),
             ..MoveState::default()
         }
     }
@@ -64,43 +110,43 @@ impl MoveState {
     /// True while it waits for an old worker's marker (the tests).
     #[cfg(test)]
     pub(crate) fn holding(&self) -> bool {
-        self.hold.is_some()
+        self.hold.get().is_some()
     }
 
     /// A cell from worker `source`: true if it must be held (it is newer
     /// than what the old worker still has in flight).
     pub(crate) fn holds(&self, source: u16) -> bool {
-        self.hold.is_some_and(|f| f != source)
+        self.hold.get().is_some_and(|f| f != source)
     }
 
     /// Our peer moved away from worker `old` (`PeerMoved`): hold for
     /// `old`'s marker, unless it came first.
     pub(crate) fn peer_moved(&mut self, old: u16) {
-        if self.early_done == Some(old) {
-            self.early_done = None;
+        if self.early_done.is(old) {
+            self.early_done = MaybeWorker::NONE;
         } else {
-            self.hold = Some(old);
+            self.hold = MaybeWorker::some(old);
         }
     }
 
     /// The peer moved before its `Linked` reached us: it comes from
     /// `old`, naming the old reference.
     pub(crate) fn expect_link_from(&mut self, old: u16) {
-        self.link_from = Some(old);
+        self.link_from = MaybeWorker::some(old);
     }
 
     /// True if a `Linked` from worker `from` is the one announced by
     /// [`MoveState::expect_link_from`].
     pub(crate) fn expects_link_from(&self, from: u16) -> bool {
-        self.link_from == Some(from)
+        self.link_from.is(from)
     }
 
     /// A `Linked` from worker `from`: true if it is the one announced by
     /// [`MoveState::expect_link_from`] (the old reference it names then
     /// hears `Switched`).
     pub(crate) fn link_came(&mut self, from: u16) -> bool {
-        if self.link_from == Some(from) {
-            self.link_from = None;
+        if self.link_from.is(from) {
+            self.link_from = MaybeWorker::NONE;
             true
         } else {
             false
@@ -109,19 +155,19 @@ impl MoveState {
 
     /// Worker `source`'s `SourceDone`.
     pub(crate) fn source_done(&mut self, source: u16) -> OnSourceDone {
-        if self.hold != Some(source) {
-            self.early_done = Some(source);
+        if !self.hold.is(source) {
+            self.early_done = MaybeWorker::some(source);
             return OnSourceDone::Early;
         }
-        self.hold = None;
+        self.hold.take();
         OnSourceDone::Release
     }
 
     /// We address the peer's new reference and send nothing more to
     /// `old`: `Switched` for it now (returned), or when the hold ends.
     pub(crate) fn switched_from(&mut self, old: HalfRef) -> Option<HalfRef> {
-        if self.hold.is_some() {
-            self.switch_owed = Some(old);
+        if self.hold.get().is_some() {
+            self.switch_owed = old;
             None
         } else {
             Some(old)
@@ -130,7 +176,8 @@ impl MoveState {
 
     /// The held cells are all released: the `Switched` owed, if any.
     pub(crate) fn hold_ended(&mut self) -> Option<HalfRef> {
-        self.switch_owed.take()
+        let owed = std::mem::replace(&mut self.switch_owed, NO_REF);
+        (owed.worker != u16::MAX).then_some(owed)
     }
 }
 

@@ -3,11 +3,13 @@
 //! half | relabel half → (conn 2) → next relay on two workers, cells
 //! already in flight both ways, and a multiset of events — a cell from
 //! either end, a move of either connection (asked as the controller asks:
-//! one at a time; refused while a half still waits for a marker or the
-//! connection waits for ring room, as the worker refuses), a DESTROY from
+//! one at a time; refused while a half still waits for a marker, as the
+//! worker refuses; a half with cells waiting for ring room moves with
+//! them), a DESTROY from
 //! either end, and rounds of each worker taken separately, so that one
 //! worker runs ahead of the other — run in every distinct order. Rings of
-//! one slot make "ring full" part of every case. After each order the
+//! one slot make "ring full" part of every case: cells wait in their
+//! half's crossing queue, and a move or a peer's move finds them there. After each order the
 //! network settles; every cell must have arrived once and in order (all
 //! of them without a DESTROY; a prefix with one, and then nothing of the
 //! circuit is left and no cell slot leaks). Each test prints how many
@@ -26,9 +28,10 @@ use super::*;
 /// One event of an order.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
 enum Ev {
-    /// The client sends a DATA cell (unless conn 1 waits for ring room).
+    /// The client sends a DATA cell (which may wait for ring room in its
+    /// half's crossing queue).
     Up,
-    /// The next relay sends a DATA cell (unless conn 2 waits).
+    /// The next relay sends a DATA cell.
     Down,
     /// Move conn 1 to the other worker.
     Move1,
@@ -215,7 +218,7 @@ impl Run {
             return;
         }
         let w = self.at[1];
-        if self.destroyed || self.net.cores[w].is_stalled(1) {
+        if self.destroyed {
             return;
         }
         let mut b = client_data(&mut self.client, self.sent_fwd);
@@ -228,7 +231,7 @@ impl Run {
             return;
         }
         let w = self.at[2];
-        if self.destroyed || self.net.cores[w].is_stalled(2) {
+        if self.destroyed {
             return;
         }
         let mut d = self.next.data(&self.sent_back.to_be_bytes());

@@ -186,16 +186,12 @@ fn moves_keep_order_on(
     let mut push =
         |net: &mut Net, at: &[usize; 3], client: &mut OriginCircuit, next: &mut NextRelay| {
             for _ in 0..4 {
-                if !net.cores[at[1]].is_stalled(1) {
-                    let mut b = client_data(client, sent_fwd);
-                    sent_fwd += 1;
-                    net.cell(at[1], 1, circ, cmd::RELAY, &mut b);
-                }
-                if !net.cores[at[2]].is_stalled(2) {
-                    let mut d = next.data(&sent_back.to_be_bytes());
-                    sent_back += 1;
-                    net.cell(at[2], 2, relabel, cmd::RELAY, &mut d);
-                }
+                let mut b = client_data(client, sent_fwd);
+                sent_fwd += 1;
+                net.cell(at[1], 1, circ, cmd::RELAY, &mut b);
+                let mut d = next.data(&sent_back.to_be_bytes());
+                sent_back += 1;
+                net.cell(at[2], 2, relabel, cmd::RELAY, &mut d);
             }
         };
     let drain = |net: &mut Net, at: &[usize; 3], fwd: &mut Vec<Out>, back: &mut Vec<Out>| {

@@ -33,6 +33,7 @@ mod congestion;
 mod controller;
 mod dir_streams;
 mod explore;
+mod fairness;
 mod hs_dir;
 mod limits;
 mod migrate;
@@ -263,7 +264,7 @@ impl Net {
                 Effect::Resolve(q) => self.lookups.push(q),
                 Effect::Stream(io) => self.stream_io[w].push_back(io),
                 Effect::PumpStream(key) => self.pumps[w].push(key),
-                Effect::Write(_) | Effect::Resume(_) => {}
+                Effect::Write(_) => {}
                 Effect::CloseConn { idx, why } => self.closed[w].push((idx, why)),
             }
         }
@@ -316,9 +317,10 @@ impl Net {
             c.release();
             self.ins[w][src] = Some(c);
         }
-        let before: usize = self.cores[w].waiting.iter().map(|l| l.len()).sum();
+        let waiting = |c: &Circuits| c.lanes.ordered_len() + c.lanes.cells;
+        let before = waiting(&self.cores[w]);
         self.cores[w].handle_event(CoreEvent::RingsDrained);
-        let after: usize = self.cores[w].waiting.iter().map(|l| l.len()).sum();
+        let after = waiting(&self.cores[w]);
         self.collect(w);
         moved || after < before
     }
@@ -698,39 +700,38 @@ fn ewma_serves_a_bursty_circuit_before_a_bulk_one() {
 }
 
 #[test]
-fn an_ordered_message_behind_a_full_ring_waits_and_keeps_its_order() {
+fn cells_behind_a_full_ring_wait_in_their_circuit_and_keep_their_order() {
     // A ring of 4 slots, full of cells the other worker has not read yet.
     let mut net = Net::new(2, 4);
     let (mut client, mut next, circ, relabel) = two_hop(&mut net, 0, 1);
-    let mut stalled_at = None;
     for i in 0..8u32 {
         let mut b = client_data(&mut client, i);
-        if net.cell(0, 1, circ, cmd::RELAY, &mut b) == CellVerdict::Pause {
-            stalled_at = Some(i);
-            break;
-        }
+        assert_eq!(
+            net.cell(0, 1, circ, cmd::RELAY, &mut b),
+            CellVerdict::Continue,
+            "a full ring stops no connection's reading"
+        );
     }
-    let stalled_at = stalled_at.expect("the ring filled and the connection stalled");
-    // An ordered control message for worker 1 now: it may not be dropped
-    // nor overtake the stalled cell.
+    let keyed = net.cores[0].conn(1).unwrap().circuits[&circ];
+    assert_eq!(net.cores[0].crossing_len(keyed), 4, "the rest waits");
+    assert_eq!(net.cores[0].queued_cells(), 4, "and counts as queued");
+    // An ordered control message for worker 1 now: it may not be dropped,
+    // and the circuit's waiting cells do not go ahead of it.
     let target = net.cores[1]
         .halves
         .reference(net.cores[1].conn(2).unwrap().circuits[&relabel])
         .unwrap();
     net.cores[0].send_ordered(target, RingMsg::SourceDone { to: target });
-    assert_eq!(
-        net.cores[0].waiting[1].len(),
-        2,
-        "behind the stalled connection"
-    );
+    assert_eq!(net.cores[0].lanes.ordered_len(), 1, "behind the full ring");
+    // A cell read now goes behind the circuit's waiting ones.
+    let mut b = client_data(&mut client, 8);
+    net.cell(0, 1, circ, cmd::RELAY, &mut b);
+    assert_eq!(net.cores[0].crossing_len(keyed), 5);
     net.settle();
-    assert!(net.cores[0].waiting[1].is_empty());
+    assert_eq!(net.cores[0].lanes.ordered_len(), 0);
+    assert_eq!(net.cores[0].crossing_len(keyed), 0);
     let fwd = net.written(1, 2);
-    assert_eq!(
-        fwd.len() as u32,
-        stalled_at + 1,
-        "every cell, the stalled one too"
-    );
+    assert_eq!(fwd.len(), 9, "every cell");
     for (i, o) in fwd.into_iter().enumerate() {
         let mut b = o.body;
         assert_eq!(
@@ -742,22 +743,19 @@ fn an_ordered_message_behind_a_full_ring_waits_and_keeps_its_order() {
 }
 
 #[test]
-fn a_connection_stalled_on_a_full_ring_asks_for_an_urgent_wake_up() {
+fn a_circuit_waiting_for_ring_room_asks_for_an_urgent_wake_up() {
     let mut net = Net::new(2, 4);
     let (mut client, _next, circ, _relabel) = two_hop(&mut net, 0, 1);
-    let mut stalled = false;
     for i in 0..8u32 {
         let mut b = client_data(&mut client, i);
-        if net.cell(0, 1, circ, cmd::RELAY, &mut b) == CellVerdict::Pause {
-            stalled = true;
-            break;
-        }
+        net.cell(0, 1, circ, cmd::RELAY, &mut b);
     }
-    assert!(stalled, "the ring filled");
+    let keyed = net.cores[0].conn(1).unwrap().circuits[&circ];
+    assert!(net.cores[0].crossing_len(keyed) > 0, "the ring filled");
     let mut wakes = Vec::new();
     net.cores[0].end_round(|w, urgent| wakes.push((w, urgent)));
-    assert_eq!(wakes, [(1, true)], "new messages, and a connection waits");
-    // Nothing new on the ring, but the connection still waits: worker 1
+    assert_eq!(wakes, [(1, true)], "new messages, and a circuit waits");
+    // Nothing new on the ring, but the circuit still waits: worker 1
     // must still be asked to drain now, not at its next KIST run.
     wakes.clear();
     net.cores[0].end_round(|w, urgent| wakes.push((w, urgent)));

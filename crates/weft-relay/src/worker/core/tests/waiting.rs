@@ -1,8 +1,9 @@
-//! The ring's waiting line after a burst: a connection's move sends
-//! ordered messages per circuit, which queue behind a full ring; once the
-//! line is placed, its room goes back at the next once-a-second report (issue 37: a sink link's 12,500
-//! circuits once held 17 MiB there while the bulk load ran). And the
-//! circuit count the balancer reads to leave such a link in place.
+//! A lane's ordered line after a burst: a connection's move sends ordered
+//! messages per circuit, which queue behind a full ring; once the line is
+//! placed, its room goes back at the next once-a-second report (issue 37:
+//! a sink link's 12,500 circuits once held 17 MiB there while the bulk
+//! load ran). And the circuit count the balancer reads to leave such a
+//! link in place.
 
 use super::*;
 
@@ -13,9 +14,7 @@ fn a_waiting_line_that_grew_in_a_burst_gives_its_room_back_once_placed() {
     let (mut client, _next, circ, relabel) = two_hop(&mut net, 0, 1);
     for i in 0..8u32 {
         let mut b = client_data(&mut client, i);
-        if net.cell(0, 1, circ, cmd::RELAY, &mut b) == CellVerdict::Pause {
-            break;
-        }
+        net.cell(0, 1, circ, cmd::RELAY, &mut b);
     }
     let target = net.cores[1]
         .halves
@@ -24,18 +23,18 @@ fn a_waiting_line_that_grew_in_a_burst_gives_its_room_back_once_placed() {
     for _ in 0..120 {
         net.cores[0].send_ordered(target, RingMsg::SourceDone { to: target });
     }
-    assert!(net.cores[0].waiting[1].len() > 100);
-    assert!(net.cores[0].waiting[1].capacity() > 64);
+    assert!(net.cores[0].lanes.lanes[1].ordered.len() > 100);
+    assert!(net.cores[0].lanes.lanes[1].ordered.capacity() > 64);
     net.settle();
-    assert!(net.cores[0].waiting[1].is_empty());
+    assert!(net.cores[0].lanes.lanes[1].ordered.is_empty());
     // Kept while the line may regrow: no allocation where it empties.
-    assert!(net.cores[0].waiting[1].capacity() > 64);
+    assert!(net.cores[0].lanes.lanes[1].ordered.capacity() > 64);
     // Given back at the once-a-second report.
     let _ = net.cores[0].report();
     assert!(
-        net.cores[0].waiting[1].capacity() <= 64,
+        net.cores[0].lanes.lanes[1].ordered.capacity() <= 64,
         "kept {} entries' room",
-        net.cores[0].waiting[1].capacity()
+        net.cores[0].lanes.lanes[1].ordered.capacity()
     );
 }
 

@@ -1,0 +1,206 @@
+//! Read budgets by circuit (part of the sans-IO circuit core): how many
+//! bytes the driver may read from a connection in one round.
+//!
+//! A worker short of CPU reads each readable connection once a round. With
+//! the same budget for every connection, a link to another relay that
+//! carries eight busy circuits gets no more than a client's link that
+//! carries one, so each of its circuits gets an eighth: on a guard, whose
+//! downloads come in on a few busy relay links, the direction people wait
+//! for starved (issue 51). Here a connection's budget grows with the busy
+//! circuits it carries: each round has the total it would have had with
+//! [`BASE_BUDGET`] per connection read, shared out by busy circuits.
+//!
+//! A connection's busy circuits are the distinct circuits it read relay
+//! cells for in the last tick (about 67 ms), counted with a 64-bit map
+//! of half slots (one OR per cell on the connection's record, which the
+//! cell path writes anyway; a linear-counting estimate of the distinct
+//! slots when the tick ends). No clock read per cell, no walk, no
+//! allocation.
+
+/// What a connection reads per round when every connection carries as
+/// many busy circuits (the budget before circuits were counted).
+pub(crate) const BASE_BUDGET: u64 = 128 * 1024;
+/// The least a readable connection may read in a round.
+pub(crate) const MIN_BUDGET: u64 = 16 * 1024;
+/// The most (a source with very many busy circuits: an inbound ring
+/// that carries another worker's share of the relay's circuits must get
+/// each of them its share, or the circuits that cross workers get less
+/// than the rest; 1 MiB gave them half on the scale bench).
+pub(crate) const MAX_BUDGET: u64 = 8 * 1024 * 1024;
+/// Busy circuits counted at most per connection.
+pub(crate) const MAX_BUSY: u32 = 64;
+/// log2 of the tick's length in ns (2^26 ns ≈ 67 ms).
+const TICK_SHIFT: u32 = 26;
+
+/// A connection's count of the circuits it reads for.
+#[derive(Debug, Default, Clone, Copy)]
+pub(crate) struct ConnReads {
+    /// Half slots (mod 64) read for in the current tick.
+    bits: u64,
+    /// That tick.
+    tick: u64,
+    /// Busy circuits in the tick before it.
+    busy_before: u32,
+}
+
+impl ConnReads {
+    /// A relay cell was read for the half at `slot`.
+    #[inline]
+    pub(crate) fn note(&mut self, slot: u32) {
+        self.bits |= 1u64 << (slot & 63);
+    }
+
+    /// Busy circuits at `now_ns` (the round's clock): the larger of the
+    /// last tick's count and the current one's so far, at least one.
+    pub(crate) fn busy(&mut self, now_ns: u64) -> u32 {
+        let tick = now_ns >> TICK_SHIFT;
+        if tick != self.tick {
+            // A tick with nothing read (a quiet connection) counts none.
+            self.busy_before = if tick == self.tick + 1 {
+                distinct(self.bits)
+            } else {
+                0
+            };
+            self.bits = 0;
+            self.tick = tick;
+        }
+        self.busy_before.max(distinct(self.bits)).clamp(1, MAX_BUSY)
+    }
+}
+
+/// The distinct slots behind a 64-bit map: the bits set, or past a
+/// quarter of the map (where slots that share a bit start to matter)
+/// linear counting's estimate (with `z` of the 64 bits still zero, about
+/// −64·ln(z/64) were set).
+fn distinct(bits: u64) -> u32 {
+    let set = bits.count_ones();
+    if set <= 16 {
+        return set;
+    }
+    let zero = 64 - set;
+    if zero == 0 {
+        return MAX_BUSY;
+    }
+    let n = -64.0 * (f64::from(zero) / 64.0).ln();
+    (n.round() as u32).clamp(set, MAX_BUSY)
+}
+
+/// A worker's shares: the bytes per busy circuit this round.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct ReadShares {
+    /// Bytes per busy circuit this round.
+    per_circuit: u64,
+    /// Connections given a budget this round, and their busy circuits.
+    conns: u64,
+    busy: u64,
+}
+
+impl Default for ReadShares {
+    fn default() -> Self {
+        ReadShares {
+            per_circuit: BASE_BUDGET,
+            conns: 0,
+            busy: 0,
+        }
+    }
+}
+
+impl ReadShares {
+    /// A round begins: the share per circuit is what keeps the last
+    /// round's total ([`BASE_BUDGET`] per connection read) spread over
+    /// its busy circuits.
+    pub(crate) fn begin_round(&mut self) {
+        if self.conns > 0 {
+            self.per_circuit = (BASE_BUDGET * self.conns / self.busy.max(1)).max(1);
+        }
+        self.conns = 0;
+        self.busy = 0;
+    }
+
+    /// The budget of a connection with `busy` busy circuits this round.
+    pub(crate) fn budget(&mut self, busy: u32) -> u64 {
+        self.conns += 1;
+        self.busy += u64::from(busy);
+        (self.per_circuit * u64::from(busy)).clamp(MIN_BUDGET, MAX_BUDGET)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const TICK: u64 = 1 << TICK_SHIFT;
+
+    #[test]
+    fn a_connection_counts_the_circuits_it_read_for_in_the_last_tick() {
+        let mut r = ConnReads::default();
+        assert_eq!(r.busy(0), 1, "at least one");
+        for slot in [3, 9, 3, 70, 9] {
+            r.note(slot);
+        }
+        assert_eq!(r.busy(0), 3, "slots 3, 9 and 70 (6 mod 64)");
+        // The next tick remembers them while it reads for fewer.
+        r.note(3);
+        assert_eq!(r.busy(TICK), 3);
+        assert_eq!(r.busy(2 * TICK), 1);
+        // A tick with nothing read between: none remembered.
+        for s in 0..8 {
+            r.note(s);
+        }
+        assert_eq!(r.busy(2 * TICK), 8);
+        assert_eq!(r.busy(4 * TICK), 1);
+    }
+
+    #[test]
+    fn many_circuits_are_estimated_and_capped() {
+        let mut r = ConnReads::default();
+        // 40 random-ish distinct slots: some share a bit; the estimate
+        // corrects for it.
+        for i in 0..40u32 {
+            r.note(i.wrapping_mul(2_654_435_761) >> 7);
+        }
+        let b = r.busy(0);
+        assert!((30..=60).contains(&b), "{b}");
+        for s in 0..64 {
+            r.note(s);
+        }
+        assert_eq!(r.busy(0), MAX_BUSY);
+    }
+
+    #[test]
+    fn the_rounds_total_is_shared_out_by_busy_circuits() {
+        let mut s = ReadShares::default();
+        s.begin_round();
+        // 64 links with one busy circuit and 8 with eight.
+        for _ in 0..64 {
+            s.budget(1);
+        }
+        for _ in 0..8 {
+            s.budget(8);
+        }
+        s.begin_round();
+        let one = s.budget(1);
+        let eight = s.budget(8);
+        assert_eq!(eight, 8 * one, "a link's share grows with its circuits");
+        // The total stays what 72 links at the base budget would read.
+        let total = 64 * one + 8 * eight;
+        assert!(total.abs_diff(72 * BASE_BUDGET) < 72 * 1024, "{total}");
+        // Every link alike: the base budget, as before circuits counted.
+        let mut s = ReadShares::default();
+        s.begin_round();
+        for _ in 0..4 {
+            s.budget(8);
+        }
+        s.begin_round();
+        for _ in 0..4 {
+            assert_eq!(s.budget(8), BASE_BUDGET);
+        }
+        // Many circuits: their shares, bounded.
+        assert_eq!(s.budget(MAX_BUSY), BASE_BUDGET / 8 * u64::from(MAX_BUSY));
+        assert_eq!(s.budget(0), MIN_BUDGET);
+        s.begin_round();
+        s.budget(1);
+        s.begin_round();
+        assert_eq!(s.budget(MAX_BUSY), MAX_BUDGET);
+    }
+}
