@@ -35,6 +35,13 @@ pub(crate) struct PriorityArgs {
     /// usual generous limit).
     #[arg(long, default_value_t = 0)]
     rate_kib_s: u64,
+    /// Make the target's CPU the bottleneck instead of a link: a cgroup
+    /// cap of this many CPUs, bulk circuits both ways, no read-rate limit,
+    /// and weft with 2 and with 1 workers (EWMA on and off) beside stock
+    /// tor (issue 51: EWMA across the workers' hand-off). Its own
+    /// docs/perf.md section.
+    #[arg(long)]
+    cpu_bound: Option<f64>,
     /// Do not touch docs/perf.md.
     #[arg(long)]
     no_perf_md: bool,
@@ -54,10 +61,14 @@ pub(crate) fn run_scenario(
         think_ms,
         read_kib_s,
         rate_kib_s,
+        cpu_bound,
         no_perf_md,
     } = args;
     let env = opts.env()?;
-    opts.direction = "down".into();
+    opts.direction = if cpu_bound.is_some() { "both" } else { "down" }.into();
+    if let Some(cap) = cpu_bound {
+        opts.cpu_quota = Some(cap);
+    }
     let mut p = opts.procedure();
     // Bulk circuits keep more in flight than the kernel's send
     // buffers hold, so the backlog reaches the relay's queues.
@@ -67,7 +78,7 @@ pub(crate) fn run_scenario(
     p.web_circuits = web.min(p.circuits);
     p.web_cells = (fetch_kb * 1024).div_ceil(498);
     p.web_think_ms = think_ms;
-    p.read_rate = (read_kib_s > 0).then_some(read_kib_s * 1024);
+    p.read_rate = (read_kib_s > 0 && cpu_bound.is_none()).then_some(read_kib_s * 1024);
     let rate_lines: Vec<String> = if rate_kib_s > 0 {
         vec![
             format!("BandwidthRate {rate_kib_s} KBytes"),
@@ -84,26 +95,40 @@ pub(crate) fn run_scenario(
         v.extend(options.iter().map(|s| s.to_string()));
         v
     };
-    let weft = |label: &str, options: &[&str]| TargetKind::Weft {
-        threads: 1,
+    let weft_n = |threads: usize, label: &str, options: &[&str]| TargetKind::Weft {
+        threads,
         allocator: "system".into(),
         options: with_rate(options),
         label: Some(label.into()),
     };
+    let weft = |label: &str, options: &[&str]| weft_n(1, label, options);
     let tor = |label: &str, options: &[&str]| TargetKind::Tor {
         options: with_rate(options),
         label: Some(label.into()),
     };
-    let kinds = vec![
-        weft("weft EWMA on", &["CircuitPriorityHalflife 30"]),
-        weft("weft EWMA off", &["CircuitPriorityHalflife 0"]),
-        weft(
-            "weft EWMA on, KIST off",
-            &["CircuitPriorityHalflife 30", "Schedulers Vanilla"],
-        ),
-        tor("tor EWMA on", &["CircuitPriorityHalflife 30"]),
-        tor("tor EWMA off", &["CircuitPriorityHalflife 0"]),
-    ];
+    let on = ["CircuitPriorityHalflife 30"];
+    let off = ["CircuitPriorityHalflife 0"];
+    let kinds = if cpu_bound.is_some() {
+        vec![
+            weft_n(2, "weft-2 EWMA on", &on),
+            weft_n(2, "weft-2 EWMA off", &off),
+            weft_n(1, "weft-1 EWMA on", &on),
+            weft_n(1, "weft-1 EWMA off", &off),
+            tor("tor EWMA on", &on),
+            tor("tor EWMA off", &off),
+        ]
+    } else {
+        vec![
+            weft("weft EWMA on", &["CircuitPriorityHalflife 30"]),
+            weft("weft EWMA off", &["CircuitPriorityHalflife 0"]),
+            weft(
+                "weft EWMA on, KIST off",
+                &["CircuitPriorityHalflife 30", "Schedulers Vanilla"],
+            ),
+            tor("tor EWMA on", &["CircuitPriorityHalflife 30"]),
+            tor("tor EWMA off", &["CircuitPriorityHalflife 0"]),
+        ]
+    };
     let mut runs = Vec::new();
     for k in kinds {
         runs.push(run::run(&env, &p, k, floor.as_ref())?);
@@ -124,13 +149,40 @@ pub(crate) fn run_scenario(
     let (path, pngs) = report::save_comparison(
         &opts.results,
         date,
-        "priority",
+        if cpu_bound.is_some() {
+            "priority-cpu"
+        } else {
+            "priority"
+        },
         opts.tag.as_deref(),
         &cmp,
         &md,
         opts.no_plots,
     )?;
-    if !no_perf_md {
+    if let (false, Some(cap)) = (no_perf_md, cpu_bound) {
+        let mut section = format!(
+            "Measured {stamp} on {} CPUs ({}), {}; command:\n\n    {}\n\nProcedure: {} connections × {} circuits ({} web, {} bulk per connection), bulk both ways; the target capped at {cap} CPU (cgroup `cpu.max`: its CPU, not a link, is the bottleneck), no read-rate limit; bulk circuits keep {} cells in flight; web circuits fetch {} KB after exponential think times (mean {} ms); warm-up {} s, measured {} s; target on CPUs {}, load on CPUs {}.\n\n",
+            cmp.machine.cpus,
+            cmp.machine.model,
+            cmp.tor_version,
+            cmp.command,
+            p.connections,
+            p.circuits,
+            p.web_circuits,
+            p.circuits - p.web_circuits,
+            p.window,
+            fetch_kb,
+            think_ms,
+            p.warmup_s,
+            p.duration_s,
+            p.target_cpus,
+            p.load_cpus,
+        );
+        section.push_str(&md);
+        section.push_str(&format!("\nRaw data: `{}`.\n", path.display()));
+        report::update_perf_md(&repo_root().join("docs/perf.md"), "priority-cpu", &section)?;
+        println!("updated docs/perf.md");
+    } else if !no_perf_md {
         let mut section = format!(
             "Measured {stamp} on {} CPUs ({}), {}; command:\n\n    {}\n\nProcedure: {} connections × {} circuits ({} web, {} bulk per connection), downstream only; {}; bulk circuits keep {} cells in flight; web circuits fetch {} KB after exponential think times (mean {} ms); warm-up {} s, measured {} s; target on CPUs {}, no CPU cap.\n\n",
             cmp.machine.cpus,

@@ -77,16 +77,18 @@ const WAKER: Token = Token(usize::MAX);
 /// C Tor's default `circ_max_cell_queue_size`: a circuit with this many
 /// cells waiting is closed (RESOURCELIMIT). [C relay.c]
 pub const DEFAULT_MAX_CIRCUIT_QUEUE: usize = 2500;
-/// Most messages unread on a cross-worker ring (about 536 bytes each: 2.1
-/// MiB at most). Its room is allocated by blocks of 64 as it fills and
-/// reused warm, so a ring its consumer keeps up with costs one or two
-/// blocks ([`crate::ring`]). A worker that another one's ring cannot
-/// reach for a while (two workers sharing cores with other work take
-/// turns of a few milliseconds) finds a turn's worth waiting: with 512
-/// the circuits that cross workers got a third of what the others did
-/// (docs/perf.md, issue 51). What the ring refuses waits in its circuit's
-/// own queue ([`core::crossing`]).
-pub const RING_CAPACITY: usize = 4096;
+/// Most messages unread on a cross-worker ring (about 536 bytes each: 270
+/// KiB). Its room is allocated by blocks of 64 as it fills and reused
+/// warm, so a ring its consumer keeps up with costs one or two blocks
+/// ([`crate::ring`]). What the ring refuses waits in its circuit's own
+/// queue ([`core::crossing`]), and a circuit with a backlog there is left
+/// out of its connection's read budget. 4096 served the circuits that
+/// cross workers better on the scale bench when two workers share cores
+/// with other work (a turn of the other worker's absence fits), but cost
+/// 13% more CPU per GiB with two workers on one core, where a ring that
+/// large is written out of cache before it is read; 512 cost 1.007
+/// (docs/perf.md, issue 51).
+pub const RING_CAPACITY: usize = 512;
 
 /// How the controller (and other workers) reach a worker.
 #[derive(Clone, Debug)]

@@ -20,9 +20,14 @@ use weft_proto::circuit::NextHop;
 
 use crate::ewma::CircuitEwma;
 use crate::messages::{HalfRef, RingMsg};
-use crate::worker::core::crossing::{HalfCrossing, NO_LANE};
+use crate::worker::core::crossing::{self, HalfCrossing, NO_LANE};
 use crate::worker::core::half::HalfRole;
 use crate::worker::core::Circuits;
+
+/// Cells of one waiting circuit placed on a ring before the lane's mux
+/// picks again (fairness by cells within a batch's grain; one heap step
+/// per batch).
+const SERVE_BATCH: u32 = 16;
 
 /// What [`Circuits::serve_lane`] stopped at.
 enum Served {
@@ -97,6 +102,7 @@ impl Circuits {
             lanes,
             halves,
             pool,
+            conns,
             ..
         } = self;
         let cells = &mut lanes.cells;
@@ -139,24 +145,52 @@ impl Circuits {
                 x.lane = NO_LANE;
                 return Served::Rehome(slot);
             };
-            let c = pool.slot(front);
-            let (command, stamp_ns) = (c.command, c.stamp_ns);
-            let made = ring.push_with(|| RingMsg::Cell {
-                to,
-                command,
-                stamp_ns,
-                body: pool.slot(front).body,
-            });
-            if made.is_err() {
-                return Served::Stop;
+            // Up to a batch of this circuit's cells, then the mux again (its
+            // order is by cells; one heap step per batch, not per cell).
+            let before = x.queue.len();
+            let conn = h.conn;
+            let mut sent = 0u32;
+            let mut full = false;
+            let mut next = Some(front);
+            while let Some(front) = next {
+                let c = pool.slot(front);
+                let (command, stamp_ns) = (c.command, c.stamp_ns);
+                let made = ring.push_with(|| RingMsg::Cell {
+                    to,
+                    command,
+                    stamp_ns,
+                    body: pool.slot(front).body,
+                });
+                if made.is_err() {
+                    full = true;
+                    break;
+                }
+                x.queue.pop(pool);
+                pool.release(front);
+                *cells -= 1;
+                sent += 1;
+                next = if sent < SERVE_BATCH {
+                    x.queue.front()
+                } else {
+                    None
+                };
             }
-            x.queue.pop(pool);
-            pool.release(front);
-            *cells -= 1;
             let more = !x.queue.is_empty();
-            lane.waiting.sent(slot, &mut x.ewma, 1, lane.weight, more);
-            if !more {
-                x.lane = NO_LANE;
+            if sent > 0 {
+                lane.waiting
+                    .sent(slot, &mut x.ewma, sent, lane.weight, more);
+                if !more {
+                    x.lane = NO_LANE;
+                }
+                let d = crossing::backlog_delta(before, x.queue.len());
+                if d != 0 {
+                    if let Some(Some(c)) = conns.get_mut(conn) {
+                        c.backlogged = c.backlogged.saturating_add_signed(d);
+                    }
+                }
+            }
+            if full {
+                return Served::Stop;
             }
         }
         Served::Stop
@@ -187,6 +221,11 @@ impl Circuits {
         match peer {
             None => self.drop_crossing(slot),
             Some(p) if usize::from(p.worker) == me => {
+                let (conn, n) = (
+                    self.halves.at(slot).map_or(usize::MAX, |h| h.conn),
+                    self.crossing_len_of(slot),
+                );
+                self.note_backlog(conn, n, 0);
                 while let Some(s) = self
                     .halves
                     .by_slot(slot)
@@ -224,15 +263,29 @@ impl Circuits {
             pool,
             ..
         } = self;
-        let Some(x) = halves.by_slot(slot).and_then(|h| h.cross.as_deref_mut()) else {
+        let Some(h) = halves.by_slot(slot) else {
+            return;
+        };
+        let conn = h.conn;
+        let Some(x) = h.cross.as_deref_mut() else {
             return;
         };
         if let Some(l) = lanes.lanes.get_mut(usize::from(x.lane)) {
             l.waiting.remove(slot, &mut x.ewma);
         }
         x.lane = NO_LANE;
-        lanes.cells -= x.queue.len();
+        let n = x.queue.len();
+        lanes.cells -= n;
         x.queue.clear(pool);
+        self.note_backlog(conn, n, 0);
+    }
+
+    /// Cells the half at `slot` has waiting to cross.
+    fn crossing_len_of(&self, slot: u32) -> usize {
+        self.halves
+            .at(slot)
+            .and_then(|h| h.cross.as_deref())
+            .map_or(0, |x| x.queue.len())
     }
 
     /// Hand a cell from the half at `from` to its peer `to`: into its queue
@@ -287,6 +340,7 @@ impl Circuits {
             pool,
             limits,
             now_ns,
+            conns,
             ..
         } = self;
         let Some(lane) = lanes.lanes.get_mut(w) else {
@@ -332,6 +386,11 @@ impl Circuits {
         pool.put(s, command, stamp_ns, *now_ns, body);
         x.queue.push(pool, s);
         lanes.cells += 1;
+        if n + 1 == crossing::BACKLOG {
+            if let Some(Some(c)) = conns.get_mut(h.conn) {
+                c.backlogged += 1;
+            }
+        }
         if x.lane == NO_LANE {
             x.lane = w as u16;
             lane.waiting.activate(from, &mut x.ewma);

@@ -645,13 +645,21 @@ impl Circuits {
         let x = h
             .cross
             .get_or_insert_with(|| Box::new(crate::worker::core::crossing::HalfCrossing::new()));
+        let before = x.queue.len();
+        let mut exhausted = false;
         for cell in cells {
             let Some(s) = pool.alloc() else {
-                return self.close_pool_exhausted(conn, r.slot);
+                exhausted = true;
+                break;
             };
             pool.put(s, cell.command, cell.stamp_ns, cell.stamp_ns, &cell.body);
             x.queue.push(pool, s);
             lanes.cells += 1;
+        }
+        let after = x.queue.len();
+        self.note_backlog(conn, before, after);
+        if exhausted {
+            return self.close_pool_exhausted(conn, r.slot);
         }
         self.rehome_crossing(r.slot);
     }

@@ -117,6 +117,10 @@ pub(crate) struct ConnCircuits {
     /// The circuits it read for lately (its read budget's share,
     /// [`crate::worker::core::read_share`]).
     reads: crate::worker::core::read_share::ConnReads,
+    /// Its halves with a backlog of cells waiting to cross to another
+    /// worker ([`crate::worker::core::crossing::BACKLOG`]): left out of
+    /// its read budget.
+    backlogged: u32,
     /// Its idle and keepalive clocks ([`crate::worker::core::timers`]).
     times: crate::worker::core::timers::ConnTimes,
     /// Link protocol version.
@@ -444,6 +448,7 @@ impl Circuits {
             sched: ConnSched::new(self.ctx.halflife_s),
             last: (0, 0),
             reads: Default::default(),
+            backlogged: 0,
             times: crate::worker::core::timers::ConnTimes::new(self.now_ns, link.idle_timeout_ns),
             link_version: link.version,
             padding: link.padding,
@@ -478,6 +483,19 @@ impl Circuits {
         c.allocate_circ_id(&mut *self.rng)
     }
 
+    /// The crossing queue of a half on connection `conn` went from
+    /// `before` to `after` cells: its count of backlogged halves follows
+    /// ([`crate::worker::core::crossing::BACKLOG`]).
+    #[inline]
+    pub(crate) fn note_backlog(&mut self, conn: usize, before: usize, after: usize) {
+        let d = crate::worker::core::crossing::backlog_delta(before, after);
+        if d != 0 {
+            if let Some(c) = self.conn_mut(conn) {
+                c.backlogged = c.backlogged.saturating_add_signed(d);
+            }
+        }
+    }
+
     /// The slot index of open connection `id`.
     pub(crate) fn conn_index(&self, id: ConnId) -> Option<usize> {
         self.conn_ids.get(&id).copied()
@@ -500,7 +518,7 @@ impl Circuits {
                 .conns
                 .get_mut(idx)
                 .and_then(Option::as_mut)
-                .map_or(1, |c| c.reads.busy(now)),
+                .map_or(1, |c| c.reads.busy(now).saturating_sub(c.backlogged)),
             ReadFrom::Ring(w) => self.ring_reads.get_mut(w).map_or(1, |r| r.busy(now)),
         };
         self.read_shares.budget(busy)
@@ -656,8 +674,10 @@ impl Circuits {
             if let Some(l) = self.lanes.lanes.get_mut(usize::from(x.lane)) {
                 l.waiting.remove(slot, &mut x.ewma);
             }
-            self.lanes.cells -= x.queue.len();
+            let n = x.queue.len();
+            self.lanes.cells -= n;
             x.queue.clear(&mut self.pool);
+            self.note_backlog(h.conn, n, 0);
         }
         Some(h)
     }

@@ -83,6 +83,10 @@ struct Run {
     moving: Option<u64>,
     destroyed: bool,
     moves: u32,
+    /// Moves made while a half of the moving connection, or its peer,
+    /// had cells waiting in its crossing queue (the per-circuit queue a
+    /// move must carry or readdress in order).
+    moves_with_crossing: u32,
     /// The circuit's extend, when the run starts with it pending.
     extend: Option<PendingExtend>,
 }
@@ -174,6 +178,7 @@ impl Run {
             moving: None,
             destroyed: false,
             moves: 0,
+            moves_with_crossing: 0,
             extend,
         }
     }
@@ -253,6 +258,10 @@ impl Run {
             return;
         }
         let to = (from + 1) % self.net.cores.len();
+        let other = 3 - conn;
+        if self.crossing_on(from, conn) + self.crossing_on(self.at[other], other) > 0 {
+            self.moves_with_crossing += 1;
+        }
         let moved = self.net.cores[from].detach(conn).expect("detached");
         let id = moved.id;
         self.net.collect(from);
@@ -261,6 +270,15 @@ impl Run {
         self.at[conn] = to;
         self.moving = Some(id);
         self.moves += 1;
+    }
+
+    /// Cells the halves of connection `conn` on worker `w` have waiting
+    /// to cross.
+    fn crossing_on(&self, w: usize, conn: usize) -> usize {
+        let c = &self.net.cores[w];
+        c.conn(conn).map_or(0, |cc| {
+            cc.circuits.values().map(|&s| c.crossing_len(s)).sum()
+        })
     }
 
     fn destroy(&mut self, from_client: bool) {
@@ -435,18 +453,27 @@ impl Run {
     }
 }
 
+/// What the orders of one search did.
+#[derive(Default)]
+struct Explored {
+    /// Orders run.
+    runs: u64,
+    /// The most moves one order made.
+    most_moves: u32,
+    /// Moves that found cells waiting in a crossing queue on either side.
+    moves_with_crossing: u64,
+}
+
 /// Run every distinct order of `events` for each placement of the next
-/// relay's connection, on two workers with a built circuit; the number of
-/// runs and the most moves one made.
-fn explore(events: &[Ev]) -> (u64, u32) {
+/// relay's connection, on two workers with a built circuit.
+fn explore(events: &[Ev]) -> Explored {
     explore_with(events, 2, false)
 }
 
 /// [`explore`] on `n` workers (every placement of conn 2), the circuit's
 /// extend pending at the start if `extending`.
-fn explore_with(events: &[Ev], n: usize, extending: bool) -> (u64, u32) {
-    let mut runs = 0;
-    let mut most_moves = 0;
+fn explore_with(events: &[Ev], n: usize, extending: bool) -> Explored {
+    let mut x = Explored::default();
     for b in 0..n {
         let mut order = events.to_vec();
         order.sort();
@@ -459,15 +486,16 @@ fn explore_with(events: &[Ev], n: usize, extending: bool) -> (u64, u32) {
             for &e in &order {
                 r.event(e);
             }
-            most_moves = most_moves.max(r.moves);
+            x.most_moves = x.most_moves.max(r.moves);
+            x.moves_with_crossing += u64::from(r.moves_with_crossing);
             r.finish(&order);
-            runs += 1;
+            x.runs += 1;
             if !next_order(&mut order) {
                 break;
             }
         }
     }
-    (runs, most_moves)
+    x
 }
 
 #[test]
@@ -488,10 +516,17 @@ fn next_order_visits_each_distinct_order_once() {
 #[test]
 fn every_order_of_two_moves_with_cells_and_rounds_keeps_every_cell() {
     use Ev::*;
-    let (runs, most) = explore(&[Up, Down, Move1, Move2, Round0, Round1, Round0, Round1]);
-    println!("explored {runs} orders (most moves in one: {most})");
-    assert_eq!(runs, 2 * 10080); // 8! / (2! 2!) orders, two placements
-    assert_eq!(most, 2, "some orders move both connections");
+    let x = explore(&[Up, Down, Move1, Move2, Round0, Round1, Round0, Round1]);
+    println!(
+        "explored {} orders (most moves in one: {}; {} moves with cells waiting to cross)",
+        x.runs, x.most_moves, x.moves_with_crossing
+    );
+    assert_eq!(x.runs, 2 * 10080); // 8! / (2! 2!) orders, two placements
+    assert_eq!(x.most_moves, 2, "some orders move both connections");
+    assert!(
+        x.moves_with_crossing > 1000,
+        "moves meet cells waiting in a crossing queue"
+    );
 }
 
 /// A DESTROY from either end racing a move, cells and rounds.
@@ -501,7 +536,7 @@ fn every_order_of_a_move_and_a_destroy_leaves_nothing_behind() {
     let mut runs = 0;
     for destroy in [DestroyUp, DestroyDown] {
         for mv in [Move1, Move2] {
-            runs += explore(&[Up, Down, mv, destroy, Round0, Round1, Round0]).0;
+            runs += explore(&[Up, Down, mv, destroy, Round0, Round1, Round0]).runs;
         }
     }
     println!("explored {runs} orders");
@@ -514,9 +549,10 @@ fn every_order_of_a_move_away_and_back_keeps_every_cell() {
     use Ev::*;
     let mut runs = 0;
     for mv in [Move1, Move2] {
-        let (n, most) = explore(&[Up, Down, mv, mv, Round0, Round1, Round0, Round1]);
-        assert_eq!(most, 2, "some orders move it away and back");
-        runs += n;
+        let x = explore(&[Up, Down, mv, mv, Round0, Round1, Round0, Round1]);
+        assert_eq!(x.most_moves, 2, "some orders move it away and back");
+        assert!(x.moves_with_crossing > 0);
+        runs += x.runs;
     }
     println!("explored {runs} orders");
     assert_eq!(runs, 2 * 2 * 5040); // 8! / (2! 2! 2!) orders, two placements
@@ -530,10 +566,14 @@ fn every_order_of_a_move_away_and_back_keeps_every_cell() {
 #[test]
 fn every_order_of_a_move_across_three_workers_keeps_every_cell() {
     use Ev::*;
-    let (runs, most) = explore_with(&[Up, Down, Move1, Move2, Round0, Round1, Round2], 3, false);
-    println!("explored {runs} orders (most moves in one: {most})");
-    assert_eq!(runs, 3 * 5040); // 7! orders, three placements
-    assert_eq!(most, 1);
+    let x = explore_with(&[Up, Down, Move1, Move2, Round0, Round1, Round2], 3, false);
+    println!(
+        "explored {} orders (most moves in one: {}; {} moves with cells waiting to cross)",
+        x.runs, x.most_moves, x.moves_with_crossing
+    );
+    assert_eq!(x.runs, 3 * 5040); // 7! orders, three placements
+    assert_eq!(x.most_moves, 1);
+    assert!(x.moves_with_crossing > 0);
 }
 
 /// A pending extend racing moves of both its connections: the
@@ -542,14 +582,17 @@ fn every_order_of_a_move_across_three_workers_keeps_every_cell() {
 #[test]
 fn every_order_of_moves_racing_a_pending_extend_completes_it() {
     use Ev::*;
-    let (runs, most) = explore_with(
+    let x = explore_with(
         &[Outbound, Created, Down, Move1, Move2, Round0, Round1],
         2,
         true,
     );
-    println!("explored {runs} orders (most moves in one: {most})");
-    assert_eq!(runs, 2 * 5040); // 7! orders, two placements
-    assert_eq!(most, 2);
+    println!(
+        "explored {} orders (most moves in one: {})",
+        x.runs, x.most_moves
+    );
+    assert_eq!(x.runs, 2 * 5040); // 7! orders, two placements
+    assert_eq!(x.most_moves, 2);
 }
 
 /// A pending extend, a move and a DESTROY from the client.
@@ -558,7 +601,7 @@ fn every_order_of_a_move_and_a_destroy_during_an_extend_leaves_nothing_behind() 
     use Ev::*;
     let mut runs = 0;
     for mv in [Move1, Move2] {
-        runs += explore_with(&[Outbound, Created, mv, DestroyUp, Round0, Round1], 2, true).0;
+        runs += explore_with(&[Outbound, Created, mv, DestroyUp, Round0, Round1], 2, true).runs;
     }
     println!("explored {runs} orders");
     assert_eq!(runs, 2 * 2 * 720); // 6! orders, two placements
