@@ -18,7 +18,7 @@ for r in $(seq 1 "$pairs"); do
   for side in a b; do
     bin=$a; [ "$side" = b ] && bin=$b
     line=$(target/release/weft-bench run --target weft --threads "${THREADS:-1}" --cpu-quota 0.5 --no-plots --floor-secs 0 \
-      --weft "$bin" --out "$out/$side-$r.json" "$@" 2>&1 | grep "^| weft")
+      --weft "$bin" --out "$out/$side-$r.json" "$@" 2>&1 | tee "$out/$side-$r.log" | grep "^| weft")
     cost[$side]=$(echo "$line" | awk -F'|' '{gsub(/ /,"",$5); print $5}')
     echo "$side pair $r: $(echo "$line" | awk -F'|' '{print $3 "MiB/s," $5 "CPU-s/GiB"}')" | tee -a "$out/summary.txt"
   done

@@ -239,6 +239,10 @@ pub struct Worker {
     write_bucket: TokenBucket,
     /// Readable connections waiting for read tokens.
     starved: Vec<usize>,
+    /// Readable connections whose share of the last round was cut for
+    /// their circuits' backlogs ([`core::ReadBudget::held_back`]): read
+    /// again in the next round, which they do not start themselves.
+    deferred: Vec<usize>,
     epoch: Instant,
     /// The clock at the start of this round (ns since `epoch`).
     round_ns: u64,
@@ -319,6 +323,7 @@ impl Worker {
             read_bucket: TokenBucket::new(cfg.rate_share, cfg.burst_share, cfg.refill, now),
             write_bucket: TokenBucket::new(cfg.rate_share, cfg.burst_share, cfg.refill, now),
             starved: Vec::new(),
+            deferred: Vec::new(),
             epoch: parts.epoch,
             round_ns: 0,
             read_stamp_ns: 0,
@@ -396,6 +401,12 @@ impl Worker {
         if kist::cadence_live(self.ctx.kist_interval, self.next_sched_run, now) {
             until = Some(until.map_or(self.next_sched_run, |u| u.min(self.next_sched_run)));
         }
+        if !self.deferred.is_empty() {
+            // Connections held back for their circuits' backlogs are read
+            // again within a KIST interval at the latest.
+            let t = now + self.ctx.kist_interval.max(Duration::from_millis(1));
+            until = Some(until.map_or(t, |u| u.min(t)));
+        }
         let Some(until) = until else {
             // Idle: nothing is due until a message or a connection wakes
             // us (the notifier is told we sleep for ever).
@@ -413,7 +424,13 @@ impl Worker {
         // we wake for anyway ([`Notifier::notify_unless_due`]).
         let wakes_at_ns = until.saturating_duration_since(self.epoch).as_nanos() as u64;
         self.notifier.going_to_sleep_until(wakes_at_ns);
-        if self.ins.iter().flatten().any(|c| c.has_pending()) {
+        // What the rings hold can wait for a sleep no longer than a KIST
+        // interval (their cells are written at that run at the earliest;
+        // a producer that needs the room wakes us, urgently): a new round
+        // for every batch another worker publishes cost two workers on one
+        // core three times the rounds per cell.
+        let short = !self.ctx.kist_interval.is_zero() && until - now <= self.ctx.kist_interval;
+        if !short && self.ins.iter().flatten().any(|c| c.has_pending()) {
             self.notifier.awake();
             return Some(Duration::ZERO);
         }
@@ -522,12 +539,15 @@ impl Worker {
         });
         for w in 0..self.ring_left.len() {
             if self.ins.get(w).is_some_and(Option::is_some) {
-                let bytes = self.core.read_budget(ReadFrom::Ring(w));
-                self.ring_left[w] = (bytes / CELL_LEN as u64).max(1);
+                let share = self.core.read_budget(ReadFrom::Ring(w));
+                self.ring_left[w] = (share.bytes / CELL_LEN as u64).max(1);
             }
         }
         if self.read_bucket.refill(t0) {
             self.to_read.append(&mut self.starved);
+        }
+        if !self.deferred.is_empty() {
+            self.to_read.append(&mut self.deferred);
         }
         self.write_bucket.refill(t0);
         self.counters.rounds += 1;
@@ -605,12 +625,23 @@ impl Worker {
     /// workers one ring's worth per round while the others go on).
     pub(crate) fn exchange_rings(&mut self) {
         self.drain_rings();
-        self.end_round();
+        self.publish_rings(false);
     }
 
     /// The round is over: the core publishes its rings (waking the
     /// workers that need it) and reports its queues if they moved.
     fn end_round(&mut self) {
+        self.publish_rings(true);
+    }
+
+    /// The core places what waits on its lanes and publishes its rings,
+    /// waking the workers that need it: at the round's end a worker with
+    /// circuits waiting for room on a ring (`urgent`) is woken at once if
+    /// it sleeps; between two connections' reads (`urgent_wakes` false)
+    /// none is woken before its own next KIST run (a worker that shares
+    /// the core with us would otherwise take it over after every
+    /// connection, and both would run rounds of a few dozen cells).
+    fn publish_rings(&mut self, urgent_wakes: bool) {
         let Worker {
             core,
             peers,
@@ -627,7 +658,7 @@ impl Worker {
         let defer_ns = ctx.kist_interval.as_nanos() as u64;
         core.end_round(|w, urgent| {
             let n = &peers[w].notifier;
-            let woke = if urgent {
+            let woke = if urgent && urgent_wakes {
                 n.notify()
             } else {
                 n.notify_unless_due(now_ns, defer_ns)

@@ -83,6 +83,18 @@ use crate::worker::core::core_msg::CoreMsg;
 use crate::worker::core::half::{Half, HalfTable};
 use crate::worker::core::sched::ConnSched;
 
+/// What [`Circuits::read_budget`] gives a source for this round.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct ReadBudget {
+    /// Bytes it may read (a ring's cells count 514 each).
+    pub(crate) bytes: u64,
+    /// The share was cut because circuits it carries have a backlog
+    /// waiting to cross to another worker: once spent, the source waits
+    /// for the next round that comes anyway (a KIST run, an event, the
+    /// ring's room) rather than starting one of its own.
+    pub(crate) held_back: bool,
+}
+
 /// Where the driver takes cells from ([`Circuits::read_budget`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum ReadFrom {
@@ -511,17 +523,26 @@ impl Circuits {
     /// read freely do not take its rounds from its own connections' cells
     /// (that left the direction read on the busier worker starved).
     /// Asked once per source and round, before taking from it.
-    pub(crate) fn read_budget(&mut self, from: ReadFrom) -> u64 {
+    pub(crate) fn read_budget(&mut self, from: ReadFrom) -> ReadBudget {
         let now = self.now_ns;
-        let busy = match from {
-            ReadFrom::Conn(idx) => self
-                .conns
-                .get_mut(idx)
-                .and_then(Option::as_mut)
-                .map_or(1, |c| c.reads.busy(now).saturating_sub(c.backlogged)),
-            ReadFrom::Ring(w) => self.ring_reads.get_mut(w).map_or(1, |r| r.busy(now)),
+        let (busy, held_back) = match from {
+            ReadFrom::Conn(idx) => {
+                self.conns
+                    .get_mut(idx)
+                    .and_then(Option::as_mut)
+                    .map_or((1, false), |c| {
+                        (
+                            c.reads.busy(now).saturating_sub(c.backlogged),
+                            c.backlogged > 0,
+                        )
+                    })
+            }
+            ReadFrom::Ring(w) => (self.ring_reads.get_mut(w).map_or(1, |r| r.busy(now)), false),
         };
-        self.read_shares.budget(busy)
+        ReadBudget {
+            bytes: self.read_shares.budget(busy),
+            held_back,
+        }
     }
 
     /// Circuit halves on connection `idx` (0 if it is not open here).
