@@ -1,7 +1,8 @@
 //! The core's resource limits, driven directly: the handshake budget per
 //! round and the onionskin queue, CREATE refusal for addresses the DoS
-//! table marked, and the memory limit's closing of circuits by the age of
-//! their oldest queued cell.
+//! table marked, the memory limit's closing of circuits by the age of
+//! their oldest queued cell (cells waiting to cross to another worker
+//! included), and the circuit queue limit on a crossing queue.
 
 use super::*;
 use crate::worker::core::limits::{HANDSHAKES_PER_ROUND, MAX_ONION_QUEUE_DELAY_NS};
@@ -174,4 +175,79 @@ fn the_memory_limit_closes_circuits_whose_oldest_cell_is_old_enough() {
     assert!(out.iter().any(|o| o.command == cmd::DESTROY));
     assert!(pool_empty(&net), "every queued cell freed");
     assert_eq!(net.cores[1].limit_counters.oom_circuits, 1);
+}
+
+/// Cells waiting to cross to another worker (a full ring) are queued
+/// cells like any other: counted in the memory limit, listed among its
+/// victims by the age of the oldest, freed when it closes the circuit.
+#[test]
+fn the_memory_limit_counts_and_closes_circuits_with_cells_waiting_to_cross() {
+    // A ring of 4 messages that worker 1 does not read yet.
+    let mut net = Net::new(2, 4);
+    let (mut client, _next, circ, _relabel) = two_hop(&mut net, 0, 1);
+    net.cores[0].set_now(1_000_000_000);
+    for i in 0..10u32 {
+        let mut b = client_data(&mut client, i);
+        net.cell(0, 1, circ, cmd::RELAY, &mut b);
+    }
+    let keyed = net.cores[0].conn(1).unwrap().circuits[&circ];
+    let waiting = net.cores[0].crossing_len(keyed);
+    assert_eq!(waiting, 6, "4 on the ring, the rest in the crossing queue");
+    net.cores[0].set_now(3_000_000_000);
+    assert_eq!(
+        net.cores[0].queued_bytes(),
+        waiting as u64 * crate::oom::CELL_COST
+    );
+    let c = net.cores[0].oom_candidates();
+    assert_eq!(c, [(2_000_000_000, waiting as u64 * crate::oom::CELL_COST)]);
+    assert_eq!(net.cores[0].oom_kill(2_000_000_000).0, 1);
+    assert_eq!(net.cores[0].crossing_len(keyed), 0);
+    net.collect(0);
+    net.settle();
+    let out = net.written(0, 1);
+    assert!(out
+        .iter()
+        .any(|o| o.command == cmd::DESTROY && o.body[0] == destroy_reason::RESOURCELIMIT));
+    // Toward the next relay, the DESTROY replaces the cells that had
+    // crossed (as C's circuit_clear_cell_queue).
+    let out = net.written(1, 2);
+    assert_eq!(
+        out.iter().map(|o| o.command).collect::<Vec<_>>(),
+        [cmd::DESTROY]
+    );
+    assert!(pool_empty(&net), "every waiting cell freed");
+    assert_eq!(net.cores[0].limit_counters.oom_circuits, 1);
+}
+
+/// A circuit whose crossing queue reaches the circuit queue limit (C's
+/// `circ_max_cell_queue_size`) is closed with RESOURCELIMIT, at both
+/// ends, and its waiting cells are freed.
+#[test]
+fn a_crossing_queue_at_the_circuit_limit_closes_its_circuit() {
+    let mut net = Net::new(2, 4);
+    let (mut client, _next, circ, _relabel) = two_hop(&mut net, 0, 1);
+    let keyed = net.cores[0].conn(1).unwrap().circuits[&circ];
+    let max = DEFAULT_MAX_CIRCUIT_QUEUE;
+    for i in 0..(max + 4) as u32 {
+        let mut b = client_data(&mut client, i);
+        net.cell(0, 1, circ, cmd::RELAY, &mut b);
+    }
+    assert_eq!(net.cores[0].crossing_len(keyed), max, "at the limit");
+    let mut b = client_data(&mut client, 0);
+    net.cell(0, 1, circ, cmd::RELAY, &mut b);
+    net.collect(0);
+    let out = net.written(0, 1);
+    assert!(
+        out.iter().any(|o| o.circ_id == circ
+            && o.command == cmd::DESTROY
+            && o.body[0] == destroy_reason::RESOURCELIMIT),
+        "the client hears RESOURCELIMIT"
+    );
+    net.settle();
+    let out = net.written(1, 2);
+    assert_eq!(
+        out.iter().map(|o| o.command).collect::<Vec<_>>(),
+        [cmd::DESTROY]
+    );
+    assert!(pool_empty(&net), "its waiting cells freed");
 }
