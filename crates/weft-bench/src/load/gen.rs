@@ -332,7 +332,10 @@ impl LoadThread<'_> {
                 self.gens[g].rr = (rr + 1) % n;
                 let c = self.gens[g].circs[rr];
                 let circ = &mut self.circs[c];
+                // A web circuit only fetches (down): its bulk would make
+                // it a bulk circuit upstream.
                 if circ.state != CircState::Ready
+                    || circ.web
                     || circ.sink_conn.is_none()
                     || !circ.up.can_send(window)
                 {

@@ -47,6 +47,7 @@ use weft_relay::tls::TlsLink;
 
 mod gen;
 pub mod many;
+pub mod many_report;
 mod sink;
 
 type Aes128Ctr = ctr::Ctr128BE<Aes128>;

@@ -240,7 +240,7 @@ pub struct Worker {
     /// Readable connections waiting for read tokens.
     starved: Vec<usize>,
     /// Readable connections whose share of the last round was cut for
-    /// their circuits' backlogs ([`core::ReadBudget::held_back`]): read
+    /// their circuits' backlogs ([`core::read_share::ReadBudget::held_back`]): read
     /// again in the next round, which they do not start themselves.
     deferred: Vec<usize>,
     epoch: Instant,

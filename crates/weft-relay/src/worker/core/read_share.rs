@@ -1,5 +1,6 @@
 //! Read budgets by circuit (part of the sans-IO circuit core): how many
-//! bytes the driver may read from a connection in one round.
+//! bytes the driver may read from a connection or an inbound ring in one
+//! round ([`Circuits::read_budget`], [`ReadFrom`], [`ReadBudget`]).
 //!
 //! A worker short of CPU reads each readable connection once a round. With
 //! the same budget for every connection, a link to another relay that
@@ -16,6 +17,29 @@
 //! cell path writes anyway; a linear-counting estimate of the distinct
 //! slots when the tick ends). No clock read per cell, no walk, no
 //! allocation.
+
+use crate::worker::core::Circuits;
+
+/// What [`Circuits::read_budget`] gives a source for this round.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct ReadBudget {
+    /// Bytes it may read (a ring's cells count 514 each).
+    pub(crate) bytes: u64,
+    /// The share was cut because circuits it carries have a backlog
+    /// waiting to cross to another worker: once spent, the source waits
+    /// for the next round that comes anyway (a KIST run, an event, the
+    /// ring's room) rather than starting one of its own.
+    pub(crate) held_back: bool,
+}
+
+/// Where the driver takes cells from ([`Circuits::read_budget`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum ReadFrom {
+    /// A connection (the driver's slot).
+    Conn(usize),
+    /// The ring from worker `w`.
+    Ring(usize),
+}
 
 /// What a connection reads per round when every connection carries as
 /// many busy circuits (the budget before circuits were counted).
@@ -122,6 +146,39 @@ impl ReadShares {
         self.conns += 1;
         self.busy += u64::from(busy);
         (self.per_circuit * u64::from(busy)).clamp(MIN_BUDGET, MAX_BUDGET)
+    }
+}
+
+impl Circuits {
+    /// How many bytes the driver may take this round from a connection's
+    /// socket or from another worker's ring (a cell on a ring counts 514):
+    /// a share of the round's reading that grows with the circuits the
+    /// source carries busy ([`crate::worker::core::read_share`]). A worker
+    /// short of CPU thus serves the circuits that cross to it from another
+    /// worker as it serves those it reads itself: cells the other worker
+    /// read freely do not take its rounds from its own connections' cells
+    /// (that left the direction read on the busier worker starved).
+    /// Asked once per source and round, before taking from it.
+    pub(crate) fn read_budget(&mut self, from: ReadFrom) -> ReadBudget {
+        let now = self.now_ns;
+        let (busy, held_back) = match from {
+            ReadFrom::Conn(idx) => {
+                self.conns
+                    .get_mut(idx)
+                    .and_then(Option::as_mut)
+                    .map_or((1, false), |c| {
+                        (
+                            c.reads.busy(now).saturating_sub(c.backlogged),
+                            c.backlogged > 0,
+                        )
+                    })
+            }
+            ReadFrom::Ring(w) => (self.ring_reads.get_mut(w).map_or(1, |r| r.busy(now)), false),
+        };
+        ReadBudget {
+            bytes: self.read_shares.budget(busy),
+            held_back,
+        }
     }
 }
 
