@@ -159,17 +159,21 @@ pub(crate) fn run_scenario(
         &md,
         opts.no_plots,
     )?;
+    // The section's first line and the procedure's start, both modes.
+    let head = format!(
+        "Measured {stamp} on {} CPUs ({}), {}; command:\n\n    {}\n\nProcedure: {} connections × {} circuits ({} web, {} bulk per connection), ",
+        cmp.machine.cpus,
+        cmp.machine.model,
+        cmp.tor_version,
+        cmp.command,
+        p.connections,
+        p.circuits,
+        p.web_circuits,
+        p.circuits - p.web_circuits,
+    );
     if let (false, Some(cap)) = (no_perf_md, cpu_bound) {
         let mut section = format!(
-            "Measured {stamp} on {} CPUs ({}), {}; command:\n\n    {}\n\nProcedure: {} connections × {} circuits ({} web, {} bulk per connection), bulk both ways; the target capped at {cap} CPU (cgroup `cpu.max`: its CPU, not a link, is the bottleneck), no read-rate limit; bulk circuits keep {} cells in flight; web circuits fetch {} KB after exponential think times (mean {} ms); warm-up {} s, measured {} s; target on CPUs {}, load on CPUs {}.\n\n",
-            cmp.machine.cpus,
-            cmp.machine.model,
-            cmp.tor_version,
-            cmp.command,
-            p.connections,
-            p.circuits,
-            p.web_circuits,
-            p.circuits - p.web_circuits,
+            "{head}bulk both ways; the target capped at {cap} CPU (cgroup `cpu.max`: its CPU, not a link, is the bottleneck), no read-rate limit; bulk circuits keep {} cells in flight; web circuits fetch {} KB after exponential think times (mean {} ms); warm-up {} s, measured {} s; target on CPUs {}, load on CPUs {}.\n\n",
             p.window,
             fetch_kb,
             think_ms,
@@ -184,15 +188,7 @@ pub(crate) fn run_scenario(
         println!("updated docs/perf.md");
     } else if !no_perf_md {
         let mut section = format!(
-            "Measured {stamp} on {} CPUs ({}), {}; command:\n\n    {}\n\nProcedure: {} connections × {} circuits ({} web, {} bulk per connection), downstream only; {}; bulk circuits keep {} cells in flight; web circuits fetch {} KB after exponential think times (mean {} ms); warm-up {} s, measured {} s; target on CPUs {}, no CPU cap.\n\n",
-            cmp.machine.cpus,
-            cmp.machine.model,
-            cmp.tor_version,
-            cmp.command,
-            p.connections,
-            p.circuits,
-            p.web_circuits,
-            p.circuits - p.web_circuits,
+            "{head}downstream only; {}; bulk circuits keep {} cells in flight; web circuits fetch {} KB after exponential think times (mean {} ms); warm-up {} s, measured {} s; target on CPUs {}, no CPU cap.\n\n",
             if rate_kib_s > 0 {
                 format!("the target's BandwidthRate = BandwidthBurst = {rate_kib_s} KiB/s (the bottleneck, so cells queue inside the target between token refills), generator read rate {read_kib_s} KiB/s (0: unlimited)")
             } else {
