@@ -11,8 +11,9 @@
 //! else; `tests/core_types.rs` checks it), twelve entry points:
 //!
 //! * inputs — [`Circuits::on_cell`] (one cell read from a connection,
-//!   [`crate::worker::core::dispatch`]; its `Pause` stops the
-//!   connection's reading until an `Effect::Resume`),
+//!   [`crate::worker::core::dispatch`]; no cell stops its connection's
+//!   reading: one the ring to its peer's worker cannot take waits in its
+//!   circuit's crossing queue, [`crate::worker::core::crossing`]),
 //!   [`Circuits::on_ring_msg`] (a message from another worker's ring,
 //!   [`crate::worker::core::handoff`]) and [`Circuits::handle_event`] (a
 //!   [`crate::worker::core::core_event::CoreEvent`]: a round began — the
@@ -23,13 +24,13 @@
 //!   another core);
 //! * outputs — [`Circuits::poll_effect`] (messages for the controller and
 //!   other cores, lookups, stream sockets to open, close or pump,
-//!   connections with cells to write, to resume or to close),
+//!   connections with cells to write or to close),
 //!   [`Circuits::poll_timeout`] (when to wake it), [`Circuits::fill`]
 //!   (cells for one connection's write buffer,
 //!   [`crate::worker::core::sched`]), [`Circuits::pump_stream`] (an exit
 //!   stream's bytes through its socket,
 //!   [`crate::worker::core::streams::pump`]), [`Circuits::end_round`]
-//!   (the rings published), [`Circuits::report`] (the counters; once a
+//!   (what waits on the lanes placed, the rings published), [`Circuits::report`] (the counters; once a
 //!   second, when a quiet pool also gives chunks back),
 //!   [`Circuits::circuits_on`] (a connection's circuit count, which the
 //!   balancer's candidates are filtered by) and [`Circuits::read_budget`]
