@@ -326,12 +326,12 @@ impl Circuits {
     /// Send a message to set `set`'s home: a call here, else its ring, in
     /// order behind what waits there (the lane's ordered line: a full ring
     /// stops no connection's reading).
-    fn send_home(&mut self, set: SetRef, msg: RingMsg) {
+    fn send_home(&mut self, set: SetRef, msg: RingMsg) -> bool {
         let w = usize::from(set.worker);
         if w != self.me {
             self.counters.cross += 1;
         }
-        self.send_ordered_to(w, msg);
+        self.send_ordered_to(w, msg)
     }
 
     /// A multiplexed message or SWITCH on leg `slot`: to its set's home.
@@ -346,7 +346,32 @@ impl Circuits {
             return;
         }
         let msg = RingMsg::ConfluxCell { set, leg, msg };
-        self.send_home(set, msg)
+        if self.send_home(set, msg) {
+            self.leg_waits(slot);
+        }
+    }
+
+    /// A message of leg `slot` waits in the ordered line to its home (the
+    /// home's worker is behind): count it, and close the leg at the
+    /// circuit queue limit, as a circuit whose queue reaches it (a client
+    /// that ignores its windows must not grow the line without bound).
+    fn leg_waits(&mut self, slot: u32) {
+        let max = self.limits.max_circuit_queue;
+        let Some(h) = self.halves.by_slot(slot) else {
+            return;
+        };
+        let conn = h.conn;
+        let x = h
+            .cross
+            .get_or_insert_with(|| Box::new(crate::worker::core::crossing::HalfCrossing::new()));
+        x.ordered += 1;
+        if x.ordered as usize >= max {
+            let why = format!(
+                "{} conflux messages waiting for the set's worker, maximum allowed is {max}",
+                x.ordered
+            );
+            self.close_circuit(conn, slot, destroy_reason::RESOURCELIMIT, &why);
+        }
     }
 
     /// A stream command on a half that is a leg (the dispatch asked

@@ -83,6 +83,10 @@ pub(crate) struct HalfCrossing {
     /// The lane whose waiting circuits list it, while cells wait
     /// ([`NO_LANE`] when none do).
     pub(crate) lane: u16,
+    /// Its conflux messages waiting in an ordered line for its set's home
+    /// (a leg's cells are messages to the set, not cells for a peer):
+    /// bounded by the circuit queue limit like its crossing queue.
+    pub(crate) ordered: u32,
 }
 
 impl HalfCrossing {
@@ -92,6 +96,7 @@ impl HalfCrossing {
             queue: CellQueue::default(),
             ewma: CircuitEwma::default(),
             lane: NO_LANE,
+            ordered: 0,
         }
     }
 }

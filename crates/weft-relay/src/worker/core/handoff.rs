@@ -59,25 +59,27 @@ impl Circuits {
     }
 
     /// [`Circuits::send_ordered`] to worker `w` (a message for a conflux
-    /// set's home names no half).
-    pub(crate) fn send_ordered_to(&mut self, w: usize, msg: RingMsg) {
+    /// set's home names no half). True if it waits in the ordered line.
+    pub(crate) fn send_ordered_to(&mut self, w: usize, msg: RingMsg) -> bool {
         if w == self.me {
             self.on_ring_msg(&msg, self.me as u16);
-            return;
+            return false;
         }
         let Some(lane) = self.lanes.lanes.get_mut(w) else {
-            return;
+            return false;
         };
         let Some(ring) = lane.ring.as_mut() else {
-            return;
+            return false;
         };
         if lane.ordered.is_empty() {
-            if let Err(m) = ring.push(msg) {
-                lane.ordered.push_back(m);
+            match ring.push(msg) {
+                Ok(()) => return false,
+                Err(m) => lane.ordered.push_back(m),
             }
         } else {
             lane.ordered.push_back(msg);
         }
+        true
     }
 
     /// Place what waits on every lane, as far as the rings take it: the
@@ -114,6 +116,11 @@ impl Circuits {
         while let Some(m) = lane.ordered.front() {
             if ring.push(*m).is_err() {
                 return Served::Stop;
+            }
+            if let RingMsg::ConfluxCell { leg, .. } = m {
+                if let Some(x) = halves.get(*leg).and_then(|h| h.cross.as_deref_mut()) {
+                    x.ordered = x.ordered.saturating_sub(1);
+                }
             }
             lane.ordered.pop_front();
         }

@@ -2,8 +2,9 @@
 //! set's home on one, a leg on the other, wired by real rings): linking,
 //! the order of a stream's bytes both ways across legs, and the attacks
 //! of issue 13 — a gap never filled, an absurd SWITCH, a second LINK, two
-//! clients claiming one nonce, a ninth leg — each closing only the
-//! offending set or circuit, with the out-of-order queue under its cap.
+//! clients claiming one nonce, a ninth leg, a leg that outruns its home's
+//! worker — each closing only the offending set or circuit, with the
+//! out-of-order queue and the ordered line to the home under their caps.
 
 use weft_proto::circuit::conflux::{self, ux, Link, OOO_CELL_COST};
 
@@ -427,4 +428,43 @@ fn links_the_exit_refuses() {
         }
     }
     assert_eq!(net.cores[0].conflux.report().legs_open, 8);
+}
+
+/// A leg whose set's home (on the other worker) does not drain its ring:
+/// the leg's messages wait in the lane's ordered line, counted per leg;
+/// at the circuit queue limit that leg closes (RESOURCELIMIT), the line
+/// stops growing, and the other circuits of its worker are unharmed.
+#[test]
+fn a_leg_whose_home_falls_behind_is_closed_at_the_circuit_queue_limit() {
+    let mut net = exit_net_with(2);
+    let (_a, mut b) = two_legs(&mut net, [3; 32]);
+    let mut other = Leg::new(&mut net, 1, 4, 8);
+    let max = DEFAULT_MAX_CIRCUIT_QUEUE;
+    // Worker 0 (the home) reads nothing from here on: the ring (64)
+    // fills, then the ordered line.
+    let mut closed = None;
+    for i in 0..max + 100 {
+        b.send(&mut net, relay_cmd::DATA, 9, &[0x55; 498]);
+        if let Some(r) = b.read(&mut net).destroyed {
+            closed = Some((i, r));
+            break;
+        }
+    }
+    let (sent, reason) = closed.expect("the leg never closed");
+    assert_eq!(reason, destroy_reason::RESOURCELIMIT);
+    assert!(sent >= max, "closed after {sent} cells, before the limit");
+    let line = net.cores[1].lanes.ordered_len();
+    assert!(line <= max + 1, "{line} messages in the ordered line");
+    // More cells on the closed leg add nothing.
+    b.send(&mut net, relay_cmd::DATA, 9, &[0x55; 498]);
+    assert_eq!(net.cores[1].lanes.ordered_len(), line);
+    // The home drains what waited; the other circuit still works.
+    net.settle();
+    assert_eq!(net.cores[1].lanes.ordered_len(), 0);
+    other.send(&mut net, relay_cmd::BEGIN, 4, &begin("198.51.100.7:5001"));
+    assert!(matches!(
+        net.poll_stream_io(1),
+        Some(StreamIo::Connect { .. })
+    ));
+    assert_eq!(other.read(&mut net).destroyed, None);
 }
