@@ -229,6 +229,20 @@ impl<T: Copy + Send> Producer<T> {
     /// into the queue); `Err(make)` if the queue is full.
     #[inline]
     pub fn push_with<F: FnOnce() -> T>(&mut self, make: F) -> Result<(), F> {
+        self.push_filled(make, |_| {})
+    }
+
+    /// Like [`Self::push_with`], then `fill` finishes the message where it
+    /// lies, before it is published: `make` can leave a large field cheap
+    /// (zeroed) and `fill` copy it in from memory (`make` alone would
+    /// copy such a field twice, through the stack, whenever it reads it
+    /// from memory rather than from a reference it was handed).
+    #[inline]
+    pub fn push_filled<F: FnOnce() -> T>(
+        &mut self,
+        make: F,
+        fill: impl FnOnce(&mut T),
+    ) -> Result<(), F> {
         if self.tail - self.head_cache >= self.capacity {
             self.head_cache = self.ring.head.0.load(Ordering::Acquire);
             if self.tail - self.head_cache >= self.capacity {
@@ -254,10 +268,11 @@ impl<T: Copy + Send> Producer<T> {
             self.block = next;
         }
         // SAFETY: `self.block` holds message `tail`, which is past `tail`
-        // as published: the consumer does not read it until we publish.
+        // as published: the consumer does not read it until we publish, so
+        // the producer alone may write it (here, and in `fill`).
         unsafe {
             let slot = &(&(*self.block).slots)[idx];
-            (*slot.get()).write(make());
+            fill((*slot.get()).write(make()));
         }
         self.tail += 1;
         Ok(())
@@ -539,6 +554,20 @@ mod tests {
     /// The room grows by blocks as messages wait and no further than the
     /// capacity; a consumer that keeps up keeps the producer on the same
     /// two blocks; a burst's blocks go back when the producer shrinks.
+    #[test]
+    fn a_message_is_finished_in_its_slot_before_it_is_published() {
+        let (mut p, mut c) = ring::<[u64; 4]>(2);
+        for i in 0..3u64 {
+            let r = p.push_filled(|| [i, 0, 0, 0], |m| m[1..].copy_from_slice(&[i + 1; 3]));
+            assert_eq!(r.is_ok(), i < 2, "the third finds the queue full");
+        }
+        assert_eq!(c.pop(), None, "nothing before publish");
+        p.publish();
+        assert_eq!(c.pop(), Some([0, 1, 1, 1]));
+        assert_eq!(c.pop(), Some([1, 2, 2, 2]));
+        assert_eq!(c.pop(), None);
+    }
+
     #[test]
     fn blocks_follow_what_is_in_flight() {
         let (mut p, mut c) = ring::<u64>(8 * BLOCK);

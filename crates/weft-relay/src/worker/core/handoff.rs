@@ -162,12 +162,20 @@ impl Circuits {
             while let Some(front) = next {
                 let c = pool.slot(front);
                 let (command, stamp_ns) = (c.command, c.stamp_ns);
-                let made = ring.push_with(|| RingMsg::Cell {
-                    to,
-                    command,
-                    stamp_ns,
-                    body: pool.slot(front).body,
-                });
+                // The body straight from its pool slot into the ring's.
+                let made = ring.push_filled(
+                    || RingMsg::Cell {
+                        to,
+                        command,
+                        stamp_ns,
+                        body: [0; BODY_LEN],
+                    },
+                    |m| {
+                        if let RingMsg::Cell { body, .. } = m {
+                            body.copy_from_slice(&c.body);
+                        }
+                    },
+                );
                 if made.is_err() {
                     full = true;
                     break;
