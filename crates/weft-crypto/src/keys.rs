@@ -24,6 +24,7 @@ use tor_cert::{CertType, CertifiedKey};
 use tor_llcrypto::pk::ed25519;
 
 use crate::certs::{self, unix_secs, CertError};
+use crate::ed_identity::{load_or_create_ed, offline_without_signing_key};
 
 /// Lifetime of the Ed25519 signing key certificate (C Tor `SigningKeyLifetime`).
 pub const SIGNING_KEY_LIFETIME: Duration = Duration::from_secs(30 * 86400);
@@ -72,7 +73,7 @@ fn io_err(path: &Path) -> impl FnOnce(std::io::Error) -> KeyError + '_ {
     }
 }
 
-fn corrupt(path: &Path, why: impl Into<String>) -> KeyError {
+pub(crate) fn corrupt(path: &Path, why: impl Into<String>) -> KeyError {
     KeyError::Corrupt {
         path: path.to_owned(),
         why: why.into(),
@@ -118,7 +119,7 @@ pub fn write_private_file(path: &Path, data: &[u8]) -> Result<(), KeyError> {
 }
 
 /// Read a file if it exists: `Ok(None)` when it does not.
-fn read_optional(path: &Path) -> Result<Option<Vec<u8>>, KeyError> {
+pub(crate) fn read_optional(path: &Path) -> Result<Option<Vec<u8>>, KeyError> {
     match fs::read(path) {
         Ok(d) => Ok(Some(d)),
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
@@ -130,7 +131,7 @@ fn read_optional(path: &Path) -> Result<Option<Vec<u8>>, KeyError> {
 }
 
 /// Parse our one-line secret-key format: `<tag> [<created unix secs>] <64 hex>`.
-fn parse_tagged_secret(
+pub(crate) fn parse_tagged_secret(
     path: &Path,
     data: &[u8],
     tag: &str,
@@ -156,14 +157,14 @@ fn parse_tagged_secret(
     Ok((key, created))
 }
 
-fn format_tagged_secret(tag: &str, created: Option<u64>, key: &[u8; 32]) -> Vec<u8> {
+pub(crate) fn format_tagged_secret(tag: &str, created: Option<u64>, key: &[u8; 32]) -> Vec<u8> {
     match created {
         Some(t) => format!("{tag} {t} {}\n", hex::encode(key)).into_bytes(),
         None => format!("{tag} {}\n", hex::encode(key)).into_bytes(),
     }
 }
 
-const ED_TAG: &str = "weft-ed25519-secret-v1";
+pub(crate) const ED_TAG: &str = "weft-ed25519-secret-v1";
 const NTOR_TAG: &str = "weft-curve25519-secret-v1";
 
 /// One ntor onion key (Curve25519).
@@ -216,8 +217,10 @@ pub struct RelayKeys {
     pub rsa_id_der: Vec<u8>,
     /// SHA-1 of `rsa_id_der`: the relay's fingerprint.
     pub fingerprint: [u8; 20],
-    /// Ed25519 master identity keypair.
-    pub ed_master: ed25519::Keypair,
+    /// Ed25519 master identity keypair; `None` when its secret key is kept
+    /// offline (C Tor's `OfflineMasterKey`): the relay then runs on the
+    /// signing key and certificate it finds, and cannot renew them.
+    pub ed_master: Option<ed25519::Keypair>,
     /// Ed25519 master identity public key.
     pub ed_id: [u8; 32],
     /// Ed25519 medium-term signing keypair.
@@ -236,7 +239,7 @@ pub struct RelayKeys {
     pub onion_old: Option<OnionKeys>,
 }
 
-fn ed_pub(kp: &ed25519::Keypair) -> [u8; 32] {
+pub(crate) fn ed_pub(kp: &ed25519::Keypair) -> [u8; 32] {
     let pk: ed25519::PublicKey = kp.into();
     pk.to_bytes()
 }
@@ -285,8 +288,7 @@ impl RelayKeys {
         let rsa_id_der = rsa_id.public_key_to_der_pkcs1()?;
         let fingerprint: [u8; 20] = Sha1::digest(&rsa_id_der).into();
 
-        let ed_master = load_or_create_ed(&key_dir.join("ed25519_master_id_secret_key"))?;
-        let ed_id = ed_pub(&ed_master);
+        let (ed_master, ed_id) = load_or_create_ed(&key_dir)?;
 
         // Signing key + type-4 cert, renewed when it is about to expire.
         let sk_path = key_dir.join("ed25519_signing_secret_key");
@@ -302,9 +304,17 @@ impl RelayKeys {
             }
             _ => None,
         };
-        let (signing, signing_cert, signing_cert_expiry) = match existing {
-            Some((kp, cert, expiry)) if expiry > now + SIGNING_KEY_SLOP => (kp, cert, expiry),
-            _ => new_signing_key(&ed_master, &sk_path, &sc_path, now)?,
+        let (signing, signing_cert, signing_cert_expiry) = match (existing, &ed_master) {
+            (Some((kp, cert, expiry)), _) if expiry > now + SIGNING_KEY_SLOP => (kp, cert, expiry),
+            (_, Some(master)) => new_signing_key(master, &sk_path, &sc_path, now)?,
+            (Some((kp, cert, expiry)), None) if expiry > now => {
+                tracing::warn!(
+                    "the Ed25519 signing certificate expires in {}s and the master secret key is offline: make a new signing key and certificate with it",
+                    expiry.duration_since(now).unwrap_or_default().as_secs()
+                );
+                (kp, cert, expiry)
+            }
+            (_, None) => return Err(offline_without_signing_key(&key_dir)),
         };
         let signing_pub = ed_pub(&signing);
 
@@ -390,8 +400,18 @@ impl RelayKeys {
         if self.signing_cert_expiry > now + SIGNING_KEY_SLOP {
             return Ok(false);
         }
+        let Some(master) = &self.ed_master else {
+            if self.signing_cert_expiry <= now {
+                return Err(offline_without_signing_key(&self.key_dir));
+            }
+            tracing::warn!(
+                "the Ed25519 signing certificate expires in {}s and the master secret key is offline: make a new signing key and certificate with it",
+                self.signing_cert_expiry.duration_since(now).unwrap_or_default().as_secs()
+            );
+            return Ok(false);
+        };
         let (kp, cert, exp) = new_signing_key(
-            &self.ed_master,
+            master,
             &self.key_dir.join("ed25519_signing_secret_key"),
             &self.key_dir.join("ed25519_signing_cert"),
             now,
@@ -428,20 +448,6 @@ impl RelayKeys {
         write_private_file(&data_dir.join("fingerprint"), fp.as_bytes())?;
         let ed = format!("{nickname} {}\n", self.ed_id_base64());
         write_private_file(&data_dir.join("fingerprint-ed25519"), ed.as_bytes())
-    }
-}
-
-fn load_or_create_ed(path: &Path) -> Result<ed25519::Keypair, KeyError> {
-    match read_optional(path)? {
-        Some(d) => {
-            let (seed, _) = parse_tagged_secret(path, &d, ED_TAG, false)?;
-            Ok(ed25519::Keypair::from_bytes(&seed))
-        }
-        None => {
-            let seed: [u8; 32] = crate::random_array();
-            write_private_file(path, &format_tagged_secret(ED_TAG, None, &seed))?;
-            Ok(ed25519::Keypair::from_bytes(&seed))
-        }
     }
 }
 

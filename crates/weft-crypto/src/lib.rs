@@ -10,6 +10,7 @@
 pub mod aes_ctr;
 pub mod certs;
 pub mod control_auth;
+pub mod ed_identity;
 pub mod family_keys;
 pub mod kdf;
 pub mod keys;
