@@ -46,6 +46,9 @@ pub struct Config {
     /// What C Tor would warn about in this configuration (logged once
     /// logging is set up).
     pub warnings: Vec<String>,
+    /// What it tells at notice level once logging is set up (how the
+    /// published address was found).
+    pub notices: Vec<String>,
 }
 
 /// A configuration error naming the line.
@@ -534,7 +537,21 @@ pub fn parse_lines(
         line: 0,
         msg: msg.to_string(),
     };
-    let ports = or_ports.finish().map_err(|e| at_end(&e))?;
+    let ports = or_ports
+        .finish(
+            !authorities.is_empty(),
+            &crate::find_address::SystemAddresses,
+        )
+        .map_err(|e| at_end(&e))?;
+    warnings.extend(ports.warnings.iter().cloned());
+    let notices = match ports.method {
+        crate::find_address::Method::Configured => Vec::new(),
+        m => vec![format!(
+            "Address found: {} (METHOD={})",
+            ports.advertised.ip(),
+            m.as_str()
+        )],
+    };
     let data_dir = data_dir.ok_or_else(|| at_end("DataDirectory is required"))?;
     let adv_ip = ports.advertised.ip();
     let (exit_policy, exit_warnings) = exit.finish(adv_ip).map_err(|e| at_end(&e))?;
@@ -683,6 +700,7 @@ pub fn parse_lines(
         logs,
         pid_file,
         warnings,
+        notices,
     })
 }
 

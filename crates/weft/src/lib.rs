@@ -18,6 +18,7 @@ pub mod config_names;
 pub mod config_orport;
 pub mod config_padding;
 pub mod config_stats;
+pub mod find_address;
 pub mod log_domains;
 pub mod log_sinks;
 pub mod syslog;

@@ -147,6 +147,9 @@ fn main() -> ExitCode {
     for w in &cfg.warnings {
         tracing::warn!("{w}");
     }
+    for n in &cfg.notices {
+        tracing::info!("{n}");
+    }
     if let Some(p) = &cfg.pid_file {
         if let Err(e) = std::fs::write(p, format!("{}\n", std::process::id())) {
             eprintln!("weft: cannot write PidFile {}: {e}", p.display());

@@ -163,14 +163,17 @@ fn deb_installs_and_its_unit_runs_a_relay_that_joins_the_network() -> Result<()>
     );
     let unit = std::fs::read_to_string(root.path("/usr/lib/systemd/system/weft.service"))
         .or_else(|_| std::fs::read_to_string(root.path("/lib/systemd/system/weft.service")))?;
-    // The sample torrc refuses to start until the operator sets Address.
+    // The sample torrc names no Address: it verifies where weft finds a
+    // public address (a server's interface or host name), else it says to
+    // set one.
     let sample = std::fs::read_to_string(root.path("/etc/weft/torrc"))?;
     let verify = root
         .cmd(&["/usr/bin/weft", "--verify-config", "-f", "/etc/weft/torrc"])
         .output()?;
+    let said = String::from_utf8_lossy(&verify.stderr);
     ensure!(
-        !verify.status.success(),
-        "the sample torrc has no Address and must not verify"
+        verify.status.success() || said.contains("Set Address"),
+        "the sample torrc: neither verified nor asked for Address: {said}"
     );
 
     // A local network of stock tor authorities.

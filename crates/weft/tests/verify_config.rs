@@ -178,7 +178,7 @@ const KNOWN_DIFFERENCES: &[(&str, &str, &str)] = &[
     (
         "Address",
         "300.1.1.1",
-        "tor takes any Address as a host name to resolve later; weft needs an IP address",
+        "tor takes any Address as a host name to resolve later (and does not publish while it fails); weft looks it up at start and refuses one that does not resolve",
     ),
     (
         "DoSConnectionDefenseType",
