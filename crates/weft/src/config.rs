@@ -764,12 +764,17 @@ ConnectionThreads 2
     fn circuit_padding_options() {
         let c = parse(GOOD, Path::new("torrc")).unwrap();
         assert!(c.relay.circuit_padding);
-        let off = parse(
-            &format!("{GOOD}CircuitPadding 0\nReducedCircuitPadding 1\n"),
+        // A relay cannot turn it off, as C (`options_validate_relay_padding`).
+        for line in ["CircuitPadding 0", "ReducedCircuitPadding 1"] {
+            let e = parse(&format!("{GOOD}{line}\n"), Path::new("torrc")).unwrap_err();
+            assert!(e.to_string().contains("Relays cannot set"), "{e}");
+        }
+        let on = parse(
+            &format!("{GOOD}CircuitPadding 1\nReducedCircuitPadding 0\n"),
             Path::new("torrc"),
         )
         .unwrap();
-        assert!(!off.relay.circuit_padding);
+        assert!(on.relay.circuit_padding);
         assert!(parse(&format!("{GOOD}CircuitPadding maybe\n"), Path::new("torrc")).is_err());
     }
 

@@ -1,9 +1,9 @@
 //! The padding options, as a relay takes them (C's
 //! `options_validate_relay_padding`): `ConnectionPadding` must be `auto`
 //! (a relay pads as the consensus says), `ReducedConnectionPadding` cannot
-//! be set, `CircuitPadding 0` sends no circuit padding, and
-//! `ReducedCircuitPadding` is a client's option (which machines it asks
-//! for): accepted, and a relay runs whatever its clients negotiate.
+//! be set, and neither can `CircuitPadding 0` nor `ReducedCircuitPadding 1`
+//! (a relay that says `Padding=2` runs whatever machines its clients
+//! negotiate).
 
 /// What the padding options decide.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -34,8 +34,14 @@ impl PaddingOptions {
                 Err("Relays must use 'auto' for the ConnectionPadding setting.".into())
             }
             "connectionpadding" => Ok(()),
-            "circuitpadding" => parse_bool(val).map(|b| self.circuit_padding = b),
-            "reducedcircuitpadding" => parse_bool(val).map(|_| ()),
+            "circuitpadding" => match parse_bool(val) {
+                Ok(false) => Err("Relays cannot set CircuitPadding to 0.".into()),
+                r => r.map(|b| self.circuit_padding = b),
+            },
+            "reducedcircuitpadding" => match parse_bool(val) {
+                Ok(true) => Err("Relays cannot set ReducedCircuitPadding.".into()),
+                r => r.map(|_| ()),
+            },
             "reducedconnectionpadding" => match parse_bool(val) {
                 Ok(true) => Err("Relays cannot set ReducedConnectionPadding.".into()),
                 r => r.map(|_| ()),

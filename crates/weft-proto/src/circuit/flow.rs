@@ -238,6 +238,33 @@ pub struct StreamFlow {
     /// When the waiting bytes went over the XOFF limit (µs; 0: they are
     /// not over it).
     grace_start_us: u64,
+    /// The read rate the client's last XON advised (bytes/s; 0: none).
+    rate: XonRate,
+}
+
+/// The drain rate a client's XON advises, as C applies it to the exit's
+/// edge connection (`circuit_process_stream_xon`: `kbps_ewma` × 1000
+/// bytes a second, burst as much; 0 or more than `INT32_MAX`: no limit):
+/// a token bucket the stream's socket reads take from.
+#[derive(Debug, Clone, Copy, Default)]
+struct XonRate {
+    /// Bytes a second and the bucket's size (0: no limit).
+    rate: u64,
+    /// Bytes that may be read now.
+    tokens: u64,
+    /// When `tokens` was last filled (µs).
+    filled_us: u64,
+}
+
+impl XonRate {
+    fn refill(&mut self, now_us: u64) {
+        let elapsed = now_us.saturating_sub(self.filled_us);
+        let add = elapsed.saturating_mul(self.rate) / 1_000_000;
+        if add > 0 {
+            self.tokens = (self.tokens + add).min(self.rate);
+            self.filled_us = now_us;
+        }
+    }
 }
 
 impl Default for StreamFlow {
@@ -249,6 +276,7 @@ impl Default for StreamFlow {
             xoff_sent: false,
             xoff_received: false,
             grace_start_us: 0,
+            rate: XonRate::default(),
         }
     }
 }
@@ -381,13 +409,63 @@ impl StreamFlow {
         true
     }
 
-    /// The client sent XON with `body`: true if reading may resume. A
-    /// malformed XON, or one without congestion control, is ignored.
-    pub fn xon_received(&mut self, body: &[u8]) -> bool {
-        if !self.xon_xoff || parse_xon(body).is_none() {
+    /// The client sent XON with `body` at `now_us`: true if reading may
+    /// resume. Its advisory rate limits the stream's reading from now on
+    /// (C's `token_bucket_rw_adjust` on the edge: the bucket keeps what it
+    /// holds up to the new size). A malformed XON, or one without
+    /// congestion control, is ignored.
+    pub fn xon_received(&mut self, body: &[u8], now_us: u64) -> bool {
+        if !self.xon_xoff {
             return false;
         }
+        let Some(kbps) = parse_xon(body) else {
+            return false;
+        };
+        let rate = u64::from(kbps) * 1000;
+        if rate == 0 || rate > i32::MAX as u64 {
+            self.rate = XonRate::default();
+        } else {
+            let held = if self.rate.rate == 0 {
+                rate
+            } else {
+                self.rate.refill(now_us);
+                self.rate.tokens.min(rate)
+            };
+            self.rate = XonRate {
+                rate,
+                tokens: held,
+                filled_us: now_us,
+            };
+        }
         std::mem::take(&mut self.xoff_received)
+    }
+
+    /// Bytes the stream may read from its socket at `now_us` under the
+    /// XON's rate (`usize::MAX` without one).
+    pub fn read_allowance(&mut self, now_us: u64) -> usize {
+        if self.rate.rate == 0 {
+            return usize::MAX;
+        }
+        self.rate.refill(now_us);
+        usize::try_from(self.rate.tokens).unwrap_or(usize::MAX)
+    }
+
+    /// `n` bytes were read from the stream's socket.
+    pub fn bytes_read(&mut self, n: usize) {
+        if self.rate.rate != 0 {
+            self.rate.tokens = self.rate.tokens.saturating_sub(n as u64);
+        }
+    }
+
+    /// When a stream held back by the XON's rate has a cell's worth
+    /// (`want` bytes) to read again (µs; `None` without a rate).
+    pub fn rate_refill_at(&self, want: usize) -> Option<u64> {
+        if self.rate.rate == 0 {
+            return None;
+        }
+        let want = (want as u64).min(self.rate.rate);
+        let missing = want.saturating_sub(self.rate.tokens);
+        Some(self.rate.filled_us + (missing * 1_000_000).div_ceil(self.rate.rate))
     }
 }
 
@@ -617,14 +695,50 @@ mod tests {
         assert!(f.xoff_received());
         assert!(!f.xoff_received());
         assert!(!f.can_package());
-        assert!(!f.xon_received(&[1, 0, 0, 0, 0]), "bad version ignored");
-        assert!(!f.xon_received(&[0, 0]), "short ignored");
-        assert!(f.xon_received(&XON_BODY));
+        assert!(!f.xon_received(&[1, 0, 0, 0, 0], 0), "bad version ignored");
+        assert!(!f.xon_received(&[0, 0], 0), "short ignored");
+        assert!(f.xon_received(&XON_BODY, 0));
         assert!(f.can_package());
+        assert_eq!(f.read_allowance(0), usize::MAX, "rate 0: no limit");
         // Without congestion control XON/XOFF are ignored.
         let mut w = StreamFlow::default();
         assert!(!w.xoff_received());
         assert!(!w.decide_xoff(1 << 20, 500, 1 << 30));
         assert!(w.can_package());
+    }
+
+    #[test]
+    fn an_xons_rate_limits_reading_as_c_applies_it() {
+        let mut f = StreamFlow::with_xon_xoff();
+        assert_eq!(f.read_allowance(0), usize::MAX);
+        assert_eq!(f.rate_refill_at(498), None);
+        // 100 kbps_ewma: 100,000 bytes a second, a bucket as large, full.
+        let t0 = 5_000_000;
+        f.xon_received(&[0, 0, 0, 0, 100], t0);
+        assert_eq!(f.read_allowance(t0), 100_000);
+        f.bytes_read(100_000);
+        assert_eq!(f.read_allowance(t0), 0);
+        // A cell's worth in 4.98 ms; 10 ms give 1,000 bytes.
+        assert_eq!(f.rate_refill_at(498), Some(t0 + 4_980));
+        assert_eq!(f.read_allowance(t0 + 10_000), 1_000);
+        // Never more than a second's worth.
+        assert_eq!(f.read_allowance(t0 + 60_000_000), 100_000);
+        // A lower rate keeps at most its own bucket; a rate of 0 or over
+        // INT32_MAX bytes lifts the limit.
+        f.xon_received(&[0, 0, 0, 0, 10], t0 + 60_000_000);
+        assert_eq!(f.read_allowance(t0 + 60_000_000), 10_000);
+        f.xon_received(&[0, 0, 0x30, 0, 0], t0 + 61_000_000);
+        assert_eq!(
+            f.read_allowance(t0 + 61_000_000),
+            usize::MAX,
+            "3 GB/s > INT32_MAX bytes"
+        );
+        f.xon_received(&[0, 0, 0, 0, 10], t0);
+        f.xon_received(&XON_BODY, t0);
+        assert_eq!(f.read_allowance(t0), usize::MAX);
+        // Without congestion control an XON is ignored, rate and all.
+        let mut w = StreamFlow::default();
+        assert!(!w.xon_received(&[0, 0, 0, 0, 1], 0));
+        assert_eq!(w.read_allowance(0), usize::MAX);
     }
 }

@@ -69,7 +69,7 @@ use crate::context::{DirAuthority, RelayConfig};
 /// `core/circpad.rs`), which C clients negotiate only with a middle that
 /// says so.
 pub const PROTO: &str =
-    "Conflux=1 Cons=1-2 Desc=1-4 DirCache=1-2 FlowCtrl=1-2 HSDir=2 HSIntro=4-5 HSRend=1-2 Link=4-5 LinkAuth=3 Microdesc=1-3 Padding=2 Relay=2-4";
+    "Conflux=1 Cons=1-2 Desc=1-4 DirCache=2 FlowCtrl=1-2 HSDir=2 HSIntro=4-5 HSRend=1-2 Link=4-5 LinkAuth=3 Microdesc=1-3 Padding=2 Relay=2-4";
 
 /// Results of background directory work, handled on the controller.
 #[derive(Debug)]

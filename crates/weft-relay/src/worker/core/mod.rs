@@ -765,6 +765,7 @@ impl Circuits {
         self.send_due_padding();
         self.run_circpad_timers();
         self.streams.dir_round();
+        self.streams.rate_round(now_ns);
         self.run_pending_creates();
     }
 

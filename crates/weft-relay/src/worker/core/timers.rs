@@ -133,6 +133,7 @@ impl Circuits {
         };
         let pad = self.pad_due.peek().map(|&Reverse((t, _))| t);
         let tick = pad.map_or(tick, |t| t.min(tick));
+        let tick = self.streams.next_rate_due().map_or(tick, |t| t.min(tick));
         self.circpad.next_due().map_or(tick, |t| t.min(tick))
     }
 

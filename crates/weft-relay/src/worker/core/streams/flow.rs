@@ -14,7 +14,7 @@ use weft_proto::circuit::flow::{DATA_MAX, XOFF_BODY, XON_BODY};
 use weft_proto::relay::relay_cmd;
 
 use crate::worker::core::half::HalfRole;
-use crate::worker::core::streams::{State, StreamOwner, OUTBUF_FULL, QUEUE_HIGHWATER};
+use crate::worker::core::streams::{State, StreamOwner, Streams, OUTBUF_FULL, QUEUE_HIGHWATER};
 use crate::worker::core::Circuits;
 
 /// A circuit counts as blocked on its connection (a congestion signal
@@ -97,15 +97,15 @@ impl Circuits {
         }
     }
 
-    /// The client sent XON for stream `key`: read again. Its advisory
-    /// rate is not applied (the circuit's congestion window still bounds
-    /// the stream).
+    /// The client sent XON for stream `key`: read again, at most at its
+    /// advisory rate (as C, `StreamFlow::xon_received`).
     pub(in crate::worker::core) fn stream_xon(&mut self, key: usize, data: &[u8]) {
+        let now_us = self.now_us();
         let s = &mut self.streams.streams[key];
         if s.flow.uses_xon_xoff() && weft_proto::circuit::flow::parse_xon(data).is_some() {
             self.streams.counters.cc.xon_received += 1;
         }
-        if s.flow.xon_received(data) && s.state == State::Open {
+        if s.flow.xon_received(data, now_us) && s.state == State::Open {
             self.streams.may_read.push(key);
         }
     }
@@ -169,12 +169,34 @@ impl Circuits {
     /// window (or XON/XOFF), its circuit's window (or congestion window)
     /// and its circuit's queue allow.
     pub(in crate::worker::core) fn stream_read_budget(&mut self, key: usize) -> usize {
-        let Some(s) = self.streams.streams.get(key) else {
+        let now_us = self.now_us();
+        let Some(s) = self.streams.streams.get_mut(key) else {
             return 0;
         };
         if s.state != State::Open || !s.flow.can_package() {
             return 0;
         }
+        let allowance = s.flow.read_allowance(now_us);
+        if allowance == 0 {
+            // Its XON's rate: again once a cell's worth has refilled.
+            if !s.rate_listed {
+                s.rate_listed = true;
+                let due_us = s.flow.rate_refill_at(DATA_MAX).unwrap_or(now_us);
+                self.streams
+                    .throttled
+                    .push((due_us.saturating_mul(1000), key));
+            }
+            return 0;
+        }
+        self.window_budget(key).min(allowance)
+    }
+
+    /// Bytes stream `key` may read as its windows and its circuit's queue
+    /// allow.
+    fn window_budget(&mut self, key: usize) -> usize {
+        let Some(s) = self.streams.streams.get(key) else {
+            return 0;
+        };
         let (owner, stream_window) = (s.owner, s.flow.package_window());
         let slot = match owner {
             StreamOwner::Set(idx) => {
@@ -202,6 +224,9 @@ impl Circuits {
     /// DATA cells toward the client.
     pub(in crate::worker::core) fn stream_data_read(&mut self, key: usize, mut data: &[u8]) {
         let now_us = self.now_us();
+        if let Some(s) = self.streams.streams.get_mut(key) {
+            s.flow.bytes_read(data.len());
+        }
         while !data.is_empty() {
             let Some(s) = self.streams.streams.get_mut(key) else {
                 return;
@@ -318,5 +343,30 @@ impl Circuits {
                     s.to_dest.len() as u64 + s.dir.as_ref().map_or(0, |d| d.held_bytes()),
                 )
             })
+    }
+}
+
+impl Streams {
+    /// The streams held back by their XON's rate whose bucket has a cell's
+    /// worth by `now_ns` may read again.
+    pub(crate) fn rate_round(&mut self, now_ns: u64) {
+        let mut i = 0;
+        while i < self.throttled.len() {
+            let (due, key) = self.throttled[i];
+            if due > now_ns {
+                i += 1;
+                continue;
+            }
+            self.throttled.swap_remove(i);
+            if let Some(s) = self.streams.get_mut(key) {
+                s.rate_listed = false;
+                self.may_read.push(key);
+            }
+        }
+    }
+
+    /// When the first stream held back by its XON's rate may read again.
+    pub(crate) fn next_rate_due(&self) -> Option<u64> {
+        self.throttled.iter().map(|&(due, _)| due).min()
     }
 }

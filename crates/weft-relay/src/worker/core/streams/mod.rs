@@ -146,6 +146,8 @@ pub(super) struct ExitStream {
     pub(super) waiting_since_ns: u64,
     /// A BEGIN_DIR stream: its request and answer (no socket).
     pub(super) dir: Option<Box<crate::worker::core::streams::dir::DirStream>>,
+    /// Listed in [`Streams::throttled`] (its XON's rate held it back).
+    pub(super) rate_listed: bool,
 }
 
 /// Every exit stream of a worker.
@@ -164,6 +166,9 @@ pub(crate) struct Streams {
     want_write: Vec<usize>,
     /// Streams whose reading may go on (a window opened, connected).
     may_read: Vec<usize>,
+    /// Streams held back by their client's XON rate: (when a cell's worth
+    /// has refilled, ns; key) ([`Streams::rate_round`]).
+    throttled: Vec<(u64, usize)>,
     /// Directory streams to serve now, and those to serve next round
     /// ([`Circuits::serve_dir_ready`]).
     dir_ready: Vec<usize>,
@@ -419,6 +424,7 @@ impl Circuits {
             to_dest: VecDeque::new(),
             waiting_since_ns: 0,
             dir: None,
+            rate_listed: false,
         })
     }
 

@@ -219,3 +219,41 @@ fn stream_bytes_count_in_the_memory_limit() {
     let (_, destroyed) = read(&mut net, 1, 7, &mut other);
     assert!(!destroyed, "the circuit without waiting bytes stays");
 }
+
+#[test]
+fn an_xons_rate_paces_the_streams_reading_as_c_does() {
+    let mut net = exit_net();
+    let (mut c, _) = cc_circuit(&mut net, 1, 5);
+    let key = open_stream(&mut net, 1, 5, &mut c, 9);
+    // XON with kbps_ewma 10: 10,000 bytes a second, a second's worth at once.
+    send(&mut net, 1, 5, &mut c, relay_cmd::XOFF, 9, &[0]);
+    send(&mut net, 1, 5, &mut c, relay_cmd::XON, 9, &[0, 0, 0, 0, 10]);
+    assert_eq!(net.cores[0].stream_read_budget(key), 10_000);
+    net.cores[0].stream_data_read(key, &[7u8; 10_000]);
+    let _ = read(&mut net, 1, 5, &mut c);
+    assert_eq!(
+        net.cores[0].stream_read_budget(key),
+        0,
+        "the bucket is empty"
+    );
+    // The core wakes when a cell's worth has refilled (49.8 ms), and the
+    // stream reads again.
+    let now = net.cores[0].now_ns;
+    let due = net.cores[0].streams.next_rate_due().expect("listed");
+    assert_eq!(due, now + 49_800_000);
+    assert!(
+        net.cores[0].poll_timeout() <= due,
+        "the core's timer covers it"
+    );
+    while net.cores[0].poll_effect().is_some() {}
+    net.cores[0].begin_round(due);
+    let mut pumped = false;
+    while let Some(e) = net.cores[0].poll_effect() {
+        pumped |= matches!(e, Effect::PumpStream(k) if k == key);
+    }
+    assert!(pumped, "listed to read again");
+    assert_eq!(net.cores[0].stream_read_budget(key), 498);
+    // An XON with rate 0 lifts the limit.
+    send(&mut net, 1, 5, &mut c, relay_cmd::XON, 9, &XON_BODY);
+    assert!(net.cores[0].stream_read_budget(key) > 10_000);
+}
