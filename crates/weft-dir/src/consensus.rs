@@ -141,6 +141,17 @@ impl NetParams {
     pub fn circwindow(&self) -> i32 {
         self.get_clamped("circwindow", 1000, 100, 1000)
     }
+    /// `exit_dns_timeout`: how long an exit waits for a name server's
+    /// answer before it counts as timed out (ms; default 1000, 1..=120000).
+    pub fn exit_dns_timeout(&self) -> Duration {
+        Duration::from_millis(self.get_clamped("exit_dns_timeout", 1000, 1, 120_000) as u64)
+    }
+    /// `exit_dns_num_attempts`: libevent's `attempts:` for the exit's
+    /// resolver, the tries before a lookup that times out fails
+    /// (default 2, 0..=255).
+    pub fn exit_dns_num_attempts(&self) -> usize {
+        self.get_clamped("exit_dns_num_attempts", 2, 0, 255) as usize
+    }
     /// `onion-key-rotation-days` (default 28, 1..=90).
     pub fn onion_key_rotation_days(&self) -> i32 {
         self.get_clamped("onion-key-rotation-days", 28, 1, 90)

@@ -97,6 +97,14 @@ impl DnsHonesty {
         v
     }
 
+    /// What a check for a bogus name counts of a lookup's addresses: of
+    /// an AAAA probe only the IPv6 answers, of an A probe only the IPv4
+    /// ones (C asks evdns for one type, `evdns_base_resolve_ipv6` or
+    /// `_ipv4`, and sees nothing else; a lookup here may bring both).
+    pub fn probe_answers(addrs: impl IntoIterator<Item = IpAddr>, ipv6: bool) -> Vec<IpAddr> {
+        addrs.into_iter().filter(|a| a.is_ipv6() == ipv6).collect()
+    }
+
     /// A check for a bogus name came back with `addrs` (empty: not found,
     /// as it should).
     pub fn check_answered(&mut self, addrs: &[IpAddr]) -> Vec<Verdict> {
@@ -176,6 +184,24 @@ mod tests {
 
     fn ip(s: &str) -> IpAddr {
         s.parse().unwrap()
+    }
+
+    #[test]
+    fn an_aaaa_probe_counts_only_aaaa_answers() {
+        let both = [ip("198.51.100.80"), ip("2001:db8::80")];
+        assert_eq!(DnsHonesty::probe_answers(both, true), [ip("2001:db8::80")]);
+        assert_eq!(
+            DnsHonesty::probe_answers(both, false),
+            [ip("198.51.100.80")]
+        );
+        // A provider that answers AAAA probes with its A record only is not
+        // counted on them.
+        let mut h = DnsHonesty::new(&[]);
+        for _ in 0..20 {
+            let a = DnsHonesty::probe_answers([ip("198.51.100.80")], true);
+            assert!(h.check_answered(&a).is_empty());
+        }
+        assert!(!h.is_wildcarded(&ip("198.51.100.80")));
     }
 
     #[test]

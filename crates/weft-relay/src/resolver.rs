@@ -194,6 +194,45 @@ impl Resolver {
             randomize_case,
         });
     }
+
+    /// A consensus brought its DNS parameters: lookups from now on wait
+    /// and retry as they say.
+    pub fn set_params(&self, p: DnsParams) {
+        let _ = self.tx.send(Request::Params(p));
+    }
+}
+
+/// How long a name server gets and how often a lookup is tried again: the
+/// consensus's `exit_dns_timeout` and `exit_dns_num_attempts`, which C
+/// sets on its resolver over what resolv.conf says
+/// (`configure_libevent_options`); C's defaults before a consensus.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct DnsParams {
+    /// Wait for an answer this long.
+    pub timeout: std::time::Duration,
+    /// Tries in all, at least one (libevent's `attempts:`, which C sets
+    /// from `exit_dns_num_attempts`: its default 2 makes a silent name
+    /// server cost about 2 s).
+    pub attempts: usize,
+}
+
+impl Default for DnsParams {
+    fn default() -> Self {
+        DnsParams {
+            timeout: std::time::Duration::from_millis(1000),
+            attempts: 2,
+        }
+    }
+}
+
+impl DnsParams {
+    /// From a consensus's parameters.
+    pub fn from_consensus(p: &weft_dir::consensus::NetParams) -> DnsParams {
+        DnsParams {
+            timeout: p.exit_dns_timeout(),
+            attempts: p.exit_dns_num_attempts(),
+        }
+    }
 }
 
 /// The receiving end, until [`ResolverRequests::spawn`] starts the thread.
@@ -208,6 +247,7 @@ enum Request {
         resolv_conf: Option<PathBuf>,
         randomize_case: bool,
     },
+    Params(DnsParams),
 }
 
 /// A resolver handle and its (not yet started) thread's requests.

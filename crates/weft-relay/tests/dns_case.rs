@@ -229,3 +229,69 @@ options timeout:2 attempts:1 ndots:1
     let s = useless_rx.recv_timeout(Duration::from_secs(30)).unwrap();
     assert!(s.broken, "caught again by the relaunched checks: {s:?}");
 }
+
+/// The consensus's `exit_dns_timeout` and `exit_dns_num_attempts` decide
+/// how long a lookup waits on a name server that never answers (as C sets
+/// them on its resolver, over resolv.conf's `options`): at start C's
+/// defaults or the setup's, then whatever a consensus brings.
+#[test]
+fn a_silent_name_server_fails_a_lookup_in_the_consensus_time() {
+    use std::time::Instant;
+    use weft_relay::resolver::DnsParams;
+    // Takes queries and never answers.
+    let silent = UdpSocket::bind("127.53.0.4:53").expect("bind a loopback port 53");
+    let dir = tempfile::tempdir().unwrap();
+    let conf = dir.path().join("resolv.conf");
+    std::fs::write(
+        &conf,
+        "nameserver 127.53.0.4\noptions timeout:30 attempts:5\n",
+    )
+    .unwrap();
+    let (resolver, requests) = channel();
+    let (tx, rx) = mpsc::channel();
+    let tx = Mutex::new(tx);
+    let (_, usable) = requests
+        .spawn(
+            ResolverSetup {
+                detect_hijacking: false,
+                params: DnsParams {
+                    timeout: Duration::from_millis(400),
+                    attempts: 2,
+                },
+                ..ResolverSetup::with_conf(Some(conf))
+            },
+            move |_, a| {
+                let _ = tx.lock().unwrap().send(a);
+            },
+            |_| {},
+        )
+        .unwrap();
+    assert!(usable);
+    let timed = |host: &str| {
+        let t = Instant::now();
+        assert!(resolver.query(query(host)));
+        let a: DnsAnswer = rx.recv_timeout(Duration::from_secs(60)).expect("an answer");
+        assert!(a.v4.is_err(), "{a:?}");
+        let e = t.elapsed();
+        eprintln!("{host}: failed after {e:?}");
+        e
+    };
+    // 400 ms, two tries (libevent's `attempts:2`, C's default): not
+    // resolv.conf's 30 s × 5.
+    let e = timed("silent-one.example");
+    assert!(
+        e >= Duration::from_millis(700) && e < Duration::from_secs(5),
+        "{e:?}"
+    );
+    // A consensus says 2 s and one try.
+    resolver.set_params(DnsParams {
+        timeout: Duration::from_millis(2000),
+        attempts: 1,
+    });
+    let e = timed("silent-two.example");
+    assert!(
+        e >= Duration::from_millis(1900) && e < Duration::from_secs(6),
+        "{e:?}"
+    );
+    drop(silent);
+}

@@ -765,6 +765,9 @@ impl Controller {
             dir.params.iter().collect::<Vec<_>>()
         );
         self.limits.dos = sched_params(&self.cfg, &dir.params).dos;
+        if let Some(r) = &self.resolver {
+            r.set_params(crate::resolver::DnsParams::from_consensus(&dir.params));
+        }
         self.rebuild_context(dir);
     }
 }

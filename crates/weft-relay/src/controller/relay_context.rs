@@ -126,6 +126,8 @@ pub(super) fn start_resolver(
         test_addresses: cfg.dns_test_addresses.clone(),
         first_check: None,
         retry: crate::resolv_conf::RETRY_INTERVAL,
+        // C's defaults until a consensus says (`Controller::params_changed`).
+        params: crate::resolver::DnsParams::default(),
     };
     let (_, usable) = requests.spawn(
         conf,

@@ -18,7 +18,9 @@ use hickory_resolver::TokioResolver;
 use tokio::sync::mpsc::UnboundedReceiver;
 use tracing::{info, warn};
 
-use super::{lookup, random_u32, AnswerCache, DnsAnswer, DnsQuery, Request, ResolverRequests};
+use super::{
+    lookup, random_u32, AnswerCache, DnsAnswer, DnsParams, DnsQuery, Request, ResolverRequests,
+};
 use crate::resolv_conf::{self, ConfOutcome, ReadStamp};
 
 /// How the resolver thread is set up (the torrc's DNS options).
@@ -40,6 +42,8 @@ pub struct ResolverSetup {
     /// How often a configuration that failed is read again (C's
     /// `RETRY_DNS_INTERVAL`, ten minutes; shorter only in tests).
     pub retry: Duration,
+    /// The timeout and retries until a consensus says otherwise.
+    pub params: DnsParams,
 }
 
 impl ResolverSetup {
@@ -55,6 +59,7 @@ impl ResolverSetup {
                 .collect(),
             first_check: None,
             retry: resolv_conf::RETRY_INTERVAL,
+            params: DnsParams::default(),
         }
     }
 }
@@ -101,6 +106,8 @@ enum Next {
     Closed,
     Reload(PathBuf, bool),
     Retry,
+    /// New DNS parameters from a consensus.
+    Params(DnsParams),
 }
 
 impl ResolverRequests {
@@ -170,6 +177,10 @@ async fn run(
     let mut servers: Option<(TokioResolver, TokioResolver)> = None;
     let mut checks: Option<tokio::task::JoinHandle<()>> = None;
     let mut honesty: Option<Honesty> = None;
+    let mut params = setup.params;
+    // The name servers in use, before `params` apply (rebuilt with new
+    // ones when a consensus brings them).
+    let mut in_use: Option<(ResolverConfig, ResolverOpts)> = None;
     // C's dns_honesty_first_time: the first round waits 60 to 180 s, a
     // round relaunched after a reload goes at once.
     let mut first_round = true;
@@ -180,7 +191,8 @@ async fn run(
             ConfOutcome::Servers(conf, new_stamp) => {
                 let (conf, mut opts) = *conf;
                 opts.case_randomization = randomize_case;
-                match build(conf, opts) {
+                in_use = Some((conf.clone(), opts.clone()));
+                match build(conf, opts, params) {
                     Ok(r) => {
                         info!("DNS: name servers from {}", path.display());
                         stamp = new_stamp;
@@ -254,6 +266,25 @@ async fn run(
             }
             // C's retry_dns_callback(): dns_init(), configure_nameservers(1).
             Next::Retry => resolv_conf::read(&path, None, true),
+            // C's dns_new_consensus_params(): the same name servers,
+            // the new timeout and retries.
+            Next::Params(p) => {
+                if p != params {
+                    params = p;
+                    info!(
+                        "DNS: exit_dns_timeout {} ms, exit_dns_num_attempts {}",
+                        p.timeout.as_millis(),
+                        p.attempts
+                    );
+                    if let (Some(_), Some((conf, opts))) = (&servers, &in_use) {
+                        match build(conf.clone(), opts.clone(), params) {
+                            Ok(r) => servers = Some(r),
+                            Err(e) => warn!("DNS: cannot apply the consensus's parameters: {e}"),
+                        }
+                    }
+                }
+                ConfOutcome::Unchanged
+            }
         };
     }
 }
@@ -282,6 +313,7 @@ async fn serve(
                 let p = resolv_conf.unwrap_or_else(|| PathBuf::from("/etc/resolv.conf"));
                 return Next::Reload(p, randomize_case);
             }
+            Some(Request::Params(p)) => return Next::Params(p),
             Some(Request::Lookup(q)) => q,
         };
         let (Some((v4, v46)), Some(honesty)) = (servers, honesty) else {
@@ -305,11 +337,16 @@ async fn serve(
 }
 
 /// Two resolvers sharing nothing but configuration: IPv4 only, and both
-/// families.
+/// families; the consensus's timeout and retries over resolv.conf's, as C.
 fn build(
     conf: ResolverConfig,
-    opts: ResolverOpts,
+    mut opts: ResolverOpts,
+    params: DnsParams,
 ) -> Result<(TokioResolver, TokioResolver), String> {
+    opts.timeout = params.timeout;
+    // libevent's `attempts:` (what C sets) counts every try, at least one;
+    // hickory's counts the tries after the first.
+    opts.attempts = params.attempts.max(1) - 1;
     let make = |strategy| {
         let mut b =
             TokioResolver::builder_with_config(conf.clone(), TokioRuntimeProvider::default());
@@ -397,7 +434,7 @@ impl Honesty {
                 let (r, me) = (if ipv6 { v46.clone() } else { v4.clone() }, self.clone());
                 tokio::task::spawn_local(async move {
                     let addrs: Vec<IpAddr> = match r.lookup_ip(format!("{name}.")).await {
-                        Ok(found) => found.iter().collect(),
+                        Ok(found) => DnsHonesty::probe_answers(found.iter(), ipv6),
                         Err(_) => Vec::new(),
                     };
                     for v in me.state.borrow_mut().check_answered(&addrs) {
