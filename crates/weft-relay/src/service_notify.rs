@@ -2,8 +2,11 @@
 //! service manager set `NOTIFY_SOCKET`, weft tells it `READY=1` once every
 //! listener is bound and the workers run, `RELOADING=1` and `READY=1`
 //! around a reload, `STOPPING=1` when it shuts down, and a `STATUS=` line
-//! with each. Without `NOTIFY_SOCKET` every call is a no-op. A manager that
-//! is gone loses the message, never the relay.
+//! with each; with `WatchdogSec=` (`WATCHDOG_USEC`, for this process by
+//! `WATCHDOG_PID`), `WATCHDOG=1` from the controller's loop every half of
+//! it, as C Tor's main loop pings (a controller that stops turning gets
+//! the relay restarted). Without `NOTIFY_SOCKET` every call is a no-op. A
+//! manager that is gone loses the message, never the relay.
 
 use std::os::linux::net::SocketAddrExt;
 use std::os::unix::net::{SocketAddr, UnixDatagram};
@@ -12,6 +15,25 @@ use std::os::unix::net::{SocketAddr, UnixDatagram};
 #[derive(Default)]
 pub struct ServiceNotify {
     sock: Option<UnixDatagram>,
+    /// How often to send `WATCHDOG=1` (None: no watchdog).
+    watchdog: Option<std::time::Duration>,
+}
+
+/// The watchdog's ping interval from `WATCHDOG_USEC` and `WATCHDOG_PID`
+/// (sd_watchdog_enabled(3)): half the timeout, if the timeout is set and
+/// positive and the PID, when given, is `me`.
+pub fn watchdog_interval(
+    usec: Option<&str>,
+    pid: Option<&str>,
+    me: u32,
+) -> Option<std::time::Duration> {
+    let usec: u64 = usec?.trim().parse().ok().filter(|u| *u > 0)?;
+    if let Some(p) = pid {
+        if p.trim().parse::<u32>().ok()? != me {
+            return None;
+        }
+    }
+    Some(std::time::Duration::from_micros(usec / 2))
 }
 
 /// What weft tells the manager.
@@ -61,6 +83,12 @@ impl ServiceNotify {
             return ServiceNotify::default();
         };
         let var = var.to_string_lossy().into_owned();
+        let env = |k| std::env::var(k).ok();
+        let watchdog = watchdog_interval(
+            env("WATCHDOG_USEC").as_deref(),
+            env("WATCHDOG_PID").as_deref(),
+            std::process::id(),
+        );
         let sock = socket_addr(&var)
             .and_then(|a| {
                 let s = UnixDatagram::unbound()?;
@@ -69,7 +97,19 @@ impl ServiceNotify {
             })
             .map_err(|e| tracing::warn!("NOTIFY_SOCKET {var}: {e}; no readiness notification"))
             .ok();
-        ServiceNotify { sock }
+        ServiceNotify { sock, watchdog }
+    }
+
+    /// How often the service manager wants `WATCHDOG=1`, if it does.
+    pub fn watchdog_interval(&self) -> Option<std::time::Duration> {
+        self.watchdog.filter(|_| self.sock.is_some())
+    }
+
+    /// Tell the manager we are alive (sd_notify `WATCHDOG=1`).
+    pub fn watchdog_ping(&self) {
+        if let Some(s) = &self.sock {
+            let _ = s.send(b"WATCHDOG=1\n");
+        }
     }
 
     /// Tell the manager `state`.
@@ -127,6 +167,7 @@ mod tests {
         let path = dir.path().join("notify");
         let server = UnixDatagram::bind(&path).unwrap();
         let n = ServiceNotify {
+            watchdog: None,
             sock: Some({
                 let s = UnixDatagram::unbound().unwrap();
                 s.connect_addr(&socket_addr(path.to_str().unwrap()).unwrap())
@@ -138,6 +179,9 @@ mod tests {
         let mut buf = [0u8; 256];
         let len = server.recv(&mut buf).unwrap();
         assert_eq!(&buf[..len], b"READY=1\nSTATUS=up\n");
+        n.watchdog_ping();
+        let len = server.recv(&mut buf).unwrap();
+        assert_eq!(&buf[..len], b"WATCHDOG=1\n");
         let name = format!("weft-test-{}", std::process::id());
         let abs = UnixDatagram::bind_addr(&socket_addr(&format!("@{name}")).unwrap()).unwrap();
         let c = UnixDatagram::unbound().unwrap();
@@ -149,5 +193,22 @@ mod tests {
             ServiceState::Stopping { extend_usec: 0 },
             "no manager: nothing",
         );
+    }
+
+    #[test]
+    fn the_watchdog_as_sd_watchdog_enabled_reads_it() {
+        use std::time::Duration;
+        let half = Some(Duration::from_secs(90));
+        assert_eq!(watchdog_interval(Some("180000000"), None, 7), half);
+        assert_eq!(watchdog_interval(Some("180000000"), Some("7"), 7), half);
+        assert_eq!(
+            watchdog_interval(Some("180000000"), Some("8"), 7),
+            None,
+            "another process's"
+        );
+        assert_eq!(watchdog_interval(Some("0"), None, 7), None);
+        assert_eq!(watchdog_interval(Some("soon"), None, 7), None);
+        assert_eq!(watchdog_interval(None, Some("7"), 7), None);
+        assert_eq!(ServiceNotify::default().watchdog_interval(), None);
     }
 }

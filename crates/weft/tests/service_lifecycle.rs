@@ -136,3 +136,41 @@ fn a_second_interrupt_exits_at_once() -> Result<()> {
     ensure!(st.success(), "{st}");
     Ok(())
 }
+
+/// `WatchdogSec=` (sd_watchdog_enabled(3)): with `WATCHDOG_USEC` for this
+/// process, weft sends `WATCHDOG=1` every half of it after `READY=1`.
+#[test]
+fn the_watchdog_is_pinged_at_half_its_timeout() -> Result<()> {
+    let dir = tempfile::tempdir()?;
+    let path = dir.path().join("notify");
+    let sock = UnixDatagram::bind(&path)?;
+    sock.set_read_timeout(Some(Duration::from_secs(30)))?;
+    let weft = WeftProcess::start_env(
+        1,
+        "",
+        &[
+            ("NOTIFY_SOCKET", path.to_str().context("path")?),
+            ("WATCHDOG_USEC", "1000000"),
+        ],
+    );
+    let mut ready = false;
+    let mut pings = Vec::new();
+    let t0 = Instant::now();
+    while pings.len() < 4 && t0.elapsed() < Duration::from_secs(30) {
+        let m = next(&sock)?;
+        if m.starts_with("READY=1") {
+            ready = true;
+        } else if m == "WATCHDOG=1\n" {
+            pings.push(Instant::now());
+        }
+    }
+    ensure!(ready, "no READY=1");
+    ensure!(pings.len() == 4, "{} pings in 30 s", pings.len());
+    let gap = pings[3].duration_since(pings[1]) / 2;
+    ensure!(
+        gap >= Duration::from_millis(350) && gap <= Duration::from_millis(800),
+        "pings {gap:?} apart, not every 0.5 s"
+    );
+    drop(weft);
+    Ok(())
+}

@@ -363,6 +363,11 @@ async fn run_controller(cfg: RelayConfig, mut hooks: RelayHooks) -> anyhow::Resu
     let mut fatal: Option<String> = None;
     let mut tick = tokio::time::interval(Duration::from_secs(1));
     let mut secs: u64 = 0;
+    // sd_notify's watchdog: pinged from this loop, so a stuck controller
+    // is noticed (an interval that never fires without one).
+    let watchdog = c.notify.watchdog_interval();
+    let mut watchdog_tick =
+        tokio::time::interval(watchdog.unwrap_or(Duration::from_secs(86_400 * 365)));
     loop {
         tokio::select! {
             a = accept_any(&c.or_listeners), if !c.limits.accept_paused() => match a {
@@ -429,6 +434,7 @@ async fn run_controller(cfg: RelayConfig, mut hooks: RelayHooks) -> anyhow::Resu
                 }
             }
             _ = sigusr1.recv() => c.log_dump(),
+            _ = watchdog_tick.tick(), if watchdog.is_some() => c.notify.watchdog_ping(),
             _ = tick.tick() => {
                 secs += 1;
                 c.bw.tick(bwhist::today());
