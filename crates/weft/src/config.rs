@@ -49,6 +49,9 @@ pub struct Config {
     /// What it tells at notice level once logging is set up (how the
     /// published address was found).
     pub notices: Vec<String>,
+    /// Why weft cannot start on this host although the torrc is valid (no
+    /// address to publish: tor's --verify-config passes such a torrc).
+    pub start_refusal: Option<String>,
 }
 
 /// A configuration error naming the line.
@@ -69,26 +72,9 @@ fn parse_bool(v: &str) -> Result<bool, String> {
     }
 }
 
-/// Parse a byte quantity like tor does ("1 MB", "500 KBytes", "1048576").
+/// A byte quantity as tor reads it ([`crate::config_units::memunit`]).
 fn parse_bytes(v: &str) -> Result<u64, String> {
-    let mut it = v.split_whitespace();
-    let num = it.next().ok_or("missing number")?;
-    let n: f64 = num.parse().map_err(|_| format!("bad number '{num}'"))?;
-    let unit = it.next().unwrap_or("bytes");
-    if it.next().is_some() {
-        return Err("trailing words".into());
-    }
-    let mult: f64 = match unit.to_ascii_lowercase().as_str() {
-        "b" | "byte" | "bytes" => 1.0,
-        "kb" | "kbyte" | "kbytes" | "kilobyte" | "kilobytes" => 1024.0,
-        "mb" | "mbyte" | "mbytes" | "megabyte" | "megabytes" => 1024.0 * 1024.0,
-        "gb" | "gbyte" | "gbytes" | "gigabyte" | "gigabytes" => 1024.0 * 1024.0 * 1024.0,
-        u => return Err(format!("unknown unit '{u}'")),
-    };
-    if n < 0.0 {
-        return Err("negative".into());
-    }
-    Ok((n * mult) as u64)
+    crate::config_units::memunit(v)
 }
 
 /// One MyFamily entry: `$HEX`, `HEX`, `$HEX~nick` or `$HEX=nick` become
@@ -185,19 +171,9 @@ fn parse_log(v: &str) -> Result<LogSpec, String> {
     Ok(LogSpec { masks, target })
 }
 
-/// A tor interval in milliseconds: "10", "10 msec", "10 ms", "1 second".
+/// A tor interval in milliseconds ([`crate::config_units::msec_interval`]).
 fn parse_msec(v: &str) -> Result<u64, String> {
-    let mut it = v.split_whitespace();
-    let n: u64 = it
-        .next()
-        .and_then(|n| n.parse().ok())
-        .ok_or_else(|| format!("bad interval '{v}'"))?;
-    let mult = match it.next().map(str::to_ascii_lowercase).as_deref() {
-        None | Some("msec") | Some("ms") | Some("millisecond") | Some("milliseconds") => 1,
-        Some("second") | Some("seconds") | Some("sec") | Some("s") => 1000,
-        Some(u) => return Err(format!("unknown unit '{u}'")),
-    };
-    Ok(n * mult)
+    crate::config_units::msec_interval(v)
 }
 
 /// `MetricsPort [address:]port [prometheus]` (C Tor's syntax); a bare
@@ -322,6 +298,7 @@ pub fn parse_lines(
     };
     let mut exit = crate::config_exit::ExitOptions::default();
     let mut control = crate::config_control::ControlOptions::default();
+    let mut accepted = crate::config_accepted::AcceptedOptions::default();
     let mut view_lines = Vec::new();
     for sl in lines {
         let line = sl.line;
@@ -343,6 +320,10 @@ pub fn parse_lines(
         ));
         if let Some(r) = control.take(&lower, val) {
             r.map_err(|e| err(format!("{key}: {e}")))?;
+            continue;
+        }
+        if let Some(r) = accepted.take(&lower, val) {
+            r.map_err(err)?;
             continue;
         }
         if let Some(r) = padding.take(&lower, val, parse_bool) {
@@ -544,6 +525,13 @@ pub fn parse_lines(
         )
         .map_err(|e| at_end(&e))?;
     warnings.extend(ports.warnings.iter().cloned());
+    let start_refusal = ports.unresolved.clone();
+    warnings.extend(
+        start_refusal
+            .iter()
+            .map(|e| format!("{e} weft will not start on this host.")),
+    );
+    warnings.extend(accepted.warnings);
     let notices = match ports.method {
         crate::find_address::Method::Configured => Vec::new(),
         m => vec![format!(
@@ -552,7 +540,9 @@ pub fn parse_lines(
             m.as_str()
         )],
     };
-    let data_dir = data_dir.ok_or_else(|| at_end("DataDirectory is required"))?;
+    // Tor's compiled-in default is /var/lib/tor; weft's package keeps its
+    // state in /var/lib/weft.
+    let data_dir = data_dir.unwrap_or_else(|| PathBuf::from("/var/lib/weft"));
     let adv_ip = ports.advertised.ip();
     let (exit_policy, exit_warnings) = exit.finish(adv_ip).map_err(|e| at_end(&e))?;
     warnings.extend(exit_warnings);
@@ -701,6 +691,7 @@ pub fn parse_lines(
         pid_file,
         warnings,
         notices,
+        start_refusal,
     })
 }
 
@@ -795,7 +786,7 @@ ConnectionThreads 2
             ("DirAuthority x 127.0.0.1:1 ZZ", "DirAuthority"),
             ("ORPort 5000 NoAdvertise", "not supported"),
             ("WorkerSchedSlice 200 msec", "above 100 msec"),
-            ("WorkerSchedSlice soon", "bad interval"),
+            ("WorkerSchedSlice soon", "Unable to parse"),
         ] {
             let text = format!("{GOOD}{bad}\n");
             let e = parse(&text, Path::new("torrc")).unwrap_err().to_string();

@@ -58,25 +58,10 @@ fn defense(v: &str) -> Result<Option<u32>, String> {
     }
 }
 
-/// A tor interval in seconds ("3600", "1 hour", "2 days"); 0: consensus.
+/// A tor interval in seconds ([`crate::config_units::interval`]); 0:
+/// consensus.
 pub(crate) fn interval(v: &str) -> Result<Option<u32>, String> {
-    let mut it = v.split_whitespace();
-    let n: u64 = it
-        .next()
-        .and_then(|n| n.parse().ok())
-        .ok_or_else(|| format!("bad interval '{v}'"))?;
-    let mult: u64 = match it.next().map(str::to_ascii_lowercase).as_deref() {
-        None | Some("second" | "seconds" | "sec" | "s") => 1,
-        Some("minute" | "minutes" | "min") => 60,
-        Some("hour" | "hours") => 3600,
-        Some("day" | "days") => 86400,
-        Some("week" | "weeks") => 7 * 86400,
-        Some(u) => return Err(format!("unknown unit '{u}'")),
-    };
-    if it.next().is_some() {
-        return Err("trailing words".into());
-    }
-    let secs = u32::try_from(n.saturating_mul(mult)).map_err(|_| "interval too long")?;
+    let secs = crate::config_units::interval(v)? as u32;
     Ok((secs > 0).then_some(secs))
 }
 

@@ -38,6 +38,10 @@ pub struct OrPorts {
     /// What C would warn about (a private address with the default
     /// authorities: C runs but does not publish it).
     pub warnings: Vec<String>,
+    /// No address to publish on this host (a name that does not resolve,
+    /// nothing public found): weft does not start (C runs and does not
+    /// publish); `advertised` is 0.0.0.0 then.
+    pub unresolved: Option<String>,
 }
 
 /// What the `Address` lines give: an IPv4 address and how it was found,
@@ -115,16 +119,21 @@ impl OrPortLines {
     }
 
     /// The IPv4 and IPv6 addresses of the `Address` lines, host names
-    /// looked up (C's `get_address_from_config`: at most one per family;
-    /// a name that does not resolve is an error).
-    fn configured(&self, find: &dyn FindAddress) -> Result<Configured, String> {
+    /// looked up (C's `get_address_from_config`: at most one per family);
+    /// a name that does not resolve goes into `unresolved`.
+    fn configured(
+        &self,
+        find: &dyn FindAddress,
+        unresolved: &mut Option<String>,
+    ) -> Result<Configured, String> {
         let mut v4 = self.addr_v4.map(|a| (a, Method::Configured));
         let mut v6 = self.addr_v6;
         for h in &self.hosts {
             let a4 = find.resolve(h, false);
             let a6 = find.resolve(h, true);
             if a4.is_none() && a6.is_none() {
-                return Err(format!("Could not resolve local Address '{h}'. Failing."));
+                *unresolved = Some(format!("Could not resolve local Address '{h}'. Failing."));
+                continue;
             }
             if let Some(IpAddr::V4(a)) = a4 {
                 if v4.replace((a, Method::Resolved)).is_some() {
@@ -148,7 +157,11 @@ impl OrPortLines {
         custom_authorities: bool,
         find: &dyn FindAddress,
     ) -> Result<OrPorts, String> {
-        let (conf_v4, conf_v6) = self.configured(find)?;
+        // What only this host's names and interfaces decide (a name that
+        // does not resolve, no public address found): not an error in the
+        // torrc (tor's --verify-config passes it) but a refusal to start.
+        let mut unresolved = None;
+        let (conf_v4, conf_v6) = self.configured(find, &mut unresolved)?;
         let mut warnings = Vec::new();
         let (bind4, port4) = match self.v4 {
             Some(v) => v,
@@ -162,17 +175,25 @@ impl OrPortLines {
             .map(|a| (a, Method::Configured));
         let (adv4, method) = match conf_v4.or(own) {
             Some((a, m)) => {
-                warnings.extend(find_address::explicit_or_usable(
+                match find_address::explicit_or_usable(
                     IpAddr::V4(a),
                     custom_authorities,
                     m == Method::Configured,
-                )?);
+                ) {
+                    Ok(w) => warnings.extend(w),
+                    Err(e) => unresolved = Some(e),
+                }
                 (a, m)
             }
+            None if unresolved.is_some() => (Ipv4Addr::UNSPECIFIED, Method::Configured),
             None if self.hosts.is_empty() && self.addr_v6.is_none() => {
-                match find_address::discover_v4(find, custom_authorities)? {
-                    (IpAddr::V4(a), m) => (a, m),
-                    (IpAddr::V6(_), _) => return Err("Unable to find our IPv4 address".into()),
+                match find_address::discover_v4(find, custom_authorities) {
+                    Ok((IpAddr::V4(a), m)) => (a, m),
+                    Ok((IpAddr::V6(_), _)) => return Err("Unable to find our IPv4 address".into()),
+                    Err(e) => {
+                        unresolved = Some(e);
+                        (Ipv4Addr::UNSPECIFIED, Method::Configured)
+                    }
                 }
             }
             // `Address` lines, none of them IPv4: C stops here too.
@@ -217,6 +238,7 @@ impl OrPortLines {
             ipv6,
             method,
             warnings,
+            unresolved,
         })
     }
 }
@@ -259,7 +281,11 @@ mod tests {
                 _ => o.address(v)?,
             }
         }
-        o.finish(custom, host)
+        let o = o.finish(custom, host)?;
+        match &o.unresolved {
+            Some(e) => Err(e.clone()),
+            None => Ok(o),
+        }
     }
 
     /// A test network (custom authorities) on a host with nothing to find.

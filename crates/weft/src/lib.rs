@@ -10,6 +10,7 @@
 pub mod alloc;
 pub mod cli;
 pub mod config;
+pub mod config_accepted;
 pub mod config_control;
 pub mod config_exit;
 pub mod config_files;
@@ -18,6 +19,7 @@ pub mod config_names;
 pub mod config_orport;
 pub mod config_padding;
 pub mod config_stats;
+pub mod config_units;
 pub mod find_address;
 pub mod log_domains;
 pub mod log_sinks;

@@ -131,6 +131,10 @@ fn main() -> ExitCode {
         }
         _ => {}
     }
+    if let Some(why) = &cfg.start_refusal {
+        eprintln!("weft: {why}");
+        return ExitCode::from(1);
+    }
     let (log_sender, log_feed) = if cfg.relay.control.listeners.is_empty() {
         (None, None)
     } else {
