@@ -42,18 +42,20 @@ pub fn unix_secs(t: SystemTime) -> u64 {
 /// expiring at `expiry` (rounded up to the hour). When `include_signer` is
 /// set, the signed-with-ed25519-key extension (type 4) carries the signer's
 /// public key, which C Tor requires on type-4 certificates.
-pub fn ed_cert(
+pub fn ed_cert<S>(
     cert_type: CertType,
     key: CertifiedKey,
     expiry: SystemTime,
-    signer: &ed25519::Keypair,
+    signer: &S,
     include_signer: bool,
-) -> Result<Vec<u8>, CertError> {
+) -> Result<Vec<u8>, CertError>
+where
+    S: ed25519::Ed25519PublicKey + ed25519::Ed25519SigningKey,
+{
     let mut b = Ed25519Cert::builder();
     b.cert_type(cert_type).cert_key(key).expiration(expiry);
     if include_signer {
-        let pk: ed25519::PublicKey = signer.into();
-        b.signing_key(pk.into());
+        b.signing_key(signer.public_key().into());
     }
     let enc = b
         .encode_and_sign(signer)

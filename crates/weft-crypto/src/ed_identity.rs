@@ -9,10 +9,38 @@ use std::path::Path;
 
 use tor_llcrypto::pk::ed25519;
 
+use crate::c_key_files;
 use crate::keys::{
-    corrupt, ed_pub, format_tagged_secret, parse_tagged_secret, read_optional, write_private_file,
-    KeyError, ED_TAG,
+    corrupt, ed_pub, parse_tagged_secret, read_optional, write_private_file, KeyError, ED_TAG,
 };
+
+/// A new Ed25519 key (from a random seed, as C's `ed25519_keypair_generate`).
+pub(crate) fn new_ed_key() -> ed25519::ExpandedKeypair {
+    let seed: [u8; 32] = crate::random_array();
+    ed25519::ExpandedKeypair::from(&ed25519::Keypair::from_bytes(&seed))
+}
+
+/// An Ed25519 secret key file at `path` with contents `data`: C's format
+/// (the expanded key), or weft's older text format (a seed), which is
+/// rewritten in C's at once so tor can read it.
+pub(crate) fn read_ed_secret(
+    path: &Path,
+    data: &[u8],
+    tag: &str,
+) -> Result<ed25519::ExpandedKeypair, KeyError> {
+    if let Some(x) = c_key_files::parse_ed_secret(data, tag) {
+        return ed25519::ExpandedKeypair::from_secret_key_bytes(x)
+            .ok_or_else(|| corrupt(path, "not an Ed25519 secret key"));
+    }
+    let (seed, _) = parse_tagged_secret(path, data, ED_TAG, false)?;
+    let kp = ed25519::ExpandedKeypair::from(&ed25519::Keypair::from_bytes(&seed));
+    write_private_file(
+        path,
+        &c_key_files::ed_secret(&kp.to_secret_key_bytes(), tag),
+    )?;
+    tracing::info!("{}: rewritten in C Tor's format", path.display());
+    Ok(kp)
+}
 
 /// The 32-byte header of C Tor's `ed25519_master_id_public_key` file
 /// (`crypto_write_tagged_contents_to_file`: "== ed25519v1-public: type0 =="
@@ -46,7 +74,7 @@ fn parse_ed_public_file(path: &Path, data: &[u8]) -> Result<[u8; 32], KeyError> 
 /// relay's identity for good (the authorities pin it to the RSA identity).
 pub(crate) fn load_or_create_ed(
     key_dir: &Path,
-) -> Result<(Option<ed25519::Keypair>, [u8; 32]), KeyError> {
+) -> Result<(Option<ed25519::ExpandedKeypair>, [u8; 32]), KeyError> {
     let path = key_dir.join("ed25519_master_id_secret_key");
     let pub_path = key_dir.join("ed25519_master_id_public_key");
     let public = match read_optional(&pub_path)? {
@@ -54,8 +82,7 @@ pub(crate) fn load_or_create_ed(
         None => None,
     };
     if let Some(d) = read_optional(&path)? {
-        let (seed, _) = parse_tagged_secret(&path, &d, ED_TAG, false)?;
-        let kp = ed25519::Keypair::from_bytes(&seed);
+        let kp = read_ed_secret(&path, &d, c_key_files::MASTER_TAG)?;
         let id = ed_pub(&kp);
         match public {
             Some(p) if p != id => {
@@ -88,10 +115,12 @@ pub(crate) fn load_or_create_ed(
             ));
         }
     }
-    let seed: [u8; 32] = crate::random_array();
-    let kp = ed25519::Keypair::from_bytes(&seed);
+    let kp = new_ed_key();
     let id = ed_pub(&kp);
-    write_private_file(&path, &format_tagged_secret(ED_TAG, None, &seed))?;
+    write_private_file(
+        &path,
+        &c_key_files::ed_secret(&kp.to_secret_key_bytes(), c_key_files::MASTER_TAG),
+    )?;
     write_private_file(&pub_path, &ed_public_file(&id))?;
     tracing::info!(
         "created new Ed25519 master identity key in {}",
@@ -170,5 +199,53 @@ mod tests {
         assert!(e.to_string().contains("does not match"), "{e}");
         fs::write(&p, b"short").unwrap();
         assert!(RelayKeys::load_or_create(&dd, "weft", ROT, SystemTime::now()).is_err());
+    }
+
+    #[test]
+    fn wefts_older_key_files_are_read_and_rewritten_in_cs_format() {
+        use crate::c_key_files;
+        use crate::keys::{format_tagged_secret, ED_TAG, NTOR_TAG};
+        use tor_llcrypto::pk::ed25519;
+        let tmp = tempfile::tempdir().unwrap();
+        let dd = tmp.path().join("data");
+        let t0 = SystemTime::now();
+        let k = RelayKeys::load_or_create(&dd, "weft", ROT, t0).unwrap();
+        let keys = dd.join("keys");
+        // The files as weft wrote them before: a seed in text for the
+        // master key, the ntor key in text with its time; no signing key.
+        let seed = [9u8; 32];
+        // A day ago (an older key would be rotated at this load).
+        let made = t0.duration_since(std::time::UNIX_EPOCH).unwrap().as_secs() - 86_400;
+        for f in [
+            "ed25519_master_id_public_key",
+            "ed25519_signing_secret_key",
+            "ed25519_signing_cert",
+        ] {
+            fs::remove_file(keys.join(f)).unwrap();
+        }
+        fs::write(
+            keys.join("ed25519_master_id_secret_key"),
+            format_tagged_secret(ED_TAG, None, &seed),
+        )
+        .unwrap();
+        fs::write(
+            keys.join("secret_onion_key_ntor"),
+            format_tagged_secret(NTOR_TAG, Some(made), &k.onion.ntor.secret),
+        )
+        .unwrap();
+        let k2 = RelayKeys::load_or_create(&dd, "weft", ROT, t0).unwrap();
+        let want: ed25519::PublicKey = (&ed25519::Keypair::from_bytes(&seed)).into();
+        assert_eq!(k2.ed_id, want.to_bytes(), "the same identity");
+        assert_eq!(k2.onion.ntor.public, k.onion.ntor.public);
+        let made_at = std::time::UNIX_EPOCH + Duration::from_secs(made);
+        assert_eq!(k2.onion.ntor.created, made_at, "its time kept");
+        // Now in C's formats, the time in the file's mtime.
+        let master = fs::read(keys.join("ed25519_master_id_secret_key")).unwrap();
+        assert!(c_key_files::parse_ed_secret(&master, c_key_files::MASTER_TAG).is_some());
+        let ntor = fs::read(keys.join("secret_onion_key_ntor")).unwrap();
+        assert!(c_key_files::parse_ntor_secret(&ntor).is_some());
+        let k3 = RelayKeys::load_or_create(&dd, "weft", ROT, t0).unwrap();
+        assert_eq!((k3.ed_id, k3.onion.ntor.created), (k2.ed_id, made_at));
+        assert_eq!(k3.signing_pub, k2.signing_pub);
     }
 }

@@ -23,8 +23,11 @@ use sha2::{Digest, Sha256};
 use tor_cert::{CertType, CertifiedKey};
 use tor_llcrypto::pk::ed25519;
 
+use crate::c_key_files;
 use crate::certs::{self, unix_secs, CertError};
-use crate::ed_identity::{load_or_create_ed, offline_without_signing_key};
+use crate::ed_identity::{
+    load_or_create_ed, new_ed_key, offline_without_signing_key, read_ed_secret,
+};
 
 /// Lifetime of the Ed25519 signing key certificate (C Tor `SigningKeyLifetime`).
 pub const SIGNING_KEY_LIFETIME: Duration = Duration::from_secs(30 * 86400);
@@ -157,6 +160,7 @@ pub(crate) fn parse_tagged_secret(
     Ok((key, created))
 }
 
+#[cfg(test)]
 pub(crate) fn format_tagged_secret(tag: &str, created: Option<u64>, key: &[u8; 32]) -> Vec<u8> {
     match created {
         Some(t) => format!("{tag} {t} {}\n", hex::encode(key)).into_bytes(),
@@ -165,7 +169,7 @@ pub(crate) fn format_tagged_secret(tag: &str, created: Option<u64>, key: &[u8; 3
 }
 
 pub(crate) const ED_TAG: &str = "weft-ed25519-secret-v1";
-const NTOR_TAG: &str = "weft-curve25519-secret-v1";
+pub(crate) const NTOR_TAG: &str = "weft-curve25519-secret-v1";
 
 /// One ntor onion key (Curve25519).
 #[derive(Clone)]
@@ -220,11 +224,11 @@ pub struct RelayKeys {
     /// Ed25519 master identity keypair; `None` when its secret key is kept
     /// offline (C Tor's `OfflineMasterKey`): the relay then runs on the
     /// signing key and certificate it finds, and cannot renew them.
-    pub ed_master: Option<ed25519::Keypair>,
+    pub ed_master: Option<ed25519::ExpandedKeypair>,
     /// Ed25519 master identity public key.
     pub ed_id: [u8; 32],
     /// Ed25519 medium-term signing keypair.
-    pub signing: ed25519::Keypair,
+    pub signing: ed25519::ExpandedKeypair,
     /// Its public key.
     pub signing_pub: [u8; 32],
     /// Type-4 certificate (master → signing, with the signed-with extension).
@@ -239,9 +243,8 @@ pub struct RelayKeys {
     pub onion_old: Option<OnionKeys>,
 }
 
-pub(crate) fn ed_pub(kp: &ed25519::Keypair) -> [u8; 32] {
-    let pk: ed25519::PublicKey = kp.into();
-    pk.to_bytes()
+pub(crate) fn ed_pub(kp: &ed25519::ExpandedKeypair) -> [u8; 32] {
+    kp.public().to_bytes()
 }
 
 /// Hours since the epoch encoded in a Tor Ed25519 certificate (bytes 2..6).
@@ -295,8 +298,15 @@ impl RelayKeys {
         let sc_path = key_dir.join("ed25519_signing_cert");
         let existing = match (read_optional(&sk_path)?, read_optional(&sc_path)?) {
             (Some(sk), Some(cert)) => {
-                let (seed, _) = parse_tagged_secret(&sk_path, &sk, ED_TAG, false)?;
-                let kp = ed25519::Keypair::from_bytes(&seed);
+                let kp = read_ed_secret(&sk_path, &sk, c_key_files::SIGNING_TAG)?;
+                let cert = match c_key_files::parse_ed_cert(&cert) {
+                    Some(c) => c.to_vec(),
+                    None => {
+                        // weft's older file: the bare certificate.
+                        write_private_file(&sc_path, &c_key_files::ed_cert(&cert))?;
+                        cert
+                    }
+                };
                 let expiry =
                     ed_cert_expiry(&cert).ok_or_else(|| corrupt(&sc_path, "truncated cert"))?;
                 check_signing_cert(&sc_path, &cert, &ed_id, &ed_pub(&kp))?;
@@ -474,15 +484,14 @@ fn check_signing_cert(
 }
 
 fn new_signing_key(
-    master: &ed25519::Keypair,
+    master: &ed25519::ExpandedKeypair,
     sk_path: &Path,
     sc_path: &Path,
     now: SystemTime,
-) -> Result<(ed25519::Keypair, Vec<u8>, SystemTime), KeyError> {
-    let seed: [u8; 32] = crate::random_array();
-    let kp = ed25519::Keypair::from_bytes(&seed);
+) -> Result<(ed25519::ExpandedKeypair, Vec<u8>, SystemTime), KeyError> {
+    let kp = new_ed_key();
     let expiry = now + SIGNING_KEY_LIFETIME;
-    let pk: ed25519::PublicKey = (&kp).into();
+    let pk: ed25519::PublicKey = *kp.public();
     let cert = certs::ed_cert(
         CertType::IDENTITY_V_SIGNING,
         CertifiedKey::Ed25519(pk.into()),
@@ -491,8 +500,11 @@ fn new_signing_key(
         true,
     )?;
     let expiry = ed_cert_expiry(&cert).unwrap_or(expiry);
-    write_private_file(sk_path, &format_tagged_secret(ED_TAG, None, &seed))?;
-    write_private_file(sc_path, &cert)?;
+    write_private_file(
+        sk_path,
+        &c_key_files::ed_secret(&kp.to_secret_key_bytes(), c_key_files::SIGNING_TAG),
+    )?;
+    write_private_file(sc_path, &c_key_files::ed_cert(&cert))?;
     tracing::info!(
         "created new Ed25519 signing key, valid until {}s",
         unix_secs(expiry)
@@ -509,15 +521,47 @@ fn new_onion_keys(now: SystemTime) -> Result<OnionKeys, KeyError> {
 }
 
 fn save_onion(dir: &Path, suffix: &str, k: &OnionKeys) -> Result<(), KeyError> {
-    let created = unix_secs(k.ntor.created);
-    write_private_file(
-        &dir.join(format!("secret_onion_key_ntor{suffix}")),
-        &format_tagged_secret(NTOR_TAG, Some(created), &k.ntor.secret),
-    )?;
+    save_ntor(&dir.join(format!("secret_onion_key_ntor{suffix}")), &k.ntor)?;
     write_private_file(
         &dir.join(format!("secret_onion_key{suffix}")),
         &k.tap.private_key_to_pem()?,
     )
+}
+
+/// An ntor key in C's file format; the file's modification time says when
+/// the key was made (C keeps that in its state file; weft reads it here).
+fn save_ntor(path: &Path, k: &NtorKey) -> Result<(), KeyError> {
+    write_private_file(path, &c_key_files::ntor_secret(&k.secret, &k.public))?;
+    fs::File::options()
+        .write(true)
+        .open(path)
+        .and_then(|f| f.set_modified(k.created))
+        .map_err(io_err(path))
+}
+
+/// An ntor key file: C's format (made when the file was last written), or
+/// weft's older text format (with its time), rewritten in C's.
+fn read_ntor(path: &Path, data: &[u8]) -> Result<NtorKey, KeyError> {
+    if let Some((secret, public)) = c_key_files::parse_ntor_secret(data) {
+        let made = fs::metadata(path)
+            .and_then(|m| m.modified())
+            .map_err(io_err(path))?;
+        let k = NtorKey::from_secret(secret, made);
+        if k.public != public {
+            return Err(corrupt(
+                path,
+                "its public key does not match its secret key",
+            ));
+        }
+        return Ok(k);
+    }
+    let (secret, created) = parse_tagged_secret(path, data, NTOR_TAG, true)?;
+    let k = NtorKey::from_secret(
+        secret,
+        UNIX_EPOCH + Duration::from_secs(created.unwrap_or(0)),
+    );
+    save_ntor(path, &k)?;
+    Ok(k)
 }
 
 /// The current ntor public key of the relay whose DataDirectory is
@@ -526,6 +570,9 @@ fn save_onion(dir: &Path, suffix: &str, k: &OnionKeys) -> Result<(), KeyError> {
 pub fn read_ntor_public(data_dir: &Path) -> Result<[u8; 32], KeyError> {
     let p = data_dir.join("keys").join("secret_onion_key_ntor");
     let data = fs::read(&p).map_err(io_err(&p))?;
+    if let Some((_, public)) = c_key_files::parse_ntor_secret(&data) {
+        return Ok(public);
+    }
     let (secret, _) = parse_tagged_secret(&p, &data, NTOR_TAG, true)?;
     Ok(NtorKey::from_secret(secret, UNIX_EPOCH).public)
 }
@@ -535,17 +582,13 @@ fn load_onion(dir: &Path, suffix: &str) -> Result<Option<OnionKeys>, KeyError> {
     let tp = dir.join(format!("secret_onion_key{suffix}"));
     match (read_optional(&np)?, read_optional(&tp)?) {
         (Some(n), Some(t)) => {
-            let (secret, created) = parse_tagged_secret(&np, &n, NTOR_TAG, true)?;
-            let created = UNIX_EPOCH + Duration::from_secs(created.unwrap_or(0));
+            let ntor = read_ntor(&np, &n)?;
             let tap = Rsa::private_key_from_pem(&t)
                 .map_err(|e| corrupt(&tp, format!("not an RSA private key: {e}")))?;
             if tap.size() != 128 {
                 return Err(corrupt(&tp, "TAP onion key must be RSA-1024"));
             }
-            Ok(Some(OnionKeys {
-                ntor: NtorKey::from_secret(secret, created),
-                tap,
-            }))
+            Ok(Some(OnionKeys { ntor, tap }))
         }
         (None, None) => Ok(None),
         (Some(_), None) => Err(corrupt(&tp, "missing while its ntor key exists")),
@@ -637,122 +680,4 @@ impl LinkKeys {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    const ROT: Duration = Duration::from_secs(28 * 86400);
-
-    #[test]
-    fn keys_persist_and_files_are_private() {
-        let tmp = tempfile::tempdir().unwrap();
-        let dd = tmp.path().join("data");
-        let now = SystemTime::now();
-        let k1 = RelayKeys::load_or_create(&dd, "weft", ROT, now).unwrap();
-        let k2 = RelayKeys::load_or_create(&dd, "weft", ROT, now).unwrap();
-        assert_eq!(k1.fingerprint, k2.fingerprint);
-        assert_eq!(k1.ed_id, k2.ed_id);
-        assert_eq!(k1.onion.ntor.public, k2.onion.ntor.public);
-        assert_eq!(k1.signing_pub, k2.signing_pub);
-        assert_eq!(k1.rsa_id.size(), 128);
-        let mode = |p: &Path| fs::metadata(p).unwrap().permissions().mode() & 0o777;
-        assert_eq!(mode(&dd), 0o700);
-        assert_eq!(mode(&dd.join("keys")), 0o700);
-        for e in fs::read_dir(dd.join("keys")).unwrap() {
-            assert_eq!(mode(&e.unwrap().path()), 0o600);
-        }
-        let fp = fs::read_to_string(dd.join("fingerprint")).unwrap();
-        assert_eq!(fp, format!("weft {}\n", k1.fingerprint_hex()));
-    }
-
-    #[test]
-    fn corrupt_key_file_is_an_error_and_not_replaced() {
-        let tmp = tempfile::tempdir().unwrap();
-        let dd = tmp.path().join("data");
-        RelayKeys::load_or_create(&dd, "weft", ROT, SystemTime::now()).unwrap();
-        for name in [
-            "secret_id_key",
-            "ed25519_master_id_secret_key",
-            "secret_onion_key_ntor",
-            "secret_onion_key",
-        ] {
-            let p = dd.join("keys").join(name);
-            let orig = fs::read(&p).unwrap();
-            fs::write(&p, b"garbage").unwrap();
-            let e = RelayKeys::load_or_create(&dd, "weft", ROT, SystemTime::now())
-                .err()
-                .expect("corrupt key accepted");
-            assert!(e.to_string().contains(name), "{e}");
-            assert_eq!(fs::read(&p).unwrap(), b"garbage");
-            fs::write(&p, orig).unwrap();
-        }
-    }
-
-    #[test]
-    fn onion_keys_rotate_and_old_key_expires() {
-        let tmp = tempfile::tempdir().unwrap();
-        let dd = tmp.path().join("data");
-        let t0 = SystemTime::now();
-        let mut k = RelayKeys::load_or_create(&dd, "weft", ROT, t0).unwrap();
-        let first = k.onion.ntor.public;
-        let grace = Duration::from_secs(7 * 86400);
-        assert!(!k.rotate_onion_keys_if_due(t0, ROT, grace).unwrap());
-        let t1 = t0 + ROT;
-        assert!(k.rotate_onion_keys_if_due(t1, ROT, grace).unwrap());
-        assert_ne!(k.onion.ntor.public, first);
-        assert_eq!(k.onion_old.as_ref().unwrap().ntor.public, first);
-        assert_eq!(k.ntor_keys().len(), 2);
-        // Reload keeps both generations.
-        let k2 = RelayKeys::load_or_create(&dd, "weft", ROT, t1).unwrap();
-        assert_eq!(k2.onion_old.as_ref().unwrap().ntor.public, first);
-        k.rotate_onion_keys_if_due(t1 + grace, ROT, grace).unwrap();
-        assert!(k.onion_old.is_none());
-    }
-
-    #[test]
-    fn signing_key_renews_near_expiry() {
-        let tmp = tempfile::tempdir().unwrap();
-        let dd = tmp.path().join("data");
-        let t0 = SystemTime::now();
-        let mut k = RelayKeys::load_or_create(&dd, "weft", ROT, t0).unwrap();
-        let s0 = k.signing_pub;
-        assert!(!k.renew_signing_key_if_due(t0).unwrap());
-        assert!(k
-            .renew_signing_key_if_due(t0 + SIGNING_KEY_LIFETIME - Duration::from_secs(3600))
-            .unwrap());
-        assert_ne!(s0, k.signing_pub);
-    }
-
-    #[test]
-    fn link_keys_certs_chain_to_identity() {
-        let tmp = tempfile::tempdir().unwrap();
-        let k = RelayKeys::load_or_create(tmp.path(), "weft", ROT, SystemTime::now()).unwrap();
-        let l = LinkKeys::generate(&k, SystemTime::now()).unwrap();
-        use tor_checkable::{SelfSigned, Timebound};
-        let signing = ed25519::Ed25519Identity::new(k.signing_pub);
-        let c5 = tor_cert::Ed25519Cert::decode(&l.cert_tls_link)
-            .unwrap()
-            .should_be_signed_with(&signing)
-            .unwrap()
-            .check_signature()
-            .unwrap()
-            .if_valid_now()
-            .unwrap();
-        assert_eq!(c5.cert_type(), CertType::SIGNING_V_TLS_CERT);
-        match c5.subject_key() {
-            CertifiedKey::X509Sha256Digest(d) => assert_eq!(d, &l.tls_cert_digest),
-            other => panic!("unexpected {other:?}"),
-        }
-        let c6 = tor_cert::Ed25519Cert::decode(&l.cert_auth)
-            .unwrap()
-            .should_be_signed_with(&signing)
-            .unwrap()
-            .check_signature()
-            .unwrap()
-            .if_valid_now()
-            .unwrap();
-        assert_eq!(c6.cert_type(), CertType::SIGNING_V_LINK_AUTH);
-        let id_cert = openssl::x509::X509::from_der(&l.id_cert_der).unwrap();
-        let idk = PKey::from_rsa(k.rsa_id.clone()).unwrap();
-        assert!(id_cert.verify(&idk).unwrap());
-    }
-}
+mod tests;

@@ -8,6 +8,7 @@
 #![warn(missing_docs)]
 
 pub mod aes_ctr;
+pub mod c_key_files;
 pub mod certs;
 pub mod control_auth;
 pub mod ed_identity;
