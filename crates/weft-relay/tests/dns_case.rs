@@ -75,16 +75,23 @@ fn resolve(randomize_case: bool, host: &str, dir: &std::path::Path) -> DnsAnswer
         "nameserver 127.53.0.2\noptions timeout:2 attempts:1\n",
     )
     .unwrap();
+    let (resolver, rx) = start(ResolverSetup {
+        randomize_case,
+        detect_hijacking: false,
+        ..ResolverSetup::with_conf(Some(conf))
+    });
+    assert!(resolver.query(query(host)));
+    rx.recv_timeout(Duration::from_secs(30)).expect("an answer")
+}
+
+/// A resolver thread with `setup` whose answers come to the receiver.
+fn start(setup: ResolverSetup) -> (weft_relay::resolver::Resolver, mpsc::Receiver<DnsAnswer>) {
     let (resolver, requests) = channel();
     let (tx, rx) = mpsc::channel();
     let tx = Mutex::new(tx);
     let (_, usable) = requests
         .spawn(
-            ResolverSetup {
-                randomize_case,
-                detect_hijacking: false,
-                ..ResolverSetup::with_conf(Some(conf))
-            },
+            setup,
             move |_, a| {
                 let _ = tx.lock().unwrap().send(a);
             },
@@ -92,8 +99,7 @@ fn resolve(randomize_case: bool, host: &str, dir: &std::path::Path) -> DnsAnswer
         )
         .unwrap();
     assert!(usable);
-    assert!(resolver.query(query(host)));
-    rx.recv_timeout(Duration::from_secs(30)).expect("an answer")
+    (resolver, rx)
 }
 
 fn query(host: &str) -> DnsQuery {
@@ -247,26 +253,14 @@ fn a_silent_name_server_fails_a_lookup_in_the_consensus_time() {
         "nameserver 127.53.0.4\noptions timeout:30 attempts:5\n",
     )
     .unwrap();
-    let (resolver, requests) = channel();
-    let (tx, rx) = mpsc::channel();
-    let tx = Mutex::new(tx);
-    let (_, usable) = requests
-        .spawn(
-            ResolverSetup {
-                detect_hijacking: false,
-                params: DnsParams {
-                    timeout: Duration::from_millis(400),
-                    attempts: 2,
-                },
-                ..ResolverSetup::with_conf(Some(conf))
-            },
-            move |_, a| {
-                let _ = tx.lock().unwrap().send(a);
-            },
-            |_| {},
-        )
-        .unwrap();
-    assert!(usable);
+    let (resolver, rx) = start(ResolverSetup {
+        detect_hijacking: false,
+        params: DnsParams {
+            timeout: Duration::from_millis(400),
+            attempts: 2,
+        },
+        ..ResolverSetup::with_conf(Some(conf))
+    });
     let timed = |host: &str| {
         let t = Instant::now();
         assert!(resolver.query(query(host)));
