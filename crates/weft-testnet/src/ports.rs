@@ -15,6 +15,8 @@ const RANGE_LOW: u16 = 10000;
 const RANGE_HIGH: u16 = 32000;
 /// Granularity of candidate ranges.
 const STRIDE: u16 = 100;
+/// Ranges picked so far by this process ([`pick_base_port`]).
+static PICKS: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
 
 /// Whether `port` on 127.0.0.1 can be bound right now.
 pub fn port_is_free(port: u16) -> bool {
@@ -71,7 +73,12 @@ pub fn pick_base_port(count: usize) -> Result<u16> {
         bail!("a network needing {count} ports is too large");
     }
     let slots = (RANGE_HIGH - RANGE_LOW - span) / STRIDE;
-    let start_slot = (std::process::id() % u32::from(slots)) as u16;
+    // Tests of one binary run in parallel and share the process id: each
+    // call starts a network's width further on, so two that search at the
+    // same moment (before either binds) do not pick the same range.
+    let call = PICKS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let start_slot =
+        ((std::process::id() + call * u32::from(span / STRIDE)) % u32::from(slots)) as u16;
     for i in 0..slots {
         let base = RANGE_LOW + ((start_slot + i) % slots) * STRIDE;
         if (base..base + count).all(port_is_free) {
