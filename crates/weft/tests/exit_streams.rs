@@ -193,6 +193,19 @@ fn dns_round(net: &Testnet, sink: &Sink) -> Result<()> {
     ensure!(r.up_bytes == 4 << 20 && r.down_bytes == 4 << 20);
     traffic::transfer(s, Direction::Both, 1 << 20, timeout)?;
 
+    // A name server that never answers: the lookup fails when the
+    // consensus's exit_dns_timeout (7 s, one try) says, not sooner (C's
+    // default 2 s) nor at resolv.conf's 10 s.
+    let t0 = Instant::now();
+    let silent = traffic::socks5_connect_host(socks, dns::SILENT, port, "silent", timeout);
+    let failed_after = t0.elapsed();
+    eprintln!("[dns] {}: failed after {failed_after:.2?}", dns::SILENT);
+    ensure!(silent.is_err(), "a name nobody answers connected");
+    ensure!(
+        failed_after >= Duration::from_millis(6500) && failed_after < Duration::from_secs(30),
+        "the silent lookup failed after {failed_after:?}, not the consensus's 7 s"
+    );
+
     // A name that resolves to an address the policy rejects: END
     // EXITPOLICY with that address. (The client then remaps the name to
     // the address and, weft being its only exit, tries again and again;
@@ -278,7 +291,9 @@ fn stock_clients_use_weft_as_their_exit() -> Result<()> {
         sink_port,
         metrics_port,
         "cc",
-        "sendme_accept_min_version=1",
+        // The exit's resolver waits as the consensus says (C's default,
+        // 1 s and two tries, would fail slow.weft.test).
+        "sendme_accept_min_version=1 exit_dns_timeout=7000 exit_dns_num_attempts=1",
         &|_| {},
     )?;
     let stock: Vec<String> = net

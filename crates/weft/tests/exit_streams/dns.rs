@@ -8,6 +8,8 @@ use std::time::Duration;
 pub const ADDR: &str = "127.53.0.1:53";
 /// How long `slow.weft.test` takes.
 pub const SLOW: Duration = Duration::from_secs(6);
+/// A name the server never answers.
+pub const SILENT: &str = "silent.weft.test";
 
 fn answer_for(name: &str) -> Option<(Ipv4Addr, Duration)> {
     match name {
@@ -69,6 +71,9 @@ fn reply(q: &[u8]) -> Option<(Vec<u8>, Duration)> {
         r.extend_from_slice(&(name.len() as u16).to_be_bytes());
         r.extend_from_slice(&name);
         return Some((r, Duration::ZERO));
+    }
+    if labels.join(".") == SILENT {
+        return None;
     }
     let found = answer_for(&labels.join("."));
     let mut r = Vec::new();
