@@ -152,3 +152,22 @@ impl Controller {
         }
     }
 }
+
+/// Accept on any ORPort, or never while none is open (closed while
+/// hibernating).
+pub(super) async fn accept_any(
+    ls: &[tokio::net::TcpListener],
+) -> std::io::Result<(tokio::net::TcpStream, std::net::SocketAddr)> {
+    if ls.is_empty() {
+        return std::future::pending().await;
+    }
+    std::future::poll_fn(|cx| {
+        for l in ls {
+            if let std::task::Poll::Ready(r) = l.poll_accept(cx) {
+                return std::task::Poll::Ready(r);
+            }
+        }
+        std::task::Poll::Pending
+    })
+    .await
+}

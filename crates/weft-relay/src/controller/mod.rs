@@ -370,7 +370,7 @@ async fn run_controller(cfg: RelayConfig, mut hooks: RelayHooks) -> anyhow::Resu
         tokio::time::interval(watchdog.unwrap_or(Duration::from_secs(86_400 * 365)));
     loop {
         tokio::select! {
-            a = accept_any(&c.or_listeners), if !c.limits.accept_paused() => match a {
+            a = hibernate::accept_any(&c.or_listeners), if !c.limits.accept_paused() => match a {
                 Ok((stream, peer)) => c.accept(stream, peer),
                 Err(e) => c.accept_failed(&e),
             },
@@ -784,24 +784,6 @@ fn unix_secs() -> u64 {
         .duration_since(SystemTime::UNIX_EPOCH)
         .map(|d| d.as_secs())
         .unwrap_or(0)
-}
-
-/// Accept on any ORPort, or never while none is open.
-async fn accept_any(
-    ls: &[tokio::net::TcpListener],
-) -> std::io::Result<(tokio::net::TcpStream, SocketAddr)> {
-    if ls.is_empty() {
-        return std::future::pending().await;
-    }
-    std::future::poll_fn(|cx| {
-        for l in ls {
-            if let std::task::Poll::Ready(r) = l.poll_accept(cx) {
-                return std::task::Poll::Ready(r);
-            }
-        }
-        std::task::Poll::Pending
-    })
-    .await
 }
 
 fn far_future() -> tokio::time::Instant {
