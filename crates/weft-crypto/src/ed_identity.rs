@@ -122,7 +122,7 @@ pub(crate) fn load_or_create_ed(
         &c_key_files::ed_secret(&kp.to_secret_key_bytes(), c_key_files::MASTER_TAG),
     )?;
     write_private_file(&pub_path, &ed_public_file(&id))?;
-    tracing::info!(
+    tracing::debug!(
         "created new Ed25519 master identity key in {}",
         path.display()
     );
