@@ -64,6 +64,38 @@ impl Default for StatsOptions {
     }
 }
 
+/// Finds our IPv4 address to publish again, as at start (C's
+/// `find_my_address`, which `check_descriptor_ipaddress_changed` runs every
+/// minute): the address and how it was found (C's `METHOD=`), or None when
+/// none is found now. The binary builds it from the torrc's `Address` and
+/// `ORPort` lines, the interfaces and the host name.
+#[derive(Clone)]
+pub struct AddressFinder(Arc<dyn Fn() -> Option<(std::net::Ipv4Addr, &'static str)> + Send + Sync>);
+
+impl AddressFinder {
+    /// A finder that runs `f`.
+    pub fn new(
+        f: impl Fn() -> Option<(std::net::Ipv4Addr, &'static str)> + Send + Sync + 'static,
+    ) -> Self {
+        AddressFinder(Arc::new(f))
+    }
+
+    /// Look for the address now (may block on a host-name lookup, as C's).
+    pub fn find(&self) -> Option<(std::net::Ipv4Addr, &'static str)> {
+        (self.0)()
+    }
+}
+
+impl std::fmt::Debug for AddressFinder {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("AddressFinder")
+    }
+}
+
+/// How long an unproven IPv4 ORPort goes before the operator is warned
+/// (C's TIMEOUT_UNTIL_UNREACHABILITY_COMPLAINT, 20 minutes).
+pub const REACHABILITY_WARN_AFTER: std::time::Duration = std::time::Duration::from_secs(20 * 60);
+
 /// What the runtime needs from the configuration.
 #[derive(Debug, Clone)]
 pub struct RelayConfig {
@@ -75,6 +107,9 @@ pub struct RelayConfig {
     pub or_listen: SocketAddr,
     /// The advertised IPv4 address and port.
     pub advertised: SocketAddr,
+    /// Finds the IPv4 address again each minute (None: the address is
+    /// fixed, as in tests that build the configuration by hand).
+    pub address_finder: Option<AddressFinder>,
     /// The IPv6 ORPort: where it listens and what is advertised
     /// (`or-address`), if any.
     pub ipv6_or_port: Option<(SocketAddr, std::net::SocketAddrV6)>,
@@ -86,6 +121,9 @@ pub struct RelayConfig {
     pub testing_tor_network: bool,
     /// AssumeReachable.
     pub assume_reachable: bool,
+    /// How long the IPv4 ORPort may stay unproven before the operator is
+    /// warned (C's 20 minutes; TestingReachabilityWarnAfter).
+    pub reachability_warn_after: std::time::Duration,
     /// AssumeReachableIPv6 (None: `auto`, which follows AssumeReachable
     /// and the consensus's `assume-reachable-ipv6`).
     pub assume_reachable_ipv6: Option<bool>,

@@ -211,10 +211,11 @@ pub enum ControllerMsg {
     /// configured, or they redirect most test addresses
     /// ([`crate::dns_honesty`]); unusable DNS withdraws the exit.
     Dns(crate::resolver::DnsStatus),
-    /// A CREATE was answered on an inbound IPv6 connection whose NETINFO
-    /// gave our IPv6 address: our IPv6 ORPort is reachable from `peer`
-    /// (`controller/reachability.rs`; once per such connection).
-    CreateOverIpv6 {
+    /// A CREATE was answered on an inbound connection whose NETINFO gave
+    /// our address of the connection's family: that ORPort is reachable
+    /// from `peer` (`controller/reachability.rs`; once per such
+    /// connection).
+    CreateReachedUs {
         /// The TCP peer.
         peer: SocketAddr,
     },
@@ -232,6 +233,9 @@ pub enum ControllerMsg {
         outbound: bool,
         /// TCP peer.
         addr: SocketAddr,
+        /// Our address as the peer's NETINFO gave it (a suggestion when
+        /// the peer is an authority: `controller/address_change.rs`).
+        our_addr_seen: Option<std::net::IpAddr>,
     },
     /// An outbound connection failed before opening.
     ConnFailed {

@@ -143,6 +143,11 @@ pub struct WeftNode {
     /// (relative path, contents), e.g. a `state` file a previous run would
     /// have left.
     pub data_files: Vec<(String, String)>,
+    /// Lines in place of `ORPort 127.0.0.1:{port}` and `Address
+    /// 127.0.0.1` (`{port}` is replaced by weft's ORPort), e.g. a bare
+    /// `ORPort {port}` that leaves weft to find its address. None: those
+    /// two.
+    pub address_lines: Option<Vec<String>>,
 }
 
 impl WeftNode {
@@ -155,6 +160,7 @@ impl WeftNode {
             nickname: "weft".into(),
             exit_policy: Vec::new(),
             data_files: Vec::new(),
+            address_lines: None,
         }
     }
 }

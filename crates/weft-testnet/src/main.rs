@@ -90,6 +90,7 @@ impl NetArgs {
                 nickname: "weft".into(),
                 exit_policy: Vec::new(),
                 data_files: Vec::new(),
+                address_lines: None,
             }),
             ..TestnetConfig::default()
         };

@@ -203,15 +203,7 @@ impl Testnet {
                         fs::write(&path, text)
                             .with_context(|| format!("writing {}", path.display()))?;
                     }
-                    torrc::weft_torrc(
-                        &n.name,
-                        &n.dir,
-                        &n.dir,
-                        n.or_port.unwrap_or(0),
-                        w.connection_threads,
-                        &facts,
-                        &w.extra_torrc,
-                    )
+                    torrc::weft_torrc(&n.name, &n.dir, &n.dir, n.or_port.unwrap_or(0), &facts, w)
                 }
                 role => {
                     create_private_dir(&n.dir)?;
@@ -475,6 +467,18 @@ impl Testnet {
         Ok(())
     }
 
+    /// The ORPort and Address lines of weft's torrc from the next
+    /// [`Testnet::restart_weft`] on ([`crate::WeftNode::address_lines`]).
+    pub fn set_weft_address_lines(&mut self, lines: Option<Vec<String>>) -> Result<()> {
+        let w = self
+            .config
+            .weft
+            .as_mut()
+            .ok_or_else(|| anyhow!("this network has no weft node"))?;
+        w.address_lines = lines;
+        Ok(())
+    }
+
     /// Stop the weft node (SIGTERM, bounded wait, then SIGKILL) and start it
     /// again from the same DataDirectory with `threads` and `extra_torrc`
     /// (replacing the earlier extra lines); returns once its ORPort accepts
@@ -512,15 +516,7 @@ impl Testnet {
             .weft
             .as_ref()
             .ok_or_else(|| anyhow!("weft node without config"))?;
-        let text = torrc::weft_torrc(
-            &n.name,
-            &n.dir,
-            &n.dir,
-            n.or_port.unwrap_or(0),
-            w.connection_threads,
-            &facts,
-            &w.extra_torrc,
-        );
+        let text = torrc::weft_torrc(&n.name, &n.dir, &n.dir, n.or_port.unwrap_or(0), &facts, w);
         fs::write(n.torrc(), text).with_context(|| format!("writing {}", n.torrc().display()))?;
         self.nodes[i].fingerprint = None;
         let bins = TorBinaries::locate()?;

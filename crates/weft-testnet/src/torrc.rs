@@ -286,16 +286,29 @@ pub(crate) fn weft_torrc(
     dir: &Path,
     data_dir: &Path,
     or_port: u16,
-    threads: Option<u32>,
     facts: &NetFacts,
-    extra: &[String],
+    node: &crate::WeftNode,
 ) -> String {
+    let (threads, extra, address_lines) = (
+        node.connection_threads,
+        &node.extra_torrc,
+        node.address_lines.as_deref(),
+    );
     let d = dir.display();
     let mut t = String::new();
     let _ = writeln!(t, "# weft-testnet weft node {nick}; generated, do not edit");
     let _ = writeln!(t, "TestingTorNetwork 1");
-    let _ = writeln!(t, "ORPort 127.0.0.1:{or_port}");
-    let _ = writeln!(t, "Address 127.0.0.1");
+    match address_lines {
+        Some(lines) => {
+            for l in lines {
+                let _ = writeln!(t, "{}", l.replace("{port}", &or_port.to_string()));
+            }
+        }
+        None => {
+            let _ = writeln!(t, "ORPort 127.0.0.1:{or_port}");
+            let _ = writeln!(t, "Address 127.0.0.1");
+        }
+    }
     let _ = writeln!(t, "Nickname {nick}");
     let _ = writeln!(t, "ContactInfo {nick}@weft-testnet.invalid");
     let _ = writeln!(t, "DataDirectory {}", data_dir.display());

@@ -281,6 +281,7 @@ pub fn parse_lines(
     let mut schedulers_kist = true;
     let mut refill_ms: u64 = 100;
     let mut migrate_every: Option<u64> = None;
+    let mut warn_unreachable: Option<u64> = None;
     let mut place_on: Option<usize> = None;
     let mut limits = crate::config_limits::LimitOptions::default();
     let mut dir_cache = true;
@@ -464,6 +465,9 @@ pub fn parse_lines(
                     .map_err(|_| err(format!("bad TestingMigrateEvery '{val}' (seconds)")))?;
                 migrate_every = (n > 0).then_some(n);
             }
+            "testingreachabilitywarnafter" => {
+                warn_unreachable = Some(crate::config_units::interval(val).map_err(err)?);
+            }
             "testingplaceonworker" => {
                 place_on = Some(
                     val.parse()
@@ -518,11 +522,23 @@ pub fn parse_lines(
         line: 0,
         msg: msg.to_string(),
     };
+    let custom_authorities = !authorities.is_empty();
+    // C finds its address again every minute (an IP change, a host
+    // name that now resolves elsewhere): the same lines, asked again.
+    let finder_lines = or_ports.clone();
+    let address_finder = weft_relay::context::AddressFinder::new(move || {
+        let p = finder_lines
+            .clone()
+            .finish(custom_authorities, &crate::find_address::SystemAddresses)
+            .ok()
+            .filter(|p| p.unresolved.is_none() && p.undiscovered.is_none())?;
+        match p.advertised.ip() {
+            std::net::IpAddr::V4(a) => Some((a, p.method.as_str())),
+            std::net::IpAddr::V6(_) => None,
+        }
+    });
     let ports = or_ports
-        .finish(
-            !authorities.is_empty(),
-            &crate::find_address::SystemAddresses,
-        )
+        .finish(custom_authorities, &crate::find_address::SystemAddresses)
         .map_err(|e| at_end(&e))?;
     warnings.extend(ports.warnings.iter().cloned());
     let start_refusal = ports.unresolved.clone();
@@ -531,6 +547,9 @@ pub fn parse_lines(
             .iter()
             .map(|e| format!("{e} weft will not start on this host.")),
     );
+    warnings.extend(ports.undiscovered.iter().map(|e| {
+        format!("{e}. weft starts, asks the directory authorities (as tor does) and publishes nothing until it knows its address.")
+    }));
     warnings.extend(accepted.warnings);
     let notices = match ports.method {
         crate::find_address::Method::Configured => Vec::new(),
@@ -567,8 +586,8 @@ pub fn parse_lines(
         // Turned on for a ControlPort without a method: GETCONF says so.
         view_lines.push(("CookieAuthentication".into(), "1".into()));
     }
-    if (migrate_every.is_some() || place_on.is_some()) && !testing {
-        return Err(at_end("TestingMigrateEvery / TestingPlaceOnWorker are for tests (they need TestingTorNetwork 1)"));
+    if (migrate_every.is_some() || place_on.is_some() || warn_unreachable.is_some()) && !testing {
+        return Err(at_end("TestingMigrateEvery / TestingPlaceOnWorker / TestingReachabilityWarnAfter are for tests (they need TestingTorNetwork 1)"));
     }
     let stats = stats.finish(testing).map_err(|e| at_end(&e))?;
     if cross_worker && !testing {
@@ -628,12 +647,16 @@ pub fn parse_lines(
             contact,
             or_listen: ports.listen,
             advertised: ports.advertised,
+            address_finder: Some(address_finder),
             ipv6_or_port: ports.ipv6.map(|p| (p.listen, p.advertised)),
             data_dir,
             authorities,
             testing_tor_network: testing,
             assume_reachable,
             assume_reachable_ipv6,
+            reachability_warn_after: warn_unreachable
+                .map(std::time::Duration::from_secs)
+                .unwrap_or(weft_relay::context::REACHABILITY_WARN_AFTER),
             connection_threads: threads,
             worker_sched_slice: (sched_slice_ms > 0)
                 .then(|| std::time::Duration::from_millis(sched_slice_ms)),

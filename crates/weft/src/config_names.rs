@@ -128,6 +128,7 @@ pub static OPTIONS: &[OptionInfo] = &[
     o("TestingMigrateEvery", "Integer", "0"),
     o("TestingPaddingStatisticsInterval", "Integer", "86400"),
     o("TestingPlaceOnWorker", "Integer", ""),
+    o("TestingReachabilityWarnAfter", "Interval", "20 minutes"),
     o("TestingTorNetwork", "Boolean", "0"),
     o("TokenBucketRefillInterval", "TimeMsecInterval", "100 msec"),
     // Not taken: weft uses microdescriptors, as stock tor's auto does.

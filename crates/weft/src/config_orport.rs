@@ -38,10 +38,16 @@ pub struct OrPorts {
     /// What C would warn about (a private address with the default
     /// authorities: C runs but does not publish it).
     pub warnings: Vec<String>,
-    /// No address to publish on this host (a name that does not resolve,
-    /// nothing public found): weft does not start (C runs and does not
-    /// publish); `advertised` is 0.0.0.0 then.
+    /// An `Address` that cannot be used on this host (a name that does
+    /// not resolve, or resolves to a private address with the default
+    /// authorities): weft does not start (C runs and does not publish);
+    /// `advertised` is 0.0.0.0 then.
     pub unresolved: Option<String>,
+    /// No `Address`, and nothing usable found on this host (behind NAT):
+    /// weft starts, learns its address from the authorities and
+    /// publishes nothing until then (C's `relay_addr_learn_from_dirauth`);
+    /// `advertised` is 0.0.0.0 until then.
+    pub undiscovered: Option<String>,
 }
 
 /// What the `Address` lines give: an IPv4 address and how it was found,
@@ -49,7 +55,7 @@ pub struct OrPorts {
 type Configured = (Option<(Ipv4Addr, Method)>, Option<Ipv6Addr>);
 
 /// The lines as they come.
-#[derive(Debug, Default)]
+#[derive(Debug, Default, Clone)]
 pub(crate) struct OrPortLines {
     v4: Option<(Option<Ipv4Addr>, u16)>,
     v6: Option<(Ipv6Addr, u16)>,
@@ -161,6 +167,7 @@ impl OrPortLines {
         // does not resolve, no public address found): not an error in the
         // torrc (tor's --verify-config passes it) but a refusal to start.
         let mut unresolved = None;
+        let mut undiscovered = None;
         let (conf_v4, conf_v6) = self.configured(find, &mut unresolved)?;
         let mut warnings = Vec::new();
         let (bind4, port4) = match self.v4 {
@@ -191,7 +198,7 @@ impl OrPortLines {
                     Ok((IpAddr::V4(a), m)) => (a, m),
                     Ok((IpAddr::V6(_), _)) => return Err("Unable to find our IPv4 address".into()),
                     Err(e) => {
-                        unresolved = Some(e);
+                        undiscovered = Some(e);
                         (Ipv4Addr::UNSPECIFIED, Method::Configured)
                     }
                 }
@@ -239,6 +246,7 @@ impl OrPortLines {
             method,
             warnings,
             unresolved,
+            undiscovered,
         })
     }
 }
@@ -282,7 +290,7 @@ mod tests {
             }
         }
         let o = o.finish(custom, host)?;
-        match &o.unresolved {
+        match o.unresolved.as_ref().or(o.undiscovered.as_ref()) {
             Some(e) => Err(e.clone()),
             None => Ok(o),
         }
@@ -361,6 +369,12 @@ mod tests {
             e.contains("Unable to find our IP address") && e.contains("Set Address"),
             "{e}"
         );
+        // ... which is not a refusal: weft starts and asks the authorities.
+        let mut lines = OrPortLines::default();
+        lines.or_port("9001").unwrap();
+        let o = lines.finish(false, &none).unwrap();
+        assert!(o.unresolved.is_none() && o.undiscovered.is_some());
+        assert!(o.advertised.ip().is_unspecified());
         // A private address: only explicit, and only with custom authorities
         // (with the default ones C runs but never publishes it: a warning).
         let o = read_on(&[("ORPort", "9001"), ("Address", "10.0.0.2")], false, &none).unwrap();

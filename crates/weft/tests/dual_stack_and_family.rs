@@ -57,8 +57,8 @@ fn dual_stack_weft_in_a_stock_network() -> Result<()> {
     w.extra_torrc = vec![
         format!("ORPort [::1]:{weft_v6}"),
         // The testnet says AssumeReachable 1, which (as in C) skips the
-        // IPv6 ORPort's self-test too; weft has no IPv4 self-test, so
-        // this only makes it test the IPv6 ORPort before publishing it.
+        // ORPorts' self-tests; here weft tests both before it publishes
+        // (the IPv4 one is address_and_reachability.rs's subject).
         "AssumeReachable 0".into(),
         family_line.clone(),
         key_dir.clone(),
@@ -154,6 +154,10 @@ fn dual_stack_weft_in_a_stock_network() -> Result<()> {
         );
     }
     let notices = std::fs::read_to_string(&weft_log)?;
+    ensure!(
+        notices.contains("Self-testing indicates your ORPort 127.0.0.1:"),
+        "weft published without finding its IPv4 ORPort reachable"
+    );
     let checking = format!("Now checking whether IPv6 ORPort [::1]:{weft_v6} is reachable");
     ensure!(
         matches!((notices.find(&checking), notices.find(&reachable)), (Some(a), Some(b)) if a < b),

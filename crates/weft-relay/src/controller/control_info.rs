@@ -105,6 +105,18 @@ const INFO_NAMES: &[(&str, &str)] = &[
         "Username under which the tor process is running.",
     ),
     ("signal/names", "Supported signal names."),
+    (
+        "status/reachability-succeeded",
+        "Whether we've found our ORPort and DirPort reachable.",
+    ),
+    (
+        "status/reachability-succeeded/dir",
+        "Whether we've found our DirPort reachable.",
+    ),
+    (
+        "status/reachability-succeeded/or",
+        "Whether we've found our ORPort reachable.",
+    ),
     ("status/version/current", "Status of the current version."),
     ("stream-status", "List of current streams."),
     ("traffic/read", "Bytes read since the process was started."),
@@ -294,6 +306,10 @@ impl ControlInfo for ControlView<'_> {
                 .map(|o| format!("{} {}\n", o.name, o.default))
                 .collect(),
             "fingerprint" => c.keys.fingerprint_hex(),
+            // C: 551 until the address is known.
+            "address" | "address/v4" if cfg.advertised.ip().is_unspecified() => {
+                return Err(InfoError::Unavailable("Address unknown".into()))
+            }
             "address" | "address/v4" => cfg.advertised.ip().to_string(),
             "address/v6" => cfg
                 .ipv6_or_port
@@ -309,6 +325,15 @@ impl ControlInfo for ControlView<'_> {
             k if k.starts_with("accounting/") => return self.accounting(&k[11..]),
             "dormant" => "0".into(),
             "status/version/current" => "unknown".into(),
+            // C's getinfo_helper_events; weft has no DirPort to test
+            // (C 0.4.9 tests none either), so DIR is 1.
+            "status/reachability-succeeded/or" => {
+                u8::from(self.dir.orports_seem_reachable()).to_string()
+            }
+            "status/reachability-succeeded/dir" => "1".into(),
+            "status/reachability-succeeded" => {
+                format!("OR={} DIR=1", u8::from(self.dir.orports_seem_reachable()))
+            }
             "circuit-status" | "stream-status" => String::new(),
             "orconn-status" => orconn_status(c),
             "exit-policy/default" => DEFAULT_EXIT_POLICY.into(),

@@ -14,6 +14,7 @@
 //! [`control_port`] and `control_info` (ControlPort sockets, sessions,
 //! events; what GETINFO reads) and `signals` (reload, heartbeat, dump).
 
+mod address_change;
 mod balance;
 pub(crate) mod conflux;
 mod control_info;
@@ -87,6 +88,9 @@ enum Waiter {
     Extend(HalfRef, Vec<u8>),
     /// A bandwidth self-test circuit through `rest`.
     SelfTest(HopTarget, Vec<HopTarget>),
+    /// A connection to an authority whose NETINFO tells us our address
+    /// (`address_change.rs`); nothing to send.
+    LearnAddress,
 }
 
 struct Controller {
@@ -119,6 +123,8 @@ struct Controller {
     /// The consensus's ORPorts by RSA identity, to complete an extend's
     /// addresses ([`registry`]).
     relay_book: HashMap<[u8; 20], registry::BookEntry>,
+    /// What the authorities said of our address.
+    address: address_change::AddressSuggestions,
     /// Connections being opened, by (relay identity, worker to avoid).
     pending: HashMap<([u8; 20], Option<usize>), PendingConnect>,
     bw: BandwidthHistory,
@@ -331,6 +337,7 @@ async fn run_controller(cfg: RelayConfig, mut hooks: RelayHooks) -> anyhow::Resu
         conns: HashMap::new(),
         by_identity: HashMap::new(),
         relay_book: HashMap::new(),
+        address: Default::default(),
         pending: HashMap::new(),
         bw,
         stats,
@@ -357,6 +364,9 @@ async fn run_controller(cfg: RelayConfig, mut hooks: RelayHooks) -> anyhow::Resu
         c.rebuild_context(&dir);
     }
     dir.set_extra_stats(c.extra_info_chunks());
+    if c.cfg.advertised.ip().is_unspecified() {
+        c.check_address(&mut dir);
+    }
     dir.start(&c.keys, c.started, c.bw.observed());
     c.notify_ready();
 
@@ -381,8 +391,8 @@ async fn run_controller(cfg: RelayConfig, mut hooks: RelayHooks) -> anyhow::Resu
                     break;
                 }
                 ControllerMsg::Dns(s) => c.on_dns(s, &mut dir),
-                ControllerMsg::CreateOverIpv6 { peer } => {
-                    dir.on_create_over_ipv6(peer, c.cfg.extend_allow_private)
+                ControllerMsg::CreateReachedUs { peer } => {
+                    dir.on_create_reached_us(peer, c.cfg.extend_allow_private)
                 }
                 m => c.on_msg(m),
             },
@@ -443,6 +453,7 @@ async fn run_controller(cfg: RelayConfig, mut hooks: RelayHooks) -> anyhow::Resu
                     cp.tick(c.bw.total_read, c.bw.total_written);
                 }
                 dir.maybe_fetch_consensus();
+                dir.maybe_selftest(c.bw.observed(), &|fp| c.connected_to(fp));
                 cache.maybe_fill(dir.consensus(), dir.own_documents());
                 c.rebalance_bandwidth();
                 c.balance(secs);
@@ -459,6 +470,7 @@ async fn run_controller(cfg: RelayConfig, mut hooks: RelayHooks) -> anyhow::Resu
                     c.limits.clients.expire(unix_secs());
                     c.save_state(&state_path);
                     c.rotate_if_due(&mut dir);
+                    c.check_address(&mut dir);
                 }
             }
             _ = sigint.recv() => {
@@ -522,7 +534,7 @@ impl Controller {
             // Handled in the controller's loop (the directory's state, the
             // end of the process).
             ControllerMsg::Dns(_)
-            | ControllerMsg::CreateOverIpv6 { .. }
+            | ControllerMsg::CreateReachedUs { .. }
             | ControllerMsg::WorkerFailed { .. } => {}
             // Handled by the onion-service tables above.
             ControllerMsg::IntroEstablished { .. }
@@ -568,7 +580,9 @@ impl Controller {
                 canonical,
                 outbound,
                 addr,
+                our_addr_seen,
             } => {
+                self.note_address_suggestion(our_addr_seen, &peer, addr);
                 if let PeerKind::Relay { rsa_fp, .. } = &peer {
                     self.by_identity.entry(*rsa_fp).or_default().push(conn_id);
                     let key = self
@@ -620,6 +634,9 @@ impl Controller {
                                 Waiter::SelfTest(..) => info!(
                                     "bandwidth self-test: cannot connect to its first hop: {why}"
                                 ),
+                                Waiter::LearnAddress => {
+                                    info!("cannot reach an authority to learn our address: {why}")
+                                }
                             }
                         }
                     }

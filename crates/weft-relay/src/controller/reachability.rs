@@ -1,23 +1,26 @@
-//! Our IPv6 ORPort's reachability, as C Tor's relays test it
-//! (`selftest.c`: `router_do_reachability_checks`,
-//! `router_orport_found_reachable`; `circuitbuild_relay.c`'s check in
-//! `onionskin_answer`): a testing circuit through two relays ends at our
-//! IPv6 ORPort, its last EXTEND2 naming only that address, so the relay
-//! before us (one that can initiate IPv6 extends: an IPv6 ORPort and
-//! `Relay=3`) must connect to us over IPv6. Any CREATE answered on an
-//! inbound IPv6 connection whose NETINFO gives our published IPv6 address
-//! proves it, whoever built the circuit; a worker reports the first one of
-//! each such connection (`ControllerMsg::OrPortReachable`).
+//! Our ORPorts' reachability, as C Tor's relays test it (`selftest.c`:
+//! `router_do_reachability_checks`, `router_orport_found_reachable`;
+//! `circuitbuild_relay.c`'s check in `onionskin_answer`): a testing
+//! circuit through two relays ends at our own ORPort, so the relay before
+//! us must connect to it. Any CREATE answered on an inbound connection
+//! whose NETINFO gives our published address of that family proves it,
+//! whoever built the circuit; a worker reports the first one of each such
+//! connection (`ControllerMsg::CreateReachedUs`).
 //!
-//! Until then the descriptor leaves out its `or-address`, the way C does
-//! for an address it cannot vouch for (C's `omit_ipv6_on_publish`; for a
-//! configured IPv6 ORPort C withholds the whole descriptor, which weft,
-//! with no IPv4 self-test of its own, does not). `AssumeReachable 1`,
-//! `AssumeReachableIPv6 1` or the consensus's `assume-reachable` /
-//! `assume-reachable-ipv6` publish it untested. The decisions here are
-//! sans-IO; the directory state launches the circuits.
+//! IPv4 ([`Ipv4Reachability`]): until the ORPort is proven no descriptor
+//! is published (C's `decide_if_publishable_server`), and after C's 20
+//! minutes without proof the operator is warned, every 20 minutes.
+//! IPv6 ([`Ipv6Reachability`]): the circuit's last EXTEND2 names only our
+//! IPv6 address, so the relay before us (one that can initiate IPv6
+//! extends: an IPv6 ORPort and `Relay=3`) must connect over IPv6; until
+//! then the descriptor leaves out its `or-address`, the way C does for an
+//! address it cannot vouch for (C's `omit_ipv6_on_publish`; for a
+//! configured IPv6 ORPort C withholds the whole descriptor).
+//! `AssumeReachable 1`, `AssumeReachableIPv6 1` or the consensus's
+//! `assume-reachable` / `assume-reachable-ipv6` publish untested. The
+//! decisions here are sans-IO; the directory state launches the circuits.
 
-use std::net::{IpAddr, SocketAddr, SocketAddrV6};
+use std::net::{IpAddr, SocketAddr, SocketAddrV4, SocketAddrV6};
 use std::str::FromStr;
 use std::time::{Duration, Instant};
 
@@ -134,6 +137,149 @@ impl Ipv6Reachability {
             "Self-testing indicates your ORPort {addr} is reachable from the outside. Excellent."
         );
         true
+    }
+}
+
+use crate::context::REACHABILITY_WARN_AFTER as COMPLAIN_AFTER;
+
+/// The state of our IPv4 ORPort's self-test.
+#[derive(Debug)]
+pub struct Ipv4Reachability {
+    /// The IPv4 ORPort we would publish.
+    addr: SocketAddrV4,
+    /// AssumeReachable.
+    assume: bool,
+    /// A CREATE came in over IPv4 to our published address.
+    reachable: bool,
+    /// "Now checking whether..." was said for this address.
+    informed: bool,
+    last_launch: Option<Instant>,
+    /// Start, or the last change of address (C resets its uptime and
+    /// its reachability then).
+    since: Instant,
+    /// When to warn that the ORPort is still unproven (C's 20 minutes;
+    /// TestingReachabilityWarnAfter), and every that long after.
+    complain_after: Duration,
+    last_complaint: Option<Instant>,
+    testing: bool,
+}
+
+impl Ipv4Reachability {
+    /// The state for our configuration.
+    pub fn new(
+        addr: SocketAddrV4,
+        assume: bool,
+        complain_after: Duration,
+        testing: bool,
+        now: Instant,
+    ) -> Self {
+        Ipv4Reachability {
+            addr,
+            assume,
+            reachable: false,
+            informed: false,
+            last_launch: None,
+            since: now,
+            complain_after,
+            last_complaint: None,
+            testing,
+        }
+    }
+
+    /// The ORPort under test.
+    pub fn addr(&self) -> SocketAddrV4 {
+        self.addr
+    }
+
+    /// C's `router_orport_seems_reachable(AF_INET)`: tested or assumed.
+    pub fn seems_reachable(&self) -> bool {
+        self.reachable || self.assume
+    }
+
+    /// Whether a descriptor may be published (C's
+    /// `decide_if_publishable_server` for IPv4: reachable, or the
+    /// consensus's `assume-reachable`).
+    pub fn publishable(&self, params: &NetParams) -> bool {
+        self.known()
+            && (self.seems_reachable() || params.get_clamped("assume-reachable", 0, 0, 1) == 1)
+    }
+
+    /// Whether we know our address (not before the authorities told us,
+    /// on a host that could not find it: `address_change.rs`).
+    fn known(&self) -> bool {
+        !self.addr.ip().is_unspecified()
+    }
+
+    /// Whether to launch a testing circuit now: untested, and the last
+    /// launch a while ago (C every minute; 20 s on a testing network).
+    /// The first launch for an address says so at notice, as C's
+    /// `inform_testing_reachability`.
+    pub fn launch_due(&mut self, now: Instant) -> Option<SocketAddrV4> {
+        let again = Duration::from_secs(if self.testing { 20 } else { 60 });
+        if !self.known()
+            || self.seems_reachable()
+            || self.last_launch.is_some_and(|t| now - t < again)
+        {
+            return None;
+        }
+        self.last_launch = Some(now);
+        if !self.informed {
+            self.informed = true;
+            info!(
+                "Now checking whether IPv4 ORPort {} is reachable... (this may take up to {} minutes -- look for log messages indicating success)",
+                self.addr,
+                COMPLAIN_AFTER.as_secs() / 60
+            );
+        }
+        Some(self.addr)
+    }
+
+    /// A worker answered a CREATE on an inbound IPv4 connection whose
+    /// NETINFO gave our address (a private peer counts only with
+    /// ExtendAllowPrivateAddresses, as C's `channel_is_local`). True
+    /// when this makes the ORPort reachable (publish now).
+    pub fn on_create_over_ipv4(&mut self, peer: SocketAddr, allow_private: bool) -> bool {
+        if self.reachable || !peer.is_ipv4() {
+            return false;
+        }
+        if super::registry::is_private(peer.ip()) && !allow_private {
+            return false;
+        }
+        self.reachable = true;
+        tracing::debug!("a CREATE from {peer} over IPv4 reached our IPv4 ORPort");
+        true
+    }
+
+    /// The 20-minute warning, if due (C's `reachability_warnings_callback`:
+    /// first after that long, then every that long while unproven).
+    pub fn complaint_due(&mut self, now: Instant) -> Option<String> {
+        if !self.known() || self.seems_reachable() {
+            return None;
+        }
+        let from = self.last_complaint.unwrap_or(self.since);
+        if now.saturating_duration_since(from) < self.complain_after {
+            return None;
+        }
+        self.last_complaint = Some(now);
+        Some(format!(
+            "Your server has not managed to confirm reachability for its ORPort(s) at {}. Relays do not publish descriptors until their ORPort and DirPort are reachable. Please check your firewalls, ports, address, /etc/hosts file, etc.",
+            self.addr
+        ))
+    }
+
+    /// AssumeReachable reloaded; true if it changed.
+    pub fn set_assume(&mut self, assume: bool) -> bool {
+        std::mem::replace(&mut self.assume, assume) != assume
+    }
+
+    /// Our address changed: test again from the start (C's
+    /// `router_reset_reachability` and uptime reset in
+    /// `ip_address_changed`).
+    pub fn set_addr(&mut self, addr: SocketAddrV4, now: Instant) {
+        if addr != self.addr {
+            *self =
+                Ipv4Reachability::new(addr, self.assume, self.complain_after, self.testing, now);
+        }
     }
 }
 
@@ -312,5 +458,82 @@ mod tests {
         let mut r = Ipv6Reachability::new(None, false, None, false);
         assert!(r.seems_reachable());
         assert_eq!(r.launch_due(Instant::now()), None);
+    }
+
+    fn v4() -> SocketAddrV4 {
+        "192.0.2.7:9001".parse().unwrap()
+    }
+
+    /// No descriptor before a CREATE over IPv4 proves the ORPort; tests
+    /// every minute (20 s on a testing network) until then.
+    #[test]
+    fn ipv4_unproven_holds_the_descriptor_until_a_create_comes() {
+        let t0 = Instant::now();
+        let mut r = Ipv4Reachability::new(v4(), false, COMPLAIN_AFTER, false, t0);
+        let params = NetParams::default();
+        assert!(!r.publishable(&params));
+        assert_eq!(r.launch_due(t0), Some(v4()));
+        assert_eq!(r.launch_due(t0 + Duration::from_secs(59)), None);
+        assert_eq!(r.launch_due(t0 + Duration::from_secs(61)), Some(v4()));
+        // IPv6 peers and (without ExtendAllowPrivateAddresses) private
+        // ones prove nothing.
+        assert!(!r.on_create_over_ipv4(peer(), false));
+        assert!(!r.on_create_over_ipv4("10.1.2.3:5".parse().unwrap(), false));
+        assert!(!r.publishable(&params));
+        assert!(r.on_create_over_ipv4("198.51.100.1:443".parse().unwrap(), false));
+        assert!(
+            !r.on_create_over_ipv4("198.51.100.1:443".parse().unwrap(), false),
+            "once"
+        );
+        assert!(r.publishable(&params));
+        assert_eq!(r.launch_due(t0 + Duration::from_secs(600)), None);
+        let mut t = Ipv4Reachability::new(v4(), false, COMPLAIN_AFTER, true, t0);
+        assert!(t.launch_due(t0).is_some());
+        assert!(t.launch_due(t0 + Duration::from_secs(21)).is_some());
+        assert!(t.on_create_over_ipv4("127.0.0.1:1".parse().unwrap(), true));
+    }
+
+    /// C's `assume-reachable` consensus parameter and AssumeReachable
+    /// publish untested; nothing is launched with AssumeReachable.
+    #[test]
+    fn ipv4_assumed_reachable_publishes_untested() {
+        let t0 = Instant::now();
+        let mut r = Ipv4Reachability::new(v4(), true, COMPLAIN_AFTER, false, t0);
+        assert!(r.publishable(&NetParams::default()));
+        assert_eq!(r.launch_due(t0), None);
+        assert_eq!(r.complaint_due(t0 + COMPLAIN_AFTER * 2), None);
+        let r = Ipv4Reachability::new(v4(), false, COMPLAIN_AFTER, false, t0);
+        assert!(r.publishable(&NetParams::parse_line("assume-reachable=1")));
+        assert!(!r.publishable(&NetParams::parse_line("assume-reachable-ipv6=1")));
+    }
+
+    /// C's warning after 20 minutes unproven, then every 20 minutes; none
+    /// once proven; an address change starts the test and the clock anew.
+    #[test]
+    fn ipv4_warns_every_twenty_minutes_while_unproven() {
+        let t0 = Instant::now();
+        let mut r = Ipv4Reachability::new(v4(), false, COMPLAIN_AFTER, false, t0);
+        assert_eq!(r.complaint_due(t0 + Duration::from_secs(1199)), None);
+        let w = r.complaint_due(t0 + COMPLAIN_AFTER).unwrap();
+        assert!(
+            w.starts_with("Your server has not managed to confirm reachability for its ORPort(s) at 192.0.2.7:9001."),
+            "{w}"
+        );
+        assert_eq!(
+            r.complaint_due(t0 + COMPLAIN_AFTER + Duration::from_secs(60)),
+            None
+        );
+        assert!(r.complaint_due(t0 + COMPLAIN_AFTER * 2).is_some());
+        let moved: SocketAddrV4 = "192.0.2.8:9001".parse().unwrap();
+        let t1 = t0 + COMPLAIN_AFTER * 2;
+        r.set_addr(moved, t1);
+        assert_eq!(r.addr(), moved);
+        assert_eq!(r.complaint_due(t1 + Duration::from_secs(60)), None);
+        assert_eq!(r.launch_due(t1), Some(moved));
+        assert!(r.on_create_over_ipv4("198.51.100.1:443".parse().unwrap(), false));
+        assert_eq!(r.complaint_due(t1 + COMPLAIN_AFTER * 3), None);
+        // Proven, then moved: unproven again.
+        r.set_addr(v4(), t1);
+        assert!(!r.seems_reachable());
     }
 }

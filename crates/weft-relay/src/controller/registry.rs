@@ -126,6 +126,9 @@ impl Controller {
                 rest,
                 cells: crate::selftest::TOTAL_CELLS / crate::selftest::CIRCUITS as u32,
             }),
+            Waiter::LearnAddress => {
+                debug!("connection {conn_id} to an authority open: its NETINFO names our address")
+            }
         }
     }
 
@@ -188,6 +191,7 @@ impl Controller {
                     self.fail_extend(&from, destroy_reason::RESOURCELIMIT, why)
                 }
                 Waiter::SelfTest(..) => info!("bandwidth self-test: {why}"),
+                Waiter::LearnAddress => info!("cannot learn our address now: {why}"),
             }
             return;
         }
@@ -235,6 +239,7 @@ impl Controller {
     pub(super) fn launch_selftest(&mut self, a: HopTarget, b: HopTarget, purpose: SelfTest) {
         let (addr, circuits) = match purpose {
             SelfTest::Bandwidth => (self.cfg.advertised, crate::selftest::CIRCUITS),
+            SelfTest::Ipv4(v4) => (SocketAddr::V4(v4), 1),
             SelfTest::Ipv6(v6) => (SocketAddr::V6(v6), 1),
         };
         let me = HopTarget {

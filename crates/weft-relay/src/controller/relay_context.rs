@@ -104,7 +104,12 @@ pub(super) fn exit_settings(
 }
 
 pub(super) fn our_addrs(cfg: &RelayConfig) -> Vec<IpAddr> {
-    let mut a = vec![cfg.advertised.ip()];
+    // An unknown address (0.0.0.0 until the authorities tell us) is not
+    // said in NETINFO.
+    let mut a: Vec<IpAddr> = Some(cfg.advertised.ip())
+        .filter(|ip| !ip.is_unspecified())
+        .into_iter()
+        .collect();
     a.extend(cfg.ipv6_or_port.map(|(_, adv)| IpAddr::V6(*adv.ip())));
     a
 }

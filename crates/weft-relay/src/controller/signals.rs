@@ -229,7 +229,13 @@ impl Controller {
             };
         }
         needs_restart!("ORPort", or_listen, ipv6_or_port);
-        needs_restart!("Address", advertised);
+        // A new Address applies through the address check below (C's
+        // next `check_descriptor_ipaddress_changed`); a new port needs a
+        // restart (it is the ORPort's).
+        if old.advertised.port() != new.advertised.port() {
+            restart.push("Address");
+        }
+        new.advertised = old.advertised;
         needs_restart!("DataDirectory", data_dir);
         needs_restart!("User", user);
         needs_restart!("FamilyId, FamilyKeyDirectory", family_ids, family_key_dir);
@@ -343,6 +349,7 @@ impl Controller {
         self.limits.dos = sched_params(&self.cfg, &dir.params).dos;
         dir.reconfigure(&self.cfg);
         self.rebuild_context(dir);
+        self.check_address(dir);
         info!(
             "reloaded the torrc: applied {}{}",
             if applied.is_empty() {

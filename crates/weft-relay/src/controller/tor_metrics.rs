@@ -66,6 +66,9 @@ pub struct TorSnapshot {
     pub or_open: [[u64; 2]; 2],
     /// Our flags in the latest consensus (empty: not listed).
     pub flags: Vec<String>,
+    /// Every ORPort found reachable (or assumed so): a descriptor can go
+    /// out (`directory/self_tests.rs`).
+    pub orports_reachable: bool,
 }
 
 /// One row: `name{labels} value`.
@@ -119,6 +122,17 @@ pub(super) fn render(o: &mut String, m: &MetricsSnapshot, t: &TorSnapshot) {
             u8::from(t.flags.iter().any(|x| x == f)),
         );
     }
+
+    // Not in C's MetricsPort: its ControlPort's
+    // `status/reachability-succeeded/or`.
+    let name = "weft_relay_orport_reachable";
+    family(
+        o,
+        name,
+        "gauge",
+        "Our ORPorts found reachable by self-test (or assumed so)",
+    );
+    row(o, name, &[], u8::from(t.orports_reachable));
 
     for (name, help, v) in [
         (
@@ -437,6 +451,7 @@ impl super::Controller {
             or_listeners_open,
             or_open,
             flags: dir.our_flags(),
+            orports_reachable: dir.orports_seem_reachable(),
         }
     }
 }
@@ -483,6 +498,7 @@ mod tests {
         let has = |line: &str| o.lines().any(|l| l == line);
         assert!(has("tor_relay_circuits_total{state=\"opened\"} 7"), "{o}");
         assert!(has("tor_relay_destroy_cell_total 6"));
+        assert!(has("weft_relay_orport_reachable 0"), "{o}");
         assert!(has("tor_relay_traffic_bytes{direction=\"read\"} 4000"));
         assert!(has(
             "tor_relay_load_onionskins_total{type=\"ntor_v3\",action=\"processed\"} 20"

@@ -270,12 +270,12 @@ impl Worker {
                 };
                 c.readable = true;
                 let (id, addr, out) = (c.id, c.peer_addr, c.we_initiated);
-                // C's check in onionskin_answer(), for our IPv6 ORPort.
-                let proves_ipv6_reachable = !out
-                    && addr.is_ipv6()
-                    && opened
-                        .our_addr_seen
-                        .is_some_and(|a| a.is_ipv6() && self.ctx.our_addrs.contains(&a));
+                // C's check in onionskin_answer(): an inbound connection
+                // whose peer names our address of that family.
+                let proves_reachable = !out
+                    && opened.our_addr_seen.is_some_and(|a| {
+                        a.is_ipv6() == addr.is_ipv6() && self.ctx.our_addrs.contains(&a)
+                    });
                 self.core.handle_event(CoreEvent::ConnOpened {
                     idx,
                     id,
@@ -284,7 +284,7 @@ impl Worker {
                     peer_rsa,
                     canonical: opened.canonical,
                     link_version: opened.link_version,
-                    proves_ipv6_reachable,
+                    proves_reachable,
                 });
                 let _ = self.controller.send(ControllerMsg::ConnOpened {
                     conn_id: id,
@@ -293,6 +293,7 @@ impl Worker {
                     canonical: opened.canonical,
                     outbound: out,
                     addr,
+                    our_addr_seen: opened.our_addr_seen,
                 });
                 // Cells that followed the handshake are already buffered.
                 self.to_read.push(idx);

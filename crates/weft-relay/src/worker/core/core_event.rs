@@ -50,7 +50,7 @@ pub(crate) enum CoreEvent<'a> {
         link_version: u16,
         /// Inbound over IPv6, and the peer's NETINFO gave our IPv6
         /// address (`controller/reachability.rs`).
-        proves_ipv6_reachable: bool,
+        proves_reachable: bool,
     },
     /// Connection `idx` closed (or never opened): its circuits end.
     ConnClosed {
@@ -105,12 +105,12 @@ impl Circuits {
                 peer_rsa,
                 canonical,
                 link_version,
-                proves_ipv6_reachable,
+                proves_reachable,
             } => {
                 self.handshakes.end(idx);
                 let idle = self.idle_timeout_ns(peer_rsa.is_none(), canonical);
                 let link = super::ConnLink {
-                    proves_ipv6_reachable,
+                    proves_reachable,
                     ..super::ConnLink::opened(link_version, idle)
                 };
                 // The handshake's cells, for `padding-counts` as C counts

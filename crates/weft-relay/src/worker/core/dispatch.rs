@@ -449,10 +449,10 @@ impl Circuits {
                 let mut proves = false;
                 if let Some(c) = self.conn_mut(conn) {
                     c.circuits.insert(circ_id, r.slot);
-                    proves = std::mem::take(&mut c.proves_ipv6_reachable);
+                    proves = std::mem::take(&mut c.proves_reachable);
                 }
                 if proves {
-                    self.tell_controller(ControllerMsg::CreateOverIpv6 { peer });
+                    self.tell_controller(ControllerMsg::CreateReachedUs { peer });
                 }
                 self.counters.created += 1;
             }

@@ -288,7 +288,7 @@ impl Circuits {
                 // A padding time scheduled here is this worker's: the new
                 // one decides again within a second.
                 padding: c.padding.moved(),
-                proves_ipv6_reachable: c.proves_ipv6_reachable,
+                proves_reachable: c.proves_reachable,
             },
             halves: moved,
             urgent,

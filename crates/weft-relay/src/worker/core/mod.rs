@@ -121,10 +121,11 @@ pub(crate) struct ConnCircuits {
     link_version: u16,
     /// Connection padding ([`weft_proto::padding`]).
     padding: weft_proto::padding::ConnPadding,
-    /// An inbound IPv6 connection whose NETINFO gave our IPv6 address:
-    /// the first CREATE answered on it proves our IPv6 ORPort reachable
-    /// (told to the controller once, `controller/reachability.rs`).
-    proves_ipv6_reachable: bool,
+    /// An inbound connection whose NETINFO gave our address (of its
+    /// family): the first CREATE answered on it proves that ORPort
+    /// reachable (told to the controller once,
+    /// `controller/reachability.rs`).
+    proves_reachable: bool,
 }
 
 /// What a connection brings besides its identity when it opens (or
@@ -138,7 +139,7 @@ pub(crate) struct ConnLink {
     /// Its padding state.
     pub(crate) padding: weft_proto::padding::ConnPadding,
     /// See [`ConnCircuits`]'s field of that name.
-    pub(crate) proves_ipv6_reachable: bool,
+    pub(crate) proves_reachable: bool,
 }
 
 impl ConnLink {
@@ -148,7 +149,7 @@ impl ConnLink {
             version,
             idle_timeout_ns,
             padding: weft_proto::padding::ConnPadding::new(version),
-            proves_ipv6_reachable: false,
+            proves_reachable: false,
         }
     }
 }
@@ -446,7 +447,7 @@ impl Circuits {
             times: crate::worker::core::timers::ConnTimes::new(self.now_ns, link.idle_timeout_ns),
             link_version: link.version,
             padding: link.padding,
-            proves_ipv6_reachable: link.proves_ipv6_reachable,
+            proves_reachable: link.proves_reachable,
         });
     }
 

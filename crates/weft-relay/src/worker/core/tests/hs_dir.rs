@@ -39,7 +39,7 @@ fn open_client_conn(net: &mut Net, conn: usize) {
         peer_rsa: None,
         canonical: false,
         link_version: 5,
-        proves_ipv6_reachable: false,
+        proves_reachable: false,
     });
 }
 

@@ -226,7 +226,7 @@ impl Net {
             peer_rsa: relay,
             canonical: true,
             link_version: 5,
-            proves_ipv6_reachable: false,
+            proves_reachable: false,
         });
     }
 

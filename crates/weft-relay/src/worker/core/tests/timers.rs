@@ -29,7 +29,7 @@ fn open_peer(net: &mut Net, idx: usize, peer_rsa: Option<[u8; 20]>, canonical: b
         peer_rsa,
         canonical,
         link_version: 5,
-        proves_ipv6_reachable: false,
+        proves_reachable: false,
     });
 }
 

@@ -14,8 +14,7 @@ use tokio::sync::mpsc::UnboundedSender;
 use tracing::{info, warn};
 use weft_crypto::keys::RelayKeys;
 use weft_dir::consensus::{
-    fetch_microdescs, fetch_verified_consensus, ConsensusSummary, FetchOptions, MicrodescKeys,
-    NetParams, RelayEntry,
+    fetch_verified_consensus, ConsensusSummary, FetchOptions, MicrodescKeys, NetParams, RelayEntry,
 };
 use weft_dir::descriptor::{
     build_extra_info_with_stats, build_server_descriptor, DescriptorParams,
@@ -23,7 +22,9 @@ use weft_dir::descriptor::{
 use weft_dir::upload::{post_descriptor, UploadOutcome};
 use weft_proto::origin::HopTarget;
 
-use super::reachability::Ipv6Reachability;
+mod self_tests;
+
+use super::reachability::{Ipv4Reachability, Ipv6Reachability};
 use crate::context::{DirAuthority, RelayConfig};
 
 /// What we advertise in "proto": only what is implemented. [protocol-notes §12]
@@ -123,6 +124,8 @@ pub struct DirOutcome {
 pub enum SelfTest {
     /// C's bandwidth test (`crate::selftest`), to our advertised ORPort.
     Bandwidth,
+    /// The reachability of our IPv4 ORPort ([`super::reachability`]).
+    Ipv4(std::net::SocketAddrV4),
     /// The reachability of our IPv6 ORPort: the last extend names only it
     /// ([`super::reachability`]).
     Ipv6(std::net::SocketAddrV6),
@@ -183,6 +186,11 @@ pub struct DirState {
     fetching: bool,
     selftest_last: Option<Instant>,
     selftest_busy: bool,
+    /// Our IPv4 ORPort's self-test (no descriptor goes out before it
+    /// succeeds).
+    ipv4: Ipv4Reachability,
+    /// The IPv4 ORPort the 20-minute warning named, until proven.
+    reachability_failed: Option<std::net::SocketAddrV4>,
     /// Our IPv6 ORPort's self-test.
     ipv6: Ipv6Reachability,
     /// Our last published descriptor and extra-info (the cache serves
@@ -258,132 +266,27 @@ impl DirState {
             fetching: false,
             selftest_last: None,
             selftest_busy: false,
+            ipv4: Ipv4Reachability::new(
+                std::net::SocketAddrV4::new(address, cfg.advertised.port()),
+                cfg.assume_reachable,
+                cfg.reachability_warn_after,
+                cfg.testing_tor_network,
+                Instant::now(),
+            ),
+            reachability_failed: None,
             ipv6,
             own: None,
             extra_stats: Vec::new(),
         }
     }
 
-    /// Start the bandwidth self-test if the consensus lists us Running, our
-    /// observed bandwidth is still low, and none ran recently: pick two
-    /// relays and fetch their microdescriptors (the outcome comes back as
-    /// [`DirEvent::SelfTestKeys`]).
-    /// `connected` says whether a connection with a relay is open (the
-    /// IPv6 test prefers a second hop without one: it would reuse it).
-    pub fn maybe_selftest(&mut self, observed: u64, connected: &dyn Fn(&[u8; 20]) -> bool) {
-        if !self.selftest_busy {
-            self.maybe_test_ipv6(connected);
-        }
-        // C runs the bandwidth test once every ORPort is reachable.
-        if self.ipv6.holds_bandwidth_test(Instant::now()) {
-            return;
-        }
-        let again = if self.testing {
-            Duration::from_secs(60)
-        } else {
-            Duration::from_secs(30 * 60)
-        };
-        if self.selftest_busy
-            || observed >= SELFTEST_BELOW
-            || self.selftest_last.is_some_and(|t| t.elapsed() < again)
-        {
-            return;
-        }
-        let Some(c) = self.consensus.as_deref() else {
-            return;
-        };
-        if !c
-            .find_relay(&self.our_fp)
-            .is_some_and(|me| me.has_flag("Running"))
-        {
-            return;
-        }
-        let Some((a, b)) = crate::selftest::pick_relays(c, &self.our_fp) else {
-            return;
-        };
-        let (a, b) = (Box::new(a.clone()), Box::new(b.clone()));
-        if self.fetch_selftest_keys(a, b, SelfTest::Bandwidth) {
-            self.selftest_last = Some(Instant::now());
-        }
-    }
-
-    /// Launch an IPv6 reachability circuit if one is due (C's
-    /// `router_do_reachability_checks`; any consensus will do, we need
-    /// not be listed).
-    fn maybe_test_ipv6(&mut self, connected: &dyn Fn(&[u8; 20]) -> bool) {
-        let Some(c) = self.consensus.as_deref() else {
-            return;
-        };
-        let Some((a, b)) = super::reachability::pick_relays(c, &self.our_fp, connected) else {
-            return;
-        };
-        let (a, b) = (Box::new(a.clone()), Box::new(b.clone()));
-        if let Some(me) = self.ipv6.launch_due(Instant::now()) {
-            self.fetch_selftest_keys(a, b, SelfTest::Ipv6(me));
-        }
-    }
-
-    /// Fetch the microdescriptors of `a` and `b` from an authority for a
-    /// self-test; the outcome comes back as [`DirEvent::SelfTestKeys`].
-    fn fetch_selftest_keys(
-        &mut self,
-        a: Box<RelayEntry>,
-        b: Box<RelayEntry>,
-        purpose: SelfTest,
-    ) -> bool {
-        let (Some(da), Some(db)) = (a.md_digest, b.md_digest) else {
-            return false;
-        };
-        if self.authorities.is_empty() {
-            return false;
-        }
-        let auth = &self.authorities[rand::random_range(0..self.authorities.len())];
-        let (addr, tx) = (auth.dir_addr, self.tx.clone());
-        self.selftest_busy = true;
-        tokio::task::spawn_local(async move {
-            let r = fetch_microdescs(addr, &[da, db], Duration::from_secs(30))
-                .await
-                .map_err(|e| e.to_string());
-            let _ = tx.send(DirEvent::SelfTestKeys {
-                purpose,
-                a,
-                b,
-                outcome: r,
-            });
-        });
-        true
-    }
-
-    /// A worker answered a CREATE on an inbound IPv6 connection that
-    /// names our IPv6 address ([`super::reachability`]): publish the IPv6
-    /// ORPort if that makes it reachable.
-    pub fn on_create_over_ipv6(&mut self, peer: std::net::SocketAddr, allow_private: bool) {
-        if self.ipv6.on_create_over_ipv6(peer, allow_private) {
-            self.update_ipv6_address("ORPort found reachable");
-        }
-    }
-
-    /// Put the IPv6 ORPort in the descriptor or take it out, as the
-    /// self-test and the consensus say; republish on a change.
-    fn update_ipv6_address(&mut self, why: &str) {
-        let now = self.ipv6.published(&self.params);
-        if now != self.desc.or_address_v6 {
-            info!(
-                "IPv6 ORPort {} the descriptor: {why}",
-                if now.is_some() { "in" } else { "out of" }
-            );
-            self.desc.or_address_v6 = now;
-            self.dirty = true;
-            if self.testing {
-                // C uploads at once in a testing network.
-                self.last_publish = None;
-            }
-        }
-    }
-
     /// A reload changed what the descriptor says (nickname, contact,
     /// bandwidth, exit policy): publish anew at the next check.
     pub fn reconfigure(&mut self, cfg: &RelayConfig) {
+        // AssumeReachable applies at once, as in C.
+        if self.ipv4.set_assume(cfg.assume_reachable) {
+            self.dirty = true;
+        }
         let before = reconfigurable(&self.desc);
         let d = &mut self.desc;
         d.nickname = cfg.nickname.clone();
@@ -580,6 +483,11 @@ impl DirState {
     }
 
     fn publish(&mut self, keys: &RelayKeys, started: Instant, observed: u64, reason: &str) {
+        if !self.publishable() {
+            // Kept dirty: published once the ORPort is found reachable.
+            self.dirty = true;
+            return;
+        }
         let now = SystemTime::now();
         self.desc.published = now;
         self.desc.uptime = started.elapsed().as_secs();
