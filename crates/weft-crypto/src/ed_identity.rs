@@ -47,14 +47,14 @@ pub(crate) fn read_ed_secret(
 /// padded with NULs), followed by the 32-byte key.
 const ED_PUBLIC_HEADER: &[u8] = b"== ed25519v1-public: type0 ==";
 
-fn ed_public_file(key: &[u8; 32]) -> Vec<u8> {
+pub(crate) fn ed_public_file(key: &[u8; 32]) -> Vec<u8> {
     let mut v = ED_PUBLIC_HEADER.to_vec();
     v.resize(32, 0);
     v.extend_from_slice(key);
     v
 }
 
-fn parse_ed_public_file(path: &Path, data: &[u8]) -> Result<[u8; 32], KeyError> {
+pub(crate) fn parse_ed_public_file(path: &Path, data: &[u8]) -> Result<[u8; 32], KeyError> {
     if data.len() != 64 || !data.starts_with(ED_PUBLIC_HEADER) || data[29..32] != [0; 3] {
         return Err(corrupt(
             path,

@@ -235,6 +235,8 @@ pub struct RelayKeys {
     pub signing_cert: Vec<u8>,
     /// When `signing_cert` expires.
     pub signing_cert_expiry: SystemTime,
+    /// How long a new signing certificate lasts (`SigningKeyLifetime`).
+    pub signing_lifetime: Duration,
     /// RSA→Ed25519 cross-certificate (CERTS type 7).
     pub rsa_ed_crosscert: Vec<u8>,
     /// Current onion keys.
@@ -248,7 +250,7 @@ pub(crate) fn ed_pub(kp: &ed25519::ExpandedKeypair) -> [u8; 32] {
 }
 
 /// Hours since the epoch encoded in a Tor Ed25519 certificate (bytes 2..6).
-fn ed_cert_expiry(cert: &[u8]) -> Option<SystemTime> {
+pub(crate) fn ed_cert_expiry(cert: &[u8]) -> Option<SystemTime> {
     let h = u32::from_be_bytes(cert.get(2..6)?.try_into().ok()?);
     Some(UNIX_EPOCH + Duration::from_secs(u64::from(h) * 3600))
 }
@@ -261,6 +263,24 @@ impl RelayKeys {
         data_dir: &Path,
         nickname: &str,
         onion_rotation: Duration,
+        now: SystemTime,
+    ) -> Result<RelayKeys, KeyError> {
+        Self::load_or_create_with(
+            data_dir,
+            nickname,
+            onion_rotation,
+            SIGNING_KEY_LIFETIME,
+            now,
+        )
+    }
+
+    /// [`RelayKeys::load_or_create`] with signing certificates that last
+    /// `signing_lifetime` (`SigningKeyLifetime`).
+    pub fn load_or_create_with(
+        data_dir: &Path,
+        nickname: &str,
+        onion_rotation: Duration,
+        signing_lifetime: Duration,
         now: SystemTime,
     ) -> Result<RelayKeys, KeyError> {
         ensure_private_dir(data_dir)?;
@@ -316,7 +336,9 @@ impl RelayKeys {
         };
         let (signing, signing_cert, signing_cert_expiry) = match (existing, &ed_master) {
             (Some((kp, cert, expiry)), _) if expiry > now + SIGNING_KEY_SLOP => (kp, cert, expiry),
-            (_, Some(master)) => new_signing_key(master, &sk_path, &sc_path, now)?,
+            (_, Some(master)) => {
+                new_signing_key(master, &sk_path, &sc_path, now, signing_lifetime)?
+            }
             (Some((kp, cert, expiry)), None) if expiry > now => {
                 tracing::warn!(
                     "the Ed25519 signing certificate expires in {}s and the master secret key is offline: make a new signing key and certificate with it",
@@ -351,6 +373,7 @@ impl RelayKeys {
             signing_pub,
             signing_cert,
             signing_cert_expiry,
+            signing_lifetime,
             rsa_ed_crosscert,
             onion,
             onion_old,
@@ -425,6 +448,7 @@ impl RelayKeys {
             &self.key_dir.join("ed25519_signing_secret_key"),
             &self.key_dir.join("ed25519_signing_cert"),
             now,
+            self.signing_lifetime,
         )?;
         self.signing_pub = ed_pub(&kp);
         self.signing = kp;
@@ -483,14 +507,15 @@ fn check_signing_cert(
     Ok(())
 }
 
-fn new_signing_key(
+pub(crate) fn new_signing_key(
     master: &ed25519::ExpandedKeypair,
     sk_path: &Path,
     sc_path: &Path,
     now: SystemTime,
+    lifetime: Duration,
 ) -> Result<(ed25519::ExpandedKeypair, Vec<u8>, SystemTime), KeyError> {
     let kp = new_ed_key();
-    let expiry = now + SIGNING_KEY_LIFETIME;
+    let expiry = now + lifetime;
     let pk: ed25519::PublicKey = *kp.public();
     let cert = certs::ed_cert(
         CertType::IDENTITY_V_SIGNING,

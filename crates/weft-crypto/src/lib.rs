@@ -14,9 +14,11 @@ pub mod control_auth;
 pub mod ed_identity;
 pub mod family_keys;
 pub mod kdf;
+pub mod keygen;
 pub mod keys;
 pub mod ntor;
 pub mod ntor_v3;
+pub mod pwbox;
 pub mod relay_crypto;
 
 /// Fill `buf` with bytes from the operating system's CSPRNG.

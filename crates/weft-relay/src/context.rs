@@ -110,6 +110,8 @@ pub struct RelayConfig {
     /// Finds the IPv4 address again each minute (None: the address is
     /// fixed, as in tests that build the configuration by hand).
     pub address_finder: Option<AddressFinder>,
+    /// SigningKeyLifetime: how long a new signing certificate lasts.
+    pub signing_key_lifetime: std::time::Duration,
     /// The IPv6 ORPort: where it listens and what is advertised
     /// (`or-address`), if any.
     pub ipv6_or_port: Option<(SocketAddr, std::net::SocketAddrV6)>,

@@ -550,6 +550,8 @@ pub fn parse_lines(
     warnings.extend(ports.undiscovered.iter().map(|e| {
         format!("{e}. weft starts, asks the directory authorities (as tor does) and publishes nothing until it knows its address.")
     }));
+    let signing_key_lifetime =
+        std::time::Duration::from_secs(accepted.signing_key_lifetime.unwrap_or(30 * 86400));
     warnings.extend(accepted.warnings);
     let notices = match ports.method {
         crate::find_address::Method::Configured => Vec::new(),
@@ -648,6 +650,7 @@ pub fn parse_lines(
             or_listen: ports.listen,
             advertised: ports.advertised,
             address_finder: Some(address_finder),
+            signing_key_lifetime,
             ipv6_or_port: ports.ipv6.map(|p| (p.listen, p.advertised)),
             data_dir,
             authorities,

@@ -13,7 +13,8 @@
 //! | `DisableDebuggerAttachment` | boolean; weft does not change the process's dumpability (its unit's hardening applies) |
 //! | `NumCPUs` | a count; weft's workers are `ConnectionThreads` |
 //! | `OfflineMasterKey` | boolean; weft runs on the signing key without the master secret key whenever that is absent |
-//! | `SigningKeyLifetime`, `KeepalivePeriod` | intervals; weft uses 30 days and 5 minutes (warned if different) |
+//! | `SigningKeyLifetime` | an interval of at least 2 days: new signing certificates last that long (C's default 30 days) |
+//! | `KeepalivePeriod` | an interval; weft uses 5 minutes (warned if different) |
 //! | `Sandbox` | boolean; 1: warned, weft has no seccomp sandbox (the systemd unit restricts it) |
 //! | `HiddenServiceStatistics`, `EntryStatistics`, `ExitPortStatistics`, `ConnDirectionStatistics`, `CellStatistics` | booleans; 1 for the last four is warned (weft does not count them) |
 
@@ -22,6 +23,8 @@
 pub(crate) struct AcceptedOptions {
     /// Warnings for the log (once each).
     pub(crate) warnings: Vec<String>,
+    /// `SigningKeyLifetime`, seconds (None: C's 30 days).
+    pub(crate) signing_key_lifetime: Option<u64>,
 }
 
 fn boolean(key: &str, v: &str) -> Result<bool, String> {
@@ -114,11 +117,7 @@ impl AcceptedOptions {
                 if s < 2 * 86400 {
                     return Err("SigningKeyLifetime is too short.".into());
                 }
-                if s != 30 * 86400 {
-                    self.warn(format!(
-                        "SigningKeyLifetime {val}: weft's signing certificates last 30 days"
-                    ));
-                }
+                self.signing_key_lifetime = Some(s);
                 Ok(())
             }),
             "keepaliveperiod" => crate::config_units::interval(val).map(|s| {
@@ -158,6 +157,7 @@ mod tests {
             assert_eq!(o.take(k, v), Some(Ok(())), "{k} {v}");
         }
         assert_eq!(o.warnings.len(), 3, "{:?}", o.warnings);
+        assert_eq!(o.signing_key_lifetime, Some(30 * 86400));
         assert!(o.warnings[0].contains("no DirPort"));
         for (k, v) in [
             ("socksport", "9050"),

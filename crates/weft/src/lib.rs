@@ -21,6 +21,7 @@ pub mod config_padding;
 pub mod config_stats;
 pub mod config_units;
 pub mod find_address;
+pub mod keygen_cli;
 pub mod log_domains;
 pub mod log_sinks;
 pub mod syslog;

@@ -82,6 +82,20 @@ fn main() -> ExitCode {
                 }
             };
         }
+        Action::Keygen | Action::KeyExpiration => {
+            let r = if cli.action == Action::Keygen {
+                weft::keygen_cli::keygen(&cli.sources, &cli.keygen)
+            } else {
+                weft::keygen_cli::key_expiration(&cli.sources, &cli.keygen)
+            };
+            return match r {
+                Ok(()) => ExitCode::SUCCESS,
+                Err(e) => {
+                    eprintln!("weft: {e}");
+                    ExitCode::from(1)
+                }
+            };
+        }
         Action::HashPassword(pw) => {
             let salt: [u8; 8] = weft_crypto::random_array();
             println!(

@@ -143,3 +143,111 @@ fn a_relays_keys_move_from_tor_to_weft_and_back() -> Result<()> {
     ensure!(!t.join("keys/ed25519_master_id_secret_key").exists());
     Ok(())
 }
+
+/// `PROGRAM --keygen` (tor or weft) on `dir` with `pass` on its stdin
+/// (`--passphrase-fd 0`, read to its end as C does).
+fn keygen(program: &str, dir: &Path, pass: &str, extra: &[&str]) -> Result<String> {
+    use std::io::Write;
+    let torrc = dir.with_extension("keygen.torrc");
+    std::fs::write(&torrc, format!("DataDirectory {}\n", dir.display()))?;
+    let mut child = Command::new(program)
+        .args(["--keygen", "--passphrase-fd", "0", "-f"])
+        .arg(&torrc)
+        .args(extra)
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()?;
+    child
+        .stdin
+        .take()
+        .context("stdin")?
+        .write_all(pass.as_bytes())?;
+    let out = child.wait_with_output()?;
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    ensure!(out.status.success(), "{program} --keygen: {text}");
+    Ok(text)
+}
+
+/// `PROGRAM --key-expiration sign` on `dir`: its `signing-cert-expiry:` line.
+fn key_expiration(program: &str, dir: &Path) -> Result<String> {
+    let torrc = dir.with_extension("keygen.torrc");
+    std::fs::write(&torrc, format!("DataDirectory {}\n", dir.display()))?;
+    let out = Command::new(program)
+        .args(["--key-expiration", "sign", "-f"])
+        .arg(&torrc)
+        .output()?;
+    let text =
+        String::from_utf8_lossy(&out.stderr).to_string() + &String::from_utf8_lossy(&out.stdout);
+    text.lines()
+        .find(|l| l.starts_with("signing-cert-expiry: "))
+        .map(str::to_owned)
+        .with_context(|| format!("{program} --key-expiration sign: {text}"))
+}
+
+/// The offline master key workflow with both programs: a master key made
+/// by `tor --keygen` under a passphrase opens in `weft --keygen` and the
+/// other way round; each program's new signing certificate is read by the
+/// other (`--key-expiration sign`); a relay given only the public key and
+/// the signing key and certificate runs with the identity it names.
+#[test]
+fn keygen_output_works_in_both_programs() -> Result<()> {
+    let tmp = tempfile::tempdir()?;
+    let weft = env!("CARGO_BIN_EXE_weft");
+    let pass = "correct horse battery\n";
+    for (first, second) in [("tor", weft), (weft, "tor")] {
+        let d = tmp.path().join(format!(
+            "keygen-{}",
+            first.rsplit('/').next().unwrap_or(first)
+        ));
+        private_dir(&d)?;
+        keygen(first, &d, pass, &[])?;
+        let keys = d.join("keys");
+        ensure!(
+            keys.join("ed25519_master_id_secret_key_encrypted").exists()
+                && !keys.join("ed25519_master_id_secret_key").exists(),
+            "{first} --keygen did not encrypt the master key"
+        );
+        let public = std::fs::read(keys.join("ed25519_master_id_public_key"))?;
+        let cert1 = std::fs::read(keys.join("ed25519_signing_cert"))?;
+        // The other program opens the box and signs a new key with it.
+        keygen(second, &d, pass, &[])?;
+        ensure!(
+            std::fs::read(keys.join("ed25519_master_id_public_key"))? == public,
+            "{second} --keygen changed the identity"
+        );
+        ensure!(
+            std::fs::read(keys.join("ed25519_signing_cert"))? != cert1,
+            "{second} --keygen made no new signing certificate"
+        );
+        let (t, w) = (key_expiration("tor", &d)?, key_expiration(weft, &d)?);
+        ensure!(t == w, "tor says {t:?}, weft says {w:?}");
+        // A wrong passphrase opens nothing.
+        ensure!(keygen(second, &d, "wrong\n", &[]).is_err());
+
+        // The server: the public key, the signing key and certificate.
+        let s = d.with_extension("server");
+        private_dir(&s.join("keys"))?;
+        for f in [
+            "ed25519_master_id_public_key",
+            "ed25519_signing_cert",
+            "ed25519_signing_secret_key",
+        ] {
+            std::fs::copy(keys.join(f), s.join("keys").join(f))?;
+        }
+        weft_fingerprint(&s)?;
+        let weft_id = ed_id(&s)?;
+        ensure!(tor_fingerprint(&s)?.len() > 40);
+        ensure!(
+            ed_id(&s)? == weft_id,
+            "tor and weft name different identities"
+        );
+        ensure!(!s.join("keys/ed25519_master_id_secret_key").exists());
+        eprintln!("[keygen] {first} made, {second} signed: {w}, Ed25519 {weft_id}");
+    }
+    Ok(())
+}

@@ -190,8 +190,13 @@ async fn run_controller(cfg: RelayConfig, mut hooks: RelayHooks) -> anyhow::Resu
         crate::privileges::prepare_data_dir(u, &cfg.data_dir)?;
     }
     let now = SystemTime::now();
-    let keys =
-        RelayKeys::load_or_create(&cfg.data_dir, &cfg.nickname, DEFAULT_ONION_ROTATION, now)?;
+    let keys = RelayKeys::load_or_create_with(
+        &cfg.data_dir,
+        &cfg.nickname,
+        DEFAULT_ONION_ROTATION,
+        cfg.signing_key_lifetime,
+        now,
+    )?;
     let family_dir = (cfg.family_key_dir.clone()).unwrap_or_else(|| cfg.data_dir.join("keys"));
     let family_keys = weft_crypto::family_keys::load(&family_dir, &cfg.family_ids)
         .map_err(|e| anyhow::anyhow!("{e}"))?;

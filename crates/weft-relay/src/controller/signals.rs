@@ -314,6 +314,10 @@ impl Controller {
                     && old.dns_randomize_case == new.dns_randomize_case,
             ),
             ("ShutdownWaitLength", old.shutdown_wait == new.shutdown_wait),
+            (
+                "SigningKeyLifetime",
+                old.signing_key_lifetime == new.signing_key_lifetime,
+            ),
             ("Accounting options", old.accounting == new.accounting),
         ] {
             if !same {
@@ -323,6 +327,8 @@ impl Controller {
         let bw_changed =
             old.bandwidth_rate != new.bandwidth_rate || old.bandwidth_burst != new.bandwidth_burst;
         self.reload_accounting(&new);
+        // The next signing certificate lasts the new lifetime (as C).
+        self.keys.signing_lifetime = new.signing_key_lifetime;
         self.cfg = new;
         // C's dns_reset(): the name servers read again if their file
         // changed (ServerDNSResolvConfFile and ServerDNSRandomizeCase
