@@ -134,7 +134,7 @@ pub(crate) fn load_or_create_ed(
 pub(crate) fn offline_without_signing_key(key_dir: &Path) -> KeyError {
     corrupt(
         &key_dir.join("ed25519_signing_cert"),
-        "missing or expired, and ed25519_master_id_secret_key is offline: make a new signing key and certificate with the master key",
+        "missing or expired, and ed25519_master_id_secret_key is offline: make a new signing key and certificate with the master key (weft --keygen or tor --keygen where it is)",
     )
 }
 

@@ -341,7 +341,7 @@ impl RelayKeys {
             }
             (Some((kp, cert, expiry)), None) if expiry > now => {
                 tracing::warn!(
-                    "the Ed25519 signing certificate expires in {}s and the master secret key is offline: make a new signing key and certificate with it",
+                    "the Ed25519 signing certificate expires in {}s and the master secret key is offline: make a new signing key and certificate with it (weft --keygen or tor --keygen where the master key is)",
                     expiry.duration_since(now).unwrap_or_default().as_secs()
                 );
                 (kp, cert, expiry)
@@ -438,7 +438,7 @@ impl RelayKeys {
                 return Err(offline_without_signing_key(&self.key_dir));
             }
             tracing::warn!(
-                "the Ed25519 signing certificate expires in {}s and the master secret key is offline: make a new signing key and certificate with it",
+                "the Ed25519 signing certificate expires in {}s and the master secret key is offline: make a new signing key and certificate with it (weft --keygen or tor --keygen where the master key is)",
                 self.signing_cert_expiry.duration_since(now).unwrap_or_default().as_secs()
             );
             return Ok(false);
