@@ -141,8 +141,9 @@ pub struct WeftNode {
     pub exit_policy: Vec<String>,
     /// Files written into weft's DataDirectory before its first start:
     /// (relative path, contents), e.g. a `state` file a previous run would
-    /// have left.
-    pub data_files: Vec<(String, String)>,
+    /// have left, or a stock tor relay's `keys/` (written 0600, in a 0700
+    /// `keys/`).
+    pub data_files: Vec<(String, Vec<u8>)>,
     /// Lines in place of `ORPort 127.0.0.1:{port}` and `Address
     /// 127.0.0.1` (`{port}` is replaced by weft's ORPort), e.g. a bare
     /// `ORPort {port}` that leaves weft to find its address. None: those

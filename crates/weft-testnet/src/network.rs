@@ -9,6 +9,7 @@ use std::collections::HashMap;
 use std::fmt::Write as _;
 use std::fs;
 use std::net::{Ipv4Addr, SocketAddr, TcpStream};
+use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::{Duration, Instant};
@@ -195,13 +196,14 @@ impl Testnet {
                         .as_ref()
                         .ok_or_else(|| anyhow!("weft node without config"))?;
                     create_private_dir(&n.dir)?;
-                    for (name, text) in &w.data_files {
+                    for (name, bytes) in &w.data_files {
                         let path = n.dir.join(name);
                         if let Some(parent) = path.parent() {
-                            fs::create_dir_all(parent)?;
+                            create_private_dir(parent)?;
                         }
-                        fs::write(&path, text)
+                        fs::write(&path, bytes)
                             .with_context(|| format!("writing {}", path.display()))?;
+                        fs::set_permissions(&path, fs::Permissions::from_mode(0o600))?;
                     }
                     torrc::weft_torrc(&n.name, &n.dir, &n.dir, n.or_port.unwrap_or(0), &facts, w)
                 }
@@ -479,13 +481,11 @@ impl Testnet {
         Ok(())
     }
 
-    /// Stop the weft node (SIGTERM, bounded wait, then SIGKILL) and start it
-    /// again from the same DataDirectory with `threads` and `extra_torrc`
-    /// (replacing the earlier extra lines); returns once its ORPort accepts
-    /// connections again. The fingerprint read after the restart is stored
-    /// in the node's [`NodeInfo::fingerprint`]; callers compare it with the
-    /// one from before.
-    pub fn restart_weft(&mut self, threads: Option<u32>, extra_torrc: Vec<String>) -> Result<()> {
+    /// Stop the weft node (SIGTERM, bounded wait, then SIGKILL) and forget
+    /// its process (the network's checks no longer expect it); its index
+    /// among the nodes. Its DataDirectory stays, e.g. for a stock tor to
+    /// run on.
+    pub fn stop_weft(&mut self) -> Result<usize> {
         let i = self
             .nodes
             .iter()
@@ -502,6 +502,17 @@ impl Testnet {
         if !killed.is_empty() {
             eprintln!("weft-testnet: weft needed SIGKILL after {STOP_GRACE:?}");
         }
+        Ok(i)
+    }
+
+    /// Stop the weft node (SIGTERM, bounded wait, then SIGKILL) and start it
+    /// again from the same DataDirectory with `threads` and `extra_torrc`
+    /// (replacing the earlier extra lines); returns once its ORPort accepts
+    /// connections again. The fingerprint read after the restart is stored
+    /// in the node's [`NodeInfo::fingerprint`]; callers compare it with the
+    /// one from before.
+    pub fn restart_weft(&mut self, threads: Option<u32>, extra_torrc: Vec<String>) -> Result<()> {
+        let i = self.stop_weft()?;
         let w = self
             .config
             .weft

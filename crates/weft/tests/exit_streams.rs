@@ -475,9 +475,12 @@ fn stock_clients_use_the_fixed_windows_without_congestion_control() -> Result<()
             // `padding-counts` every 30 s instead of C's day.
             w.extra_torrc
                 .push("TestingPaddingStatisticsInterval 30".into());
-            w.data_files.push(("state".into(), history.state.clone()));
             w.data_files
-                .push(("stats/dirreq-stats".into(), history.dirreq.clone()));
+                .push(("state".into(), history.state.clone().into_bytes()));
+            w.data_files.push((
+                "stats/dirreq-stats".into(),
+                history.dirreq.clone().into_bytes(),
+            ));
         },
     )?;
     let fp = weft_fp(&net)?;
