@@ -5,8 +5,9 @@
 //! would be refused) and vote it Running under tor's fingerprint. Then
 //! weft stops and stock tor starts on weft's DataDirectory: its descriptor
 //! (platform Tor) is taken under the same two identities and listed.
-//! `tests/tor_keys.rs` checks the files themselves; this checks the
-//! network's verdict. The network lives in
+//! The bandwidth history in the `state` file (C's items) goes through
+//! weft and back to tor. `tests/tor_keys.rs` checks the files themselves;
+//! this checks the network's verdict. The network lives in
 //! `target/tmp/weft-net-keymove-<pid>/`, kept on failure.
 
 use std::path::{Path, PathBuf};
@@ -19,6 +20,10 @@ use anyhow::{ensure, Context, Result};
 use weft_testnet::{Testnet, TestnetConfig, WeftNode};
 
 const BOUND: Duration = Duration::from_secs(240);
+
+/// Two finished days of read history (whole KiB/s, so C's replay gives
+/// them back exactly).
+const READ_VALUES: &str = "176947200,353894400";
 
 /// The stock tor this test starts, stopped by PID when dropped.
 struct StockRelay(Child);
@@ -85,7 +90,10 @@ fn wait_consensus(net: &Testnet, nick: &str, id_b64: &str, since: &str) -> Resul
 }
 
 fn utc_now() -> String {
-    let d = time::OffsetDateTime::now_utc();
+    iso(time::OffsetDateTime::now_utc())
+}
+
+fn iso(d: time::OffsetDateTime) -> String {
     format!(
         "{:04}-{:02}-{:02} {:02}:{:02}:{:02}",
         d.year(),
@@ -146,6 +154,16 @@ fn a_relay_moves_from_tor_to_weft_and_back_in_the_consensus() -> Result<()> {
     let mut w = WeftNode::new(env!("CARGO_BIN_EXE_weft"));
     w.connection_threads = Some(2);
     w.data_files = files;
+    // tor's bandwidth history (its state file's items), to be carried on.
+    let ends = iso(time::OffsetDateTime::now_utc() + time::Duration::hours(1));
+    let history = format!("{READ_VALUES},0");
+    w.data_files.push((
+        "state".into(),
+        format!(
+            "# Tor state file\nBWHistoryReadEnds {ends}\nBWHistoryReadInterval 86400\nBWHistoryReadValues {history}\n"
+        )
+        .into_bytes(),
+    ));
     cfg.weft = Some(w);
     let mut net = common::start_testnet("keymove", cfg)?;
     let weft_fp = net.weft().context("weft")?.fingerprint()?.to_string();
@@ -209,7 +227,24 @@ fn a_relay_moves_from_tor_to_weft_and_back_in_the_consensus() -> Result<()> {
         "[keymove] stock tor on weft's DataDirectory listed: {}",
         wait_consensus(&net, "weft", &id_b64, &since)?
     );
+    // tor took weft's state file (C's items, the history carried on).
     drop(_tor);
+    let state = std::fs::read_to_string(node.dir.join("state"))?;
+    let read = line_value(&state, "BWHistoryReadValues ");
+    ensure!(
+        read.starts_with(READ_VALUES),
+        "the read history did not survive weft and tor: {read:?}\n{state}"
+    );
+    let log = std::fs::read_to_string(node.dir.join("stock-notice.log"))?;
+    let complaints: Vec<&str> = log
+        .lines()
+        .filter(|l| l.contains("[warn]") && l.to_ascii_lowercase().contains("state"))
+        .collect();
+    ensure!(
+        complaints.is_empty(),
+        "tor complained of the state file: {complaints:?}"
+    );
+    eprintln!("[keymove] tor's state after weft: BWHistoryReadValues {read}");
     net.stop()?;
     let _ = std::fs::remove_dir_all(&base_dir);
     Ok(())
