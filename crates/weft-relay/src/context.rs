@@ -45,6 +45,8 @@ pub struct StatsOptions {
     pub geoip6_file: PathBuf,
     /// `PaddingStatistics` (default 1): `padding-counts` in the extra-info.
     pub padding: bool,
+    /// `HiddenServiceStatistics` (default 1): the `hidserv-v3-*` lines.
+    pub hidserv: bool,
     /// The interval of `padding-counts` in seconds (C's a day; shorter
     /// only with `TestingTorNetwork`, by weft's
     /// `TestingPaddingStatisticsInterval`).
@@ -59,6 +61,7 @@ impl Default for StatsOptions {
             geoip_file: PathBuf::from("/usr/share/tor/geoip"),
             geoip6_file: PathBuf::from("/usr/share/tor/geoip6"),
             padding: true,
+            hidserv: true,
             padding_interval: crate::stats::padding::INTERVAL,
         }
     }

@@ -27,6 +27,9 @@ pub struct OnionCounters {
     /// ESTABLISH_RENDEZVOUS with a cookie already registered (circuit
     /// closed).
     pub rend_duplicate_cookie: u64,
+    /// Relay cells received on rendezvous-point circuits (C's
+    /// `rep_hist_seen_new_rp_cell`, for `hidserv-rend-v3-relayed-cells`).
+    pub rend_cells: u64,
 }
 
 impl OnionCounters {
@@ -40,6 +43,7 @@ impl OnionCounters {
             rend_established: self.rend_established - e.rend_established,
             rend_joined: self.rend_joined - e.rend_joined,
             rend_duplicate_cookie: self.rend_duplicate_cookie - e.rend_duplicate_cookie,
+            rend_cells: self.rend_cells - e.rend_cells,
         }
     }
 
@@ -52,6 +56,7 @@ impl OnionCounters {
         self.rend_established += o.rend_established;
         self.rend_joined += o.rend_joined;
         self.rend_duplicate_cookie += o.rend_duplicate_cookie;
+        self.rend_cells += o.rend_cells;
     }
 }
 

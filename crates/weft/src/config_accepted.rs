@@ -93,7 +93,6 @@ impl AcceptedOptions {
             | "disabledebuggerattachment" => {
                 boolean(key, val).map(|_| ())
             }
-            "hiddenservicestatistics" => boolean(key, val).map(|_| ()),
             "entrystatistics" | "exitportstatistics" | "conndirectionstatistics"
             | "cellstatistics" => boolean(key, val).map(|on| {
                 if on {

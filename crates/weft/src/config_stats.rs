@@ -29,6 +29,7 @@ impl StatsConfig {
             "extrainfostatistics" => parse_bool(val).map(|b| o.extra_info = b),
             "dirreqstatistics" => parse_bool(val).map(|b| o.dirreq = b),
             "paddingstatistics" => parse_bool(val).map(|b| o.padding = b),
+            "hiddenservicestatistics" => parse_bool(val).map(|b| o.hidserv = b),
             "geoipfile" => {
                 o.geoip_file = PathBuf::from(val);
                 Ok(())
@@ -80,7 +81,7 @@ mod tests {
     #[test]
     fn defaults_are_cs_and_the_testing_interval_needs_a_testing_network() {
         let d = StatsConfig::default().finish(false).unwrap();
-        assert!(d.extra_info && d.dirreq && d.padding);
+        assert!(d.extra_info && d.dirreq && d.padding && d.hidserv);
         assert_eq!(d.padding_interval, 86_400);
         let mut s = StatsConfig::default();
         assert!(s

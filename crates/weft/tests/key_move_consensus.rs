@@ -105,10 +105,13 @@ fn iso(d: time::OffsetDateTime) -> String {
     )
 }
 
+/// (relative path, bytes) of files for weft's DataDirectory.
+type DataFiles = Vec<(String, Vec<u8>)>;
+
 /// Stock tor's keys for a new relay, made by `tor --list-fingerprint`:
 /// (relative path, bytes) of each key file, the RSA fingerprint, the
 /// Ed25519 identity (base64, as `master-key-ed25519`).
-fn tor_made_keys(dir: &Path) -> Result<(Vec<(String, Vec<u8>)>, String, String)> {
+fn tor_made_keys(dir: &Path) -> Result<(DataFiles, String, String)> {
     std::fs::create_dir_all(dir)?;
     std::fs::set_permissions(dir, std::os::unix::fs::PermissionsExt::from_mode(0o700))?;
     let torrc = dir.with_extension("torrc");

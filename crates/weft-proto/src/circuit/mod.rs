@@ -86,6 +86,20 @@ pub enum Purpose {
     Spliced,
 }
 
+impl Purpose {
+    /// A rendezvous-point circuit, from its ESTABLISH_RENDEZVOUS (or the
+    /// service's RENDEZVOUS1) on (C's `circuit_carries_hs_traffic_stats`).
+    pub fn is_rendezvous(&self) -> bool {
+        matches!(
+            self,
+            Purpose::RendPending { .. }
+                | Purpose::RendWaiting { .. }
+                | Purpose::Joining
+                | Purpose::Spliced
+        )
+    }
+}
+
 /// An introduction point's state.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct IntroPoint {

@@ -4,7 +4,9 @@
 //! exhaustion, the directory streams' consensus requests the
 //! directory-request statistics (with C's GeoIP files only, written to
 //! `DataDirectory/stats/dirreq-stats` once a day as C does), the cells
-//! `padding-counts`, and the
+//! `padding-counts`, rendezvous cells and stored onion-service
+//! descriptors the `hidserv-v3-*` lines (`stats/hidserv-v3-stats`, once a
+//! day from the next 12:00 UTC), and the
 //! directory duties get the statistics' lines for each extra-info they
 //! build.
 
@@ -18,11 +20,27 @@ use crate::context::RelayConfig;
 use crate::messages::WorkerReport;
 use crate::stats::dirreq::NsResponse;
 use crate::stats::geoip::{GeoIp, GeoIpTable};
+use crate::stats::hidserv::HsStats;
 use crate::stats::padding::PaddingStats;
 use crate::stats::{ByteCounts, RelayStats};
 
 fn dirreq_file(data_dir: &Path) -> PathBuf {
     data_dir.join("stats").join("dirreq-stats")
+}
+
+fn hidserv_file(data_dir: &Path) -> PathBuf {
+    data_dir.join("stats").join("hidserv-v3-stats")
+}
+
+/// Write a statistics file (C's `write_to_data_subdir("stats", ...)`).
+fn write_stats_file(path: &Path, text: &str) {
+    let written = path
+        .parent()
+        .map_or(Ok(()), std::fs::create_dir_all)
+        .and_then(|()| std::fs::write(path, text));
+    if let Err(e) = written {
+        warn!("cannot write {}: {e}", path.display());
+    }
 }
 
 /// The statistics at start-up: the byte histories from the state file;
@@ -36,6 +54,12 @@ pub(super) fn load_stats(cfg: &RelayConfig, state_path: &Path) -> RelayStats {
     let mut stats = RelayStats::load(state_path, now);
     let o = &cfg.stats;
     stats.padding = PaddingStats::new(now, o.padding_interval, o.padding);
+    if o.hidserv {
+        // C starts counting at the next time period (12:00 UTC); the file
+        // a previous run wrote goes into the extra-info while fresh.
+        stats.hidserv = Some(HsStats::new(now));
+        stats.hidserv_written = std::fs::read_to_string(hidserv_file(&cfg.data_dir)).ok();
+    }
     if !o.dirreq {
         return stats;
     }
@@ -61,6 +85,26 @@ pub(super) fn load_stats(cfg: &RelayConfig, state_path: &Path) -> RelayStats {
 }
 
 impl Controller {
+    /// A worker's once-a-second report: the byte counts, its load and
+    /// totals, its queues for the memory limit, and the statistics.
+    pub(super) fn on_worker_stats(&mut self, worker: usize, report: &WorkerReport, cpu_ns: u64) {
+        self.bw.add(report.read_bytes, report.written_bytes);
+        self.bw.total_cells += report.cells_relayed;
+        if let Some(l) = self.worker_load.get_mut(worker) {
+            *l = *report;
+        }
+        self.note_extra_stats(report);
+        if let Some(c) = self.worker_cpu_ns.get_mut(worker) {
+            *c = cpu_ns;
+        }
+        if let Some(t) = self.worker_totals.get_mut(worker) {
+            t.add(report, cpu_ns);
+        }
+        self.limits.set_queued(worker, report.limits.queued_bytes);
+        self.check_memory();
+        self.limits.note_onionskins(&report.limits);
+    }
+
     /// A worker's report (already in `worker_load`): its bytes into the
     /// histories (relay connections and exit streams, as C counts every
     /// rate-limited connection), its empty token buckets into
@@ -95,14 +139,21 @@ impl Controller {
                 .note_rate_limited(now, read > 0, write > 0);
         }
         if let Some(text) = self.stats.dirreq_due(now, self.millis()) {
-            let path = dirreq_file(&self.cfg.data_dir);
-            let written = path
-                .parent()
-                .map_or(Ok(()), std::fs::create_dir_all)
-                .and_then(|()| std::fs::write(&path, text));
-            if let Err(e) = written {
-                warn!("cannot write {}: {e}", path.display());
+            write_stats_file(&dirreq_file(&self.cfg.data_dir), &text);
+        }
+        if let Some(h) = self.stats.hidserv.as_mut() {
+            h.note_rend_cells(r.onion.rend_cells, now);
+            if let Some(text) = h.due(now) {
+                write_stats_file(&hidserv_file(&self.cfg.data_dir), &text);
+                self.stats.hidserv_written = Some(text);
             }
+        }
+    }
+
+    /// The HSDir stored a descriptor for blinded key `key`.
+    pub(super) fn note_onion_seen(&mut self, key: [u8; 32]) {
+        if let Some(h) = self.stats.hidserv.as_mut() {
+            h.note_onion(key, unix_secs());
         }
     }
 

@@ -158,21 +158,26 @@ impl HsDirState {
 
     /// A check finished: store the descriptor (if its revision counter is
     /// above the cached one's), answer the stream, tell every worker.
-    pub(super) fn on_checked(&mut self, c: Checked, workers: &[WorkerHandle]) {
+    /// Returns the blinded key of a descriptor stored (for the
+    /// `hidserv-dir-v3-onions-seen` statistics).
+    pub(super) fn on_checked(&mut self, c: Checked, workers: &[WorkerHandle]) -> Option<[u8; 32]> {
         self.checking = self.checking.saturating_sub(1);
         self.start_checks();
         let result = c.result.and_then(|d| self.cache.store(d, unix_now()));
         match result {
             Ok(update) => {
                 self.metrics.stored += 1;
+                let mut stored = None;
                 if let HsDirUpdate::Stored { key, .. } = &update {
                     info!(
                         "Publish request for HS descriptor handled successfully ({})",
                         key_b64(key)
                     );
+                    stored = Some(*key);
                 }
                 broadcast(workers, update);
                 answer(workers, c.reply, PostAnswer::Stored);
+                stored
             }
             Err(why) => {
                 info!("HS descriptor upload refused: {why}");
@@ -180,6 +185,7 @@ impl HsDirState {
                     self.metrics.refused[i] += 1;
                 }
                 answer(workers, c.reply, PostAnswer::Refused);
+                None
             }
         }
     }

@@ -421,7 +421,9 @@ async fn run_controller(cfg: RelayConfig, mut hooks: RelayHooks) -> anyhow::Resu
                 }
             }
             Some(done) = hs_rx.recv() => {
-                c.hs_dir.on_checked(done, &c.workers);
+                if let Some(key) = c.hs_dir.on_checked(done, &c.workers) {
+                    c.note_onion_seen(key);
+                }
                 c.check_memory();
             }
             Some(ev) = cache_rx.recv() => {
@@ -683,23 +685,7 @@ impl Controller {
                 worker,
                 report,
                 cpu_ns,
-            } => {
-                self.bw.add(report.read_bytes, report.written_bytes);
-                self.bw.total_cells += report.cells_relayed;
-                if let Some(l) = self.worker_load.get_mut(worker) {
-                    *l = report;
-                }
-                self.note_extra_stats(&report);
-                if let Some(c) = self.worker_cpu_ns.get_mut(worker) {
-                    *c = cpu_ns;
-                }
-                if let Some(t) = self.worker_totals.get_mut(worker) {
-                    t.add(&report, cpu_ns);
-                }
-                self.limits.set_queued(worker, report.limits.queued_bytes);
-                self.check_memory();
-                self.limits.note_onionskins(&report.limits);
-            }
+            } => self.on_worker_stats(worker, &report, cpu_ns),
         }
     }
 

@@ -13,13 +13,14 @@
 //! bwhist_get_bandwidth_lines(); geoip_stats.c geoip_format_dirreq_stats();
 //! rephist.c rep_hist_get_overload_stats_lines()]
 //!
-//! What C writes by default and weft does not: the `hidserv-*`
-//! statistics.
+//! The onion-service statistics (`hidserv-v3-*`; [`hidserv`]) come
+//! between the directory requests and the padding counts.
 //!
 //! Sans-IO but for [`RelayStats::load`]: times are unix seconds, given.
 
 pub mod dirreq;
 pub mod geoip;
+pub mod hidserv;
 pub mod history;
 pub mod overload;
 pub mod padding;
@@ -70,6 +71,10 @@ pub struct RelayStats {
     dirreq: Option<Dirreq>,
     /// The cell counts of `padding-counts`.
     pub padding: padding::PaddingStats,
+    /// The onion-service counts (None: `HiddenServiceStatistics 0`).
+    pub hidserv: Option<hidserv::HsStats>,
+    /// The text of `stats/hidserv-v3-stats` (the last interval's), if any.
+    pub hidserv_written: Option<String>,
 }
 
 /// The directory-request statistics being counted and the last ones
@@ -90,6 +95,8 @@ impl RelayStats {
             overload: OverloadStats::default(),
             dirreq: None,
             padding: padding::PaddingStats::new(now, padding::INTERVAL, true),
+            hidserv: None,
+            hidserv_written: None,
         }
     }
 
@@ -200,10 +207,17 @@ impl RelayStats {
             ),
             None => (String::new(), String::new()),
         };
+        let hidserv = match (&self.hidserv, &self.hidserv_written) {
+            (Some(_), Some(t)) => dirreq::fresh_stats(t, "hidserv-v3-stats-end", now)
+                .unwrap_or_default()
+                .to_string(),
+            _ => String::new(),
+        };
         [
             self.history_lines(None),
             digests,
             dirreq,
+            hidserv,
             self.padding.line().unwrap_or_default(),
             self.overload.lines(now, rate, burst),
         ]
@@ -417,5 +431,34 @@ mod tests {
         assert_eq!(format_iso(T0).as_deref(), Some("2026-11-28 00:00:00"));
         assert_eq!(parse_iso("2026-11-28 00:00:00"), Some(T0));
         assert_eq!(parse_iso("2026-11-28"), None);
+    }
+
+    /// The `hidserv-v3-*` lines go between the directory requests and the
+    /// padding counts while their file is at most 25 hours old, and only
+    /// with `HiddenServiceStatistics 1`.
+    #[test]
+    fn hidserv_lines_come_in_cs_place_while_fresh() {
+        let end = T0 + 36 * 3600;
+        let mut s = RelayStats::new(T0);
+        let text = "hidserv-v3-stats-end 2026-11-29 12:00:00 (86400 s)\nhidserv-rend-v3-relayed-cells 0 delta_f=2048 epsilon=0.30 bin_size=1024\nhidserv-dir-v3-onions-seen 8 delta_f=8 epsilon=0.30 bin_size=8\n";
+        s.hidserv_written = Some(text.into());
+        assert!(!s
+            .extra_info_chunks(end, 1, 1)
+            .iter()
+            .any(|c| c.contains("hidserv")));
+        s.hidserv = Some(hidserv::HsStats::new(T0));
+        s.padding = padding::PaddingStats::new(T0, 3600, true);
+        let chunks = s.extra_info_chunks(end, 1, 1);
+        let at = chunks
+            .iter()
+            .position(|c| c == text)
+            .expect("hidserv chunk");
+        if let Some(p) = chunks.iter().position(|c| c.starts_with("padding-counts")) {
+            assert!(at < p);
+        }
+        assert!(!s
+            .extra_info_chunks(end + 25 * 3600 + 1, 1, 1)
+            .iter()
+            .any(|c| c.contains("hidserv")));
     }
 }

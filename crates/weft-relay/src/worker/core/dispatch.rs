@@ -232,6 +232,11 @@ impl Circuits {
             }
             HalfRole::Keyed(k) => {
                 let action = k.on_forward(command, body, &self.fctx);
+                // C counts every relay cell of a rendezvous-point circuit,
+                // the ESTABLISH_RENDEZVOUS that makes it one included.
+                if k.purpose.is_rendezvous() {
+                    self.counters.onion.rend_cells += 1;
+                }
                 let peer = h.peer;
                 self.note_usage(conn, command, peer.is_some());
                 self.keyed_action(conn, slot, peer, action, stamp_ns, body);

@@ -259,6 +259,11 @@ fn a_rendezvous_splices_two_circuits_on_different_workers() {
         assert!(client.on_backward(&mut got).is_err());
         assert_eq!(got, plain, "service → client");
     }
+    // Every relay cell of a rendezvous circuit counts for the hidserv
+    // statistics: the two ESTABLISH_RENDEZVOUS (the duplicate's too) and
+    // ten on the client's side, RENDEZVOUS1 and ten on the service's.
+    assert_eq!(net.cores[0].counters.onion.rend_cells, 12);
+    assert_eq!(net.cores[1].counters.onion.rend_cells, 11);
     // Spliced circuits migrate like any other.
     assert!(net.cores[0].can_detach(1));
     // One side closes: so does the other.
