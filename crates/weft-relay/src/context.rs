@@ -115,6 +115,8 @@ pub struct RelayConfig {
     pub address_finder: Option<AddressFinder>,
     /// SigningKeyLifetime: how long a new signing certificate lasts.
     pub signing_key_lifetime: std::time::Duration,
+    /// KeepalivePeriod (C's 5 minutes).
+    pub keepalive_period: std::time::Duration,
     /// The IPv6 ORPort: where it listens and what is advertised
     /// (`or-address`), if any.
     pub ipv6_or_port: Option<(SocketAddr, std::net::SocketAddrV6)>,
@@ -342,6 +344,9 @@ pub struct SchedParams {
     /// The consensus's `HSV3MaxDescriptorSize` (bytes, default 50,000):
     /// an onion-service descriptor at least this big is refused.
     pub hs_max_desc_size: usize,
+    /// KeepalivePeriod: PADDING on a connection nothing was written to
+    /// for this long (C's `run_connection_housekeeping`).
+    pub keepalive: std::time::Duration,
 }
 
 impl Default for SchedParams {
@@ -359,6 +364,7 @@ impl Default for SchedParams {
             conn_timeout_relays_s: 3600,
             padding: Default::default(),
             hs_max_desc_size: weft_dir::hs_cache::HS_DESC_MAX_LEN,
+            keepalive: std::time::Duration::from_secs(300),
         }
     }
 }
@@ -444,6 +450,8 @@ pub struct CircuitContext {
     pub padding: weft_proto::padding::PaddingParams,
     /// The consensus's `HSV3MaxDescriptorSize`.
     pub hs_max_desc_size: usize,
+    /// KeepalivePeriod in nanoseconds.
+    pub keepalive_ns: u64,
     /// We are a directory cache (BEGIN_DIR served).
     pub dir_cache: bool,
     /// Source addresses of outbound connections.
@@ -492,6 +500,7 @@ impl SharedContext {
                 conn_timeout_relays_s: sched.conn_timeout_relays_s,
                 padding: sched.padding,
                 hs_max_desc_size: sched.hs_max_desc_size,
+                keepalive_ns: sched.keepalive.as_nanos().min(u128::from(u64::MAX)) as u64,
                 dir_cache: false,
                 hibernating: false,
                 outbound: Default::default(),

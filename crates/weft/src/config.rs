@@ -552,6 +552,7 @@ pub fn parse_lines(
     }));
     let signing_key_lifetime =
         std::time::Duration::from_secs(accepted.signing_key_lifetime.unwrap_or(30 * 86400));
+    let keepalive_period = std::time::Duration::from_secs(accepted.keepalive_period.unwrap_or(300));
     warnings.extend(accepted.warnings);
     let notices = match ports.method {
         crate::find_address::Method::Configured => Vec::new(),
@@ -651,6 +652,7 @@ pub fn parse_lines(
             advertised: ports.advertised,
             address_finder: Some(address_finder),
             signing_key_lifetime,
+            keepalive_period,
             ipv6_or_port: ports.ipv6.map(|p| (p.listen, p.advertised)),
             data_dir,
             authorities,

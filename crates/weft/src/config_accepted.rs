@@ -14,7 +14,7 @@
 //! | `NumCPUs` | a count; weft's workers are `ConnectionThreads` |
 //! | `OfflineMasterKey` | boolean; weft runs on the signing key without the master secret key whenever that is absent |
 //! | `SigningKeyLifetime` | an interval of at least 2 days: new signing certificates last that long (C's default 30 days) |
-//! | `KeepalivePeriod` | an interval; weft uses 5 minutes (warned if different) |
+//! | `KeepalivePeriod` | a positive interval: PADDING on a connection nothing was written to for that long (C's default 5 minutes) |
 //! | `Sandbox` | boolean; 1: warned, weft has no seccomp sandbox (the systemd unit restricts it) |
 //! | `HiddenServiceStatistics`, `EntryStatistics`, `ExitPortStatistics`, `ConnDirectionStatistics`, `CellStatistics` | booleans; 1 for the last four is warned (weft does not count them) |
 
@@ -25,6 +25,8 @@ pub(crate) struct AcceptedOptions {
     pub(crate) warnings: Vec<String>,
     /// `SigningKeyLifetime`, seconds (None: C's 30 days).
     pub(crate) signing_key_lifetime: Option<u64>,
+    /// `KeepalivePeriod`, seconds (None: C's 5 minutes).
+    pub(crate) keepalive_period: Option<u64>,
 }
 
 fn boolean(key: &str, v: &str) -> Result<bool, String> {
@@ -119,12 +121,12 @@ impl AcceptedOptions {
                 self.signing_key_lifetime = Some(s);
                 Ok(())
             }),
-            "keepaliveperiod" => crate::config_units::interval(val).map(|s| {
-                if s != 300 {
-                    self.warn(format!(
-                        "KeepalivePeriod {val}: weft sends a keepalive after 5 minutes without traffic"
-                    ));
+            "keepaliveperiod" => crate::config_units::interval(val).and_then(|s| {
+                if s < 1 {
+                    return Err("KeepalivePeriod option must be positive.".into());
                 }
+                self.keepalive_period = Some(s);
+                Ok(())
             }),
             _ => return None,
         };

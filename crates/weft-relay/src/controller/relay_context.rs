@@ -53,6 +53,7 @@ pub(super) fn sched_params(cfg: &RelayConfig, p: &NetParams) -> SchedParams {
             1,
             i32::MAX,
         ) as usize,
+        keepalive: cfg.keepalive_period,
     }
 }
 

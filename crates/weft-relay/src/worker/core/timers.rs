@@ -26,8 +26,9 @@ pub(crate) const HANDSHAKE_TIMEOUT_NS: u64 = 60 * SECOND_NS;
 /// this long plus up to half as much again, drawn per connection (C Tor's
 /// `CONNTIMEOUT_CLIENTS_BASE`: 3 to 4.5 min). [protocol-notes §2.7]
 pub(crate) const IDLE_CLIENT_BASE_S: u32 = 180;
-/// Send a PADDING cell when nothing was written for this long
-/// (`KeepalivePeriod`).
+/// C's default `KeepalivePeriod` (the context's `keepalive_ns` is the
+/// configured one).
+#[cfg(test)]
 pub(crate) const KEEPALIVE_NS: u64 = 5 * 60 * SECOND_NS;
 
 /// Connections still in their handshake, by the driver's slot: the
@@ -187,7 +188,7 @@ impl Circuits {
                     continue;
                 }
             }
-            if now.saturating_sub(c.times.last_write_ns) >= KEEPALIVE_NS {
+            if now.saturating_sub(c.times.last_write_ns) >= ctx.keepalive_ns {
                 keepalive.push(idx);
                 continue;
             }

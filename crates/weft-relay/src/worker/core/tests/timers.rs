@@ -119,6 +119,28 @@ fn keepalive_padding_goes_out_after_five_minutes_without_a_write() {
     assert!(cells(&mut net).is_empty());
 }
 
+/// A configured `KeepalivePeriod` (here one minute) applies instead.
+#[test]
+fn keepalive_period_is_the_configured_one() {
+    let mut net = Net::new(1, 64);
+    let link =
+        weft_crypto::keys::LinkKeys::generate(net.relay, std::time::SystemTime::now()).unwrap();
+    let sched = crate::context::SchedParams {
+        keepalive: std::time::Duration::from_secs(60),
+        ..Default::default()
+    };
+    let ctx = crate::context::SharedContext::build(net.relay, &link, vec![], &sched).unwrap();
+    net.cores[0].set_context(ctx.circuits);
+    at(&mut net, S);
+    let _c = streams::circuit(&mut net, 3, 1);
+    let _ = net.written(0, 3);
+    at(&mut net, 60 * S);
+    assert!(net.written(0, 3).is_empty());
+    at(&mut net, 62 * S);
+    let got: Vec<u8> = net.written(0, 3).into_iter().map(|o| o.command).collect();
+    assert_eq!(got, vec![cmd::PADDING]);
+}
+
 #[test]
 fn the_core_asks_to_be_woken_for_its_next_timer_and_an_idle_one_never() {
     let mut net = Net::new(1, 64);
