@@ -124,6 +124,25 @@ pub async fn fetch_authority_certs_text(
     get_document(dirport, "/tor/keys/all", MAX_CERTS_SIZE, timeout).await
 }
 
+/// Ask the directory server at `dirport` what address it sees us at: its
+/// `X-Your-Address-Is` header (C adds it to every answer but to a nearby
+/// peer's; C's `connection_dir_client_reached_eof` reads it from any
+/// answer). The request is `/tor/keys/authority`, small whatever the
+/// status; None when the header is missing or not an address.
+pub async fn fetch_your_address(
+    dirport: SocketAddr,
+    timeout: Duration,
+) -> Result<Option<std::net::IpAddr>, DirError> {
+    let req = http::build_request("GET", "/tor/keys/authority", dirport, &[], None)?;
+    let resp = http::exchange(dirport, &req, MAX_CERTS_SIZE, timeout).await?;
+    Ok(your_address(&resp))
+}
+
+/// The `X-Your-Address-Is` of an answer, if it is an address.
+pub fn your_address(resp: &http::HttpResponse) -> Option<std::net::IpAddr> {
+    resp.header("X-Your-Address-Is")?.trim().parse().ok()
+}
+
 /// Fetch the certificates and the consensus from `dirport`, verify the
 /// consensus against `trusted_v3idents` (see [`verify_consensus`]) and
 /// summarise it.
@@ -142,6 +161,26 @@ pub async fn fetch_verified_consensus(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn x_your_address_is_is_read_if_it_is_an_address() {
+        let resp = |v: &str| http::HttpResponse {
+            status: 404,
+            reason: "Not found".into(),
+            headers: vec![("X-Your-Address-Is".into(), v.into())],
+            body: Vec::new(),
+        };
+        assert_eq!(
+            your_address(&resp("198.51.100.7")),
+            Some("198.51.100.7".parse().unwrap())
+        );
+        assert_eq!(
+            your_address(&resp(" 2001:db8::7 ")),
+            Some("2001:db8::7".parse().unwrap())
+        );
+        assert_eq!(your_address(&resp("evil\r\nX: y")), None);
+        assert_eq!(your_address(&resp("")), None);
+    }
 
     #[test]
     fn decode_body_bounds_decompression() {

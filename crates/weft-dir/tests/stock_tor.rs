@@ -315,6 +315,15 @@ async fn stock_tor_authority_accepts_descriptor_and_serves_verifiable_consensus(
         .collect();
     assert!(complaints.is_empty(), "C Tor complained: {complaints:#?}");
 
+    // C's X-Your-Address-Is is never sent to an internal peer
+    // (`is_local_to_resolve_addr`: "Internal address is always local"), so
+    // on loopback no tor learns its address from an authority's answer;
+    // the request itself goes through.
+    let seen = weft_dir::dirport::fetch_your_address(auth.dirport, t)
+        .await
+        .unwrap();
+    assert_eq!(seen, None);
+
     // A consensus signed by the authority, verified with its certificate.
     let trusted = [auth.v3ident];
     for (flavor, compressed) in [

@@ -237,6 +237,15 @@ impl OrPortLines {
             (None, Some(_)) => {
                 return Err("an IPv6 Address needs an IPv6 ORPort (or a bare ORPort port)".into())
             }
+            // A bare `ORPort PORT`: IPv6 too if this host has a public
+            // IPv6 address (C makes both listeners and publishes the IPv6
+            // one it finds; weft listens on [::] only then).
+            (None, None) if bind4.is_none() && self.hosts.is_empty() => {
+                find_address::discover_v6(find, custom_authorities).map(|(adv, _)| Ipv6OrPort {
+                    listen: SocketAddr::new(IpAddr::V6(Ipv6Addr::UNSPECIFIED), port4),
+                    advertised: SocketAddrV6::new(adv, port4, 0, 0),
+                })
+            }
             (None, None) => None,
         };
         Ok(OrPorts {
@@ -260,6 +269,7 @@ mod tests {
     struct Host {
         names: Vec<(&'static str, &'static str)>,
         interface: Option<&'static str>,
+        interface6: Option<&'static str>,
         hostname: Option<&'static str>,
     }
 
@@ -272,7 +282,7 @@ mod tests {
                 .find(|ip| ip.is_ipv6() == v6)
         }
         fn interface(&self, v6: bool) -> Option<IpAddr> {
-            self.interface
+            if v6 { self.interface6 } else { self.interface }
                 .map(|a| a.parse::<IpAddr>().unwrap())
                 .filter(|ip| ip.is_ipv6() == v6)
         }
@@ -311,6 +321,7 @@ mod tests {
                 ("private.example", "10.1.2.3"),
             ],
             interface: Some("203.0.113.5"),
+            interface6: None,
             hostname: Some("box"),
         };
         // The typical torrc: a bare ORPort, no Address: the interface's.
@@ -325,6 +336,7 @@ mod tests {
         let nat = Host {
             names: public.names.clone(),
             interface: Some("192.168.1.20"),
+            interface6: None,
             hostname: public.hostname,
         };
         let o = read_on(&[("ORPort", "9001")], false, &nat).unwrap();
@@ -362,6 +374,7 @@ mod tests {
         let none = Host {
             names: vec![("private.example", "10.1.2.3")],
             interface: Some("10.0.0.2"),
+            interface6: None,
             hostname: Some("private.example"),
         };
         let e = read_on(&[("ORPort", "9001")], false, &none).unwrap_err();
@@ -502,5 +515,51 @@ mod tests {
             let e = read(lines).unwrap_err();
             assert!(e.contains(why), "{lines:?}: {e}");
         }
+    }
+
+    /// A bare ORPort on a host with a public IPv6 address: listened on
+    /// and published, as C's `find_my_address(AF_INET6)`; a private one
+    /// (custom authorities or not) or an ORPort with an address: IPv4 only.
+    #[test]
+    fn a_bare_orport_finds_a_public_ipv6_address_too() {
+        let host = Host {
+            names: vec![("box", "203.0.113.77"), ("box", "2001:db8::77")],
+            interface: Some("203.0.113.5"),
+            interface6: Some("2001:db8::5"),
+            hostname: Some("box"),
+        };
+        let o = read_on(&[("ORPort", "9001")], false, &host).unwrap();
+        let v6 = o.ipv6.expect("IPv6 found");
+        assert_eq!(v6.listen, "[::]:9001".parse().unwrap());
+        assert_eq!(v6.advertised, "[2001:db8::5]:9001".parse().unwrap());
+        // The interface's is private: the host name's AAAA.
+        let h2 = Host {
+            interface6: Some("fd00::5"),
+            names: host.names.clone(),
+            ..Host::default()
+        };
+        let h2 = Host {
+            hostname: Some("box"),
+            interface: Some("203.0.113.5"),
+            ..h2
+        };
+        let o = read_on(&[("ORPort", "9001")], true, &h2).unwrap();
+        assert_eq!(
+            o.ipv6.unwrap().advertised,
+            "[2001:db8::77]:9001".parse().unwrap()
+        );
+        // Nothing public: IPv4 only.
+        let h3 = Host {
+            interface: Some("203.0.113.5"),
+            interface6: Some("fe80::1"),
+            ..Host::default()
+        };
+        assert!(read_on(&[("ORPort", "9001")], false, &h3)
+            .unwrap()
+            .ipv6
+            .is_none());
+        // An ORPort with its own IPv4 address stays IPv4 only.
+        let o = read_on(&[("ORPort", "127.0.0.1:9001")], true, &host).unwrap();
+        assert!(o.ipv6.is_none());
     }
 }

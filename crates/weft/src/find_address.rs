@@ -160,3 +160,25 @@ pub fn discover_v4(
         tried.join(", ")
     ))
 }
+
+/// The IPv6 address to publish for a bare `ORPort PORT` when no `Address`
+/// gives one (C's `find_my_address(AF_INET6)`): the interface toward the
+/// Internet's, else the host name's AAAA, if public (a found address is
+/// never private, custom authorities or not, as C's
+/// `address_can_be_used` for what was not written). None: IPv4 only.
+pub fn discover_v6(
+    find: &dyn FindAddress,
+    custom_authorities: bool,
+) -> Option<(std::net::Ipv6Addr, Method)> {
+    let usable = |ip: Option<IpAddr>| match ip {
+        Some(IpAddr::V6(a)) if can_be_used(IpAddr::V6(a), custom_authorities, false).is_ok() => {
+            Some(a)
+        }
+        _ => None,
+    };
+    if let Some(a) = usable(find.interface(true)) {
+        return Some((a, Method::Interface));
+    }
+    let a = usable(find.resolve(&find.hostname()?, true))?;
+    Some((a, Method::Hostname))
+}

@@ -11,10 +11,11 @@
 //! interfaces have private addresses only), the authorities' word is
 //! taken, as C's `relay_address_new_suggestion`: our address as an
 //! authority's NETINFO gives it, if the peer is an authority (its address
-//! and identity) and the address is public and not the authority's own.
-//! Without one, a connection is opened to an authority to hear it (C's
-//! `relay_addr_learn_from_dirauth`: at most every 20 minutes), and nothing
-//! is published meanwhile. A found address that goes away later is kept
+//! and identity) and the address is public and not the authority's own;
+//! likewise the `X-Your-Address-Is` of an authority's DirPort answer
+//! (by its address). Without one, a connection is opened to an authority
+//! and its DirPort asked (C's `relay_addr_learn_from_dirauth`: at most
+//! every 20 minutes), and nothing is published meanwhile. A found address that goes away later is kept
 //! (C would publish none).
 
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
@@ -87,6 +88,18 @@ impl super::Controller {
         }
     }
 
+    /// An authority's DirPort said we are at `seen` (C's
+    /// `X-Your-Address-Is`, believed by the same rules as NETINFO, by the
+    /// authority's address only: the answer came over plain HTTP).
+    pub(super) fn note_your_address(&mut self, seen: IpAddr, authority: IpAddr) {
+        if let Some(a) = accept_suggestion(seen, authority, None, &self.cfg.authorities) {
+            if self.address.suggested != Some(a) {
+                debug!("authority at {authority} says (X-Your-Address-Is) our address is {a}");
+                self.address.suggested = Some(a);
+            }
+        }
+    }
+
     /// Look for our address again and follow a change (C's order: what
     /// the torrc and the host say, else the authorities' suggestion).
     pub(super) fn check_address(&mut self, dir: &mut DirState) {
@@ -118,12 +131,13 @@ impl super::Controller {
                 self.cfg.advertised.port()
             );
         }
-        self.learn_address_from_authority(now);
+        self.learn_address_from_authority(now, dir);
     }
 
     /// C's `relay_addr_learn_from_dirauth`: a connection to a random
-    /// authority, whose NETINFO names our address.
-    fn learn_address_from_authority(&mut self, now: Instant) {
+    /// authority, whose NETINFO names our address, and a request to its
+    /// DirPort, whose `X-Your-Address-Is` does too.
+    fn learn_address_from_authority(&mut self, now: Instant, dir: &DirState) {
         if self
             .address
             .last_learn
@@ -138,6 +152,7 @@ impl super::Controller {
         let a = &auths[rand::random_range(0..auths.len())];
         let (id, addr) = (a.fingerprint, SocketAddr::new(a.dir_addr.ip(), a.or_port));
         self.address.last_learn = Some(now);
+        dir.ask_our_address(a.dir_addr);
         debug!(
             "connecting to authority {} at {addr} to learn our address",
             a.nickname

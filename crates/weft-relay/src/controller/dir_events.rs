@@ -28,6 +28,9 @@ impl super::Controller {
         if let Some((a, b, purpose)) = out.selftest {
             self.launch_selftest(a, b, purpose);
         }
+        if let Some((seen, authority)) = out.your_address {
+            self.note_your_address(seen, authority);
+        }
         dir.maybe_selftest(self.bw.observed(), &|fp| self.connected_to(fp));
         None
     }

@@ -101,6 +101,14 @@ pub enum DirEvent {
         /// The verified summary, or error text.
         outcome: Result<Box<ConsensusSummary>, String>,
     },
+    /// An authority's DirPort said what address it sees us at
+    /// (`X-Your-Address-Is`).
+    YourAddress {
+        /// The authority's DirPort.
+        authority: std::net::SocketAddr,
+        /// What it said.
+        seen: std::net::IpAddr,
+    },
 }
 
 /// What the controller should do after a directory event.
@@ -117,6 +125,8 @@ pub struct DirOutcome {
     /// `networkstatus_check_required_protocols`; not on a testing
     /// network).
     pub stop: Option<String>,
+    /// An authority's DirPort (address) said we are at this address.
+    pub your_address: Option<(std::net::IpAddr, std::net::IpAddr)>,
 }
 
 /// The self-tests through two relays that end at ourselves.
@@ -588,6 +598,9 @@ impl DirState {
                     }
                     Err(e) => info!("{purpose:?} self-test: cannot fetch microdescriptors: {e}"),
                 }
+            }
+            DirEvent::YourAddress { authority, seen } => {
+                out.your_address = Some((seen, authority.ip()));
             }
             DirEvent::Consensus { authority, outcome } => {
                 self.fetching = false;

@@ -162,6 +162,25 @@ impl DirState {
         }
     }
 
+    /// Ask the authority at DirPort `dirport` what address it sees us at
+    /// (its `X-Your-Address-Is`); the answer comes back as
+    /// [`DirEvent::YourAddress`] (`address_change.rs`).
+    pub fn ask_our_address(&self, dirport: SocketAddr) {
+        let tx = self.tx.clone();
+        tokio::task::spawn_local(async move {
+            match weft_dir::dirport::fetch_your_address(dirport, Duration::from_secs(30)).await {
+                Ok(Some(seen)) => {
+                    let _ = tx.send(DirEvent::YourAddress {
+                        authority: dirport,
+                        seen,
+                    });
+                }
+                Ok(None) => tracing::debug!("{dirport} did not say our address"),
+                Err(e) => tracing::debug!("asking {dirport} for our address: {e}"),
+            }
+        });
+    }
+
     /// Our IPv4 address changed ([`super::super::address_change`]): it goes
     /// into the next descriptor, after the ORPort is tested again (C's
     /// `router_reset_reachability` and `mark_my_descriptor_dirty`).
