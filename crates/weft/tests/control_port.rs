@@ -83,6 +83,16 @@ fn python_has(module: &str) -> bool {
         .is_ok_and(|o| o.status.success())
 }
 
+/// `c.cmd(command)`'s reply without the asynchronous events that came
+/// before it (weft logs at NOTICE while the test runs, e.g. the descriptor
+/// it publishes once a CREATE proved its ORPort).
+fn reply_only(c: &mut Ctl, command: &str) -> Result<String> {
+    Ok(c.cmd(command)?
+        .split_inclusive("\r\n")
+        .filter(|l| !l.starts_with("650 "))
+        .collect())
+}
+
 #[test]
 fn protocol_refusals_and_authentication() -> Result<()> {
     let hashed = hash_password("weft test password")?;
@@ -375,15 +385,9 @@ fn reload_under_load() -> Result<()> {
         settled.iter().all(|r| *r < rate * 2),
         "BandwidthRate {rate} did not apply: {before:?} then {after:?}"
     );
-    // (An asynchronous event may come first: weft logs at NOTICE, e.g.
-    // the descriptor it publishes once a CREATE proved its ORPort.)
-    let got = c.cmd("GETCONF BandwidthRate")?;
-    let reply: String = got
-        .split_inclusive("\r\n")
-        .filter(|l| !l.starts_with("650 "))
-        .collect();
+    let got = reply_only(&mut c, "GETCONF BandwidthRate")?;
     ensure!(
-        reply == format!("250 BandwidthRate={rate}\r\n"),
+        got == format!("250 BandwidthRate={rate}\r\n"),
         "GETCONF BandwidthRate: {got:?}"
     );
     ensure!(
@@ -397,7 +401,7 @@ fn reload_under_load() -> Result<()> {
         &torrc,
         format!("{original}BandwidthRate {rate}\nNoSuchOption 1\n"),
     )?;
-    ensure!(c.cmd("SIGNAL RELOAD")? == "250 OK\r\n");
+    ensure!(reply_only(&mut c, "SIGNAL RELOAD")? == "250 OK\r\n");
     let deadline = Instant::now() + Duration::from_secs(20);
     loop {
         let mut l = String::new();
@@ -408,15 +412,9 @@ fn reload_under_load() -> Result<()> {
         }
         ensure!(Instant::now() < deadline, "no refusal notice");
     }
-    // (An asynchronous event may come first: weft logs at NOTICE, e.g.
-    // the descriptor it publishes once a CREATE proved its ORPort.)
-    let got = c.cmd("GETCONF BandwidthRate")?;
-    let reply: String = got
-        .split_inclusive("\r\n")
-        .filter(|l| !l.starts_with("650 "))
-        .collect();
+    let got = reply_only(&mut c, "GETCONF BandwidthRate")?;
     ensure!(
-        reply == format!("250 BandwidthRate={rate}\r\n"),
+        got == format!("250 BandwidthRate={rate}\r\n"),
         "GETCONF BandwidthRate: {got:?}"
     );
     ensure!(weft.alive(), "weft stopped");

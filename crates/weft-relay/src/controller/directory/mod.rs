@@ -204,8 +204,10 @@ pub struct DirState {
     /// Our IPv6 ORPort's self-test.
     ipv6: Ipv6Reachability,
     /// Our last published descriptor and extra-info (the cache serves
-    /// them).
+    /// them; also built, not uploaded, while the ORPort is unproven).
     own: Option<(String, String)>,
+    /// When `own` was built.
+    built_at: Option<Instant>,
     /// The statistics of the next extra-info (`crate::stats` chunks).
     extra_stats: Vec<String>,
 }
@@ -286,6 +288,7 @@ impl DirState {
             reachability_failed: None,
             ipv6,
             own: None,
+            built_at: None,
             extra_stats: Vec::new(),
         }
     }
@@ -468,6 +471,15 @@ impl DirState {
 
     /// Republish if anything calls for it.
     pub fn maybe_republish(&mut self, keys: &RelayKeys, started: Instant, observed: u64) {
+        if !self.publishable() && self.own.is_some() {
+            // Unproven: what was built stays, rebuilt once a minute.
+            if self
+                .built_at
+                .is_some_and(|t| t.elapsed() < Duration::from_secs(60))
+            {
+                return;
+            }
+        }
         let since = self
             .last_publish
             .map(|t| t.elapsed())
@@ -493,8 +505,9 @@ impl DirState {
     }
 
     fn publish(&mut self, keys: &RelayKeys, started: Instant, observed: u64, reason: &str) {
-        if !self.publishable() {
-            // Kept dirty: published once the ORPort is found reachable.
+        if self.desc.address.is_unspecified() {
+            // No address yet (C: "Don't know my address while generating
+            // descriptor"): nothing to build.
             self.dirty = true;
             return;
         }
@@ -530,6 +543,13 @@ impl DirState {
         };
         let body = format!("{desc}{extra}");
         self.own = Some((desc, extra));
+        self.built_at = Some(Instant::now());
+        if !self.publishable() {
+            // Built (GETINFO desc/id shows it, as C's own routerinfo) but
+            // not uploaded: kept dirty until the ORPort is found reachable.
+            self.dirty = true;
+            return;
+        }
         self.last_publish = Some(Instant::now());
         self.published_observed = observed;
         self.dirty = false;
