@@ -206,8 +206,6 @@ pub struct DirState {
     /// Our last published descriptor and extra-info (the cache serves
     /// them; also built, not uploaded, while the ORPort is unproven).
     own: Option<(String, String)>,
-    /// When `own` was built.
-    built_at: Option<Instant>,
     /// The statistics of the next extra-info (`crate::stats` chunks).
     extra_stats: Vec<String>,
 }
@@ -288,7 +286,6 @@ impl DirState {
             reachability_failed: None,
             ipv6,
             own: None,
-            built_at: None,
             extra_stats: Vec::new(),
         }
     }
@@ -471,15 +468,6 @@ impl DirState {
 
     /// Republish if anything calls for it.
     pub fn maybe_republish(&mut self, keys: &RelayKeys, started: Instant, observed: u64) {
-        if !self.publishable() && self.own.is_some() {
-            // Unproven: what was built stays, rebuilt once a minute.
-            if self
-                .built_at
-                .is_some_and(|t| t.elapsed() < Duration::from_secs(60))
-            {
-                return;
-            }
-        }
         let since = self
             .last_publish
             .map(|t| t.elapsed())
@@ -543,11 +531,11 @@ impl DirState {
         };
         let body = format!("{desc}{extra}");
         self.own = Some((desc, extra));
-        self.built_at = Some(Instant::now());
         if !self.publishable() {
             // Built (GETINFO desc/id shows it, as C's own routerinfo) but
-            // not uploaded: kept dirty until the ORPort is found reachable.
-            self.dirty = true;
+            // not uploaded; the ORPort found reachable (or the consensus's
+            // assume-reachable) makes it dirty again.
+            self.dirty = false;
             return;
         }
         self.last_publish = Some(Instant::now());
@@ -665,7 +653,12 @@ impl DirState {
                         };
                         out.relays_changed =
                             self.consensus.as_deref().map(ports) != Some(ports(&c));
+                        let could = self.publishable();
                         self.params = c.params.clone();
+                        if !could && self.publishable() {
+                            // The consensus's assume-reachable.
+                            self.dirty = true;
+                        }
                         self.consensus = Some(c);
                         self.update_ipv6_address("the consensus's assume-reachable parameters");
                     }
