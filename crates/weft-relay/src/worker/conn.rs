@@ -334,7 +334,6 @@ impl Worker {
         self.to_read.retain(|&p| p != idx);
         self.writing.retain(|&p| p != idx);
         self.starved.retain(|&p| p != idx);
-        self.deferred.retain(|&p| p != idx);
         let open = c.is_open();
         if !open && c.we_initiated {
             let reason = if why.contains("identity") {

@@ -228,7 +228,6 @@ impl Worker {
         self.by_id.remove(&conn_id);
         self.to_read.retain(|&p| p != idx);
         self.starved.retain(|&p| p != idx);
-        self.deferred.retain(|&p| p != idx);
         self.writing.retain(|&p| p != idx);
         c.readable = true;
         c.writable = true;

@@ -41,10 +41,11 @@ impl Worker {
     /// Read and handle cells of connection `idx` until EAGAIN or the
     /// round's budget; re-lists it if it still has bytes to read.
     fn read_conn(&mut self, idx: usize) {
-        // Its share of the round: more for a link with more busy circuits,
-        // less for one whose circuits have cells waiting to cross.
-        let share = self.core.read_budget(ReadFrom::Conn(idx));
-        let mut budget = share.bytes.min(self.read_bucket.available());
+        // Its share of the round: more for a link with more busy circuits.
+        let mut budget = self
+            .core
+            .read_budget(ReadFrom::Conn(idx))
+            .min(self.read_bucket.available());
         loop {
             // Cells already buffered first.
             if let Err(why) = self.process_conn_cells(idx) {
@@ -61,11 +62,6 @@ impl Worker {
                 // fair share is used up: again next round.
                 if self.read_bucket.available() == 0 {
                     self.starved.push(idx);
-                } else if share.held_back {
-                    // Its circuits wait for another worker: no round of
-                    // its own (it spun tiny rounds while the other worker
-                    // was not running).
-                    self.deferred.push(idx);
                 } else {
                     self.to_read.push(idx);
                 }

@@ -81,8 +81,7 @@ pub const DEFAULT_MAX_CIRCUIT_QUEUE: usize = 2500;
 /// KiB). Its room is allocated by blocks of 64 as it fills and reused
 /// warm, so a ring its consumer keeps up with costs one or two blocks
 /// ([`crate::ring`]). What the ring refuses waits in its circuit's own
-/// queue ([`core::crossing`]), and a circuit with a backlog there is left
-/// out of its connection's read budget. 4096 served the circuits that
+/// queue ([`core::crossing`]) while its connection reads on. 4096 served the circuits that
 /// cross workers better on the scale bench when two workers share cores
 /// with other work (a turn of the other worker's absence fits), but cost
 /// 13% more CPU per GiB with two workers on one core, where a ring that
@@ -239,10 +238,6 @@ pub struct Worker {
     write_bucket: TokenBucket,
     /// Readable connections waiting for read tokens.
     starved: Vec<usize>,
-    /// Readable connections whose share of the last round was cut for
-    /// their circuits' backlogs ([`core::read_share::ReadBudget::held_back`]): read
-    /// again in the next round, which they do not start themselves.
-    deferred: Vec<usize>,
     epoch: Instant,
     /// The clock at the start of this round (ns since `epoch`).
     round_ns: u64,
@@ -323,7 +318,6 @@ impl Worker {
             read_bucket: TokenBucket::new(cfg.rate_share, cfg.burst_share, cfg.refill, now),
             write_bucket: TokenBucket::new(cfg.rate_share, cfg.burst_share, cfg.refill, now),
             starved: Vec::new(),
-            deferred: Vec::new(),
             epoch: parts.epoch,
             round_ns: 0,
             read_stamp_ns: 0,
@@ -400,12 +394,6 @@ impl Worker {
         }
         if kist::cadence_live(self.ctx.kist_interval, self.next_sched_run, now) {
             until = Some(until.map_or(self.next_sched_run, |u| u.min(self.next_sched_run)));
-        }
-        if !self.deferred.is_empty() {
-            // Connections held back for their circuits' backlogs are read
-            // again within a KIST interval at the latest.
-            let t = now + self.ctx.kist_interval.max(Duration::from_millis(1));
-            until = Some(until.map_or(t, |u| u.min(t)));
         }
         let Some(until) = until else {
             // Idle: nothing is due until a message or a connection wakes
@@ -540,14 +528,11 @@ impl Worker {
         for w in 0..self.ring_left.len() {
             if self.ins.get(w).is_some_and(Option::is_some) {
                 let share = self.core.read_budget(ReadFrom::Ring(w));
-                self.ring_left[w] = (share.bytes / CELL_LEN as u64).max(1);
+                self.ring_left[w] = (share / CELL_LEN as u64).max(1);
             }
         }
         if self.read_bucket.refill(t0) {
             self.to_read.append(&mut self.starved);
-        }
-        if !self.deferred.is_empty() {
-            self.to_read.append(&mut self.deferred);
         }
         self.write_bucket.refill(t0);
         self.counters.rounds += 1;

@@ -46,22 +46,6 @@ use crate::ring::Producer;
 /// No lane.
 pub(crate) const NO_LANE: u16 = u16::MAX;
 
-/// A half with this many cells waiting to cross is *backlogged*: its
-/// connection's read budget leaves it out
-/// ([`crate::worker::core::Circuits::read_budget`]), since reading more
-/// of its cells only lengthens its queue (the peer's worker is behind,
-/// or not running). Its cells wait in the kernel's socket buffer instead
-/// of cooling in the worker's memory; its connection still reads for its
-/// other circuits.
-pub(crate) const BACKLOG: usize = 8;
-
-/// How a crossing queue going from `before` to `after` cells changes its
-/// connection's count of backlogged halves.
-#[inline]
-pub(crate) fn backlog_delta(before: usize, after: usize) -> i32 {
-    i32::from(after >= BACKLOG) - i32::from(before >= BACKLOG)
-}
-
 /// Entries (536 bytes each) an empty ordered line keeps allocated.
 const ORDERED_KEPT: usize = 64;
 /// Blocks of room a ring keeps beside those in use

@@ -20,7 +20,7 @@ use weft_proto::circuit::NextHop;
 
 use crate::ewma::CircuitEwma;
 use crate::messages::{HalfRef, RingMsg};
-use crate::worker::core::crossing::{self, HalfCrossing, NO_LANE};
+use crate::worker::core::crossing::{HalfCrossing, NO_LANE};
 use crate::worker::core::half::HalfRole;
 use crate::worker::core::Circuits;
 
@@ -104,7 +104,6 @@ impl Circuits {
             lanes,
             halves,
             pool,
-            conns,
             ..
         } = self;
         let cells = &mut lanes.cells;
@@ -154,8 +153,6 @@ impl Circuits {
             };
             // Up to a batch of this circuit's cells, then the mux again (its
             // order is by cells; one heap step per batch, not per cell).
-            let before = x.queue.len();
-            let conn = h.conn;
             let mut sent = 0u32;
             let mut full = false;
             let mut next = Some(front);
@@ -197,12 +194,6 @@ impl Circuits {
                 if !more {
                     x.lane = NO_LANE;
                 }
-                let d = crossing::backlog_delta(before, x.queue.len());
-                if d != 0 {
-                    if let Some(Some(c)) = conns.get_mut(conn) {
-                        c.backlogged = c.backlogged.saturating_add_signed(d);
-                    }
-                }
             }
             if full {
                 return Served::Stop;
@@ -236,11 +227,6 @@ impl Circuits {
         match peer {
             None => self.drop_crossing(slot),
             Some(p) if usize::from(p.worker) == me => {
-                let (conn, n) = (
-                    self.halves.at(slot).map_or(usize::MAX, |h| h.conn),
-                    self.crossing_len_of(slot),
-                );
-                self.note_backlog(conn, n, 0);
                 while let Some(s) = self
                     .halves
                     .by_slot(slot)
@@ -281,7 +267,6 @@ impl Circuits {
         let Some(h) = halves.by_slot(slot) else {
             return;
         };
-        let conn = h.conn;
         let Some(x) = h.cross.as_deref_mut() else {
             return;
         };
@@ -292,15 +277,6 @@ impl Circuits {
         let n = x.queue.len();
         lanes.cells -= n;
         x.queue.clear(pool);
-        self.note_backlog(conn, n, 0);
-    }
-
-    /// Cells the half at `slot` has waiting to cross.
-    fn crossing_len_of(&self, slot: u32) -> usize {
-        self.halves
-            .at(slot)
-            .and_then(|h| h.cross.as_deref())
-            .map_or(0, |x| x.queue.len())
     }
 
     /// Hand a cell from the half at `from` to its peer `to`: into its queue
@@ -355,7 +331,6 @@ impl Circuits {
             pool,
             limits,
             now_ns,
-            conns,
             ..
         } = self;
         let Some(lane) = lanes.lanes.get_mut(w) else {
@@ -401,11 +376,6 @@ impl Circuits {
         pool.put(s, command, stamp_ns, *now_ns, body);
         x.queue.push(pool, s);
         lanes.cells += 1;
-        if n + 1 == crossing::BACKLOG {
-            if let Some(Some(c)) = conns.get_mut(h.conn) {
-                c.backlogged += 1;
-            }
-        }
         if x.lane == NO_LANE {
             x.lane = w as u16;
             lane.waiting.activate(from, &mut x.ewma);

@@ -645,7 +645,6 @@ impl Circuits {
         let x = h
             .cross
             .get_or_insert_with(|| Box::new(crate::worker::core::crossing::HalfCrossing::new()));
-        let before = x.queue.len();
         let mut exhausted = false;
         for cell in cells {
             let Some(s) = pool.alloc() else {
@@ -656,8 +655,6 @@ impl Circuits {
             x.queue.push(pool, s);
             lanes.cells += 1;
         }
-        let after = x.queue.len();
-        self.note_backlog(conn, before, after);
         if exhausted {
             return self.close_pool_exhausted(conn, r.slot);
         }

@@ -111,10 +111,6 @@ pub(crate) struct ConnCircuits {
     /// The circuits it read for lately (its read budget's share,
     /// [`crate::worker::core::read_share`]).
     reads: crate::worker::core::read_share::ConnReads,
-    /// Its halves with a backlog of cells waiting to cross to another
-    /// worker ([`crate::worker::core::crossing::BACKLOG`]): left out of
-    /// its read budget.
-    backlogged: u32,
     /// Its idle and keepalive clocks ([`crate::worker::core::timers`]).
     times: crate::worker::core::timers::ConnTimes,
     /// Link protocol version.
@@ -443,7 +439,6 @@ impl Circuits {
             sched: ConnSched::new(self.ctx.halflife_s),
             last: (0, 0),
             reads: Default::default(),
-            backlogged: 0,
             times: crate::worker::core::timers::ConnTimes::new(self.now_ns, link.idle_timeout_ns),
             link_version: link.version,
             padding: link.padding,
@@ -476,19 +471,6 @@ impl Circuits {
     pub(crate) fn fresh_circ_id(&mut self, idx: usize) -> Option<u32> {
         let c = self.conns.get(idx)?.as_ref()?;
         c.allocate_circ_id(&mut *self.rng)
-    }
-
-    /// The crossing queue of a half on connection `conn` went from
-    /// `before` to `after` cells: its count of backlogged halves follows
-    /// ([`crate::worker::core::crossing::BACKLOG`]).
-    #[inline]
-    pub(crate) fn note_backlog(&mut self, conn: usize, before: usize, after: usize) {
-        let d = crate::worker::core::crossing::backlog_delta(before, after);
-        if d != 0 {
-            if let Some(c) = self.conn_mut(conn) {
-                c.backlogged = c.backlogged.saturating_add_signed(d);
-            }
-        }
     }
 
     /// The slot index of open connection `id`.
@@ -649,7 +631,6 @@ impl Circuits {
             let n = x.queue.len();
             self.lanes.cells -= n;
             x.queue.clear(&mut self.pool);
-            self.note_backlog(h.conn, n, 0);
         }
         Some(h)
     }

@@ -20,18 +20,6 @@
 
 use crate::worker::core::Circuits;
 
-/// What [`Circuits::read_budget`] gives a source for this round.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) struct ReadBudget {
-    /// Bytes it may read (a ring's cells count 514 each).
-    pub(crate) bytes: u64,
-    /// The share was cut because circuits it carries have a backlog
-    /// waiting to cross to another worker: once spent, the source waits
-    /// for the next round that comes anyway (a KIST run, an event, the
-    /// ring's room) rather than starting one of its own.
-    pub(crate) held_back: bool,
-}
-
 /// Where the driver takes cells from ([`Circuits::read_budget`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum ReadFrom {
@@ -159,26 +147,26 @@ impl Circuits {
     /// read freely do not take its rounds from its own connections' cells
     /// (that left the direction read on the busier worker starved).
     /// Asked once per source and round, before taking from it.
-    pub(crate) fn read_budget(&mut self, from: ReadFrom) -> ReadBudget {
+    ///
+    /// A circuit whose cells wait to cross to another worker (the ring is
+    /// full) still counts: its connection reads on, so the cells of its
+    /// other circuits never wait behind it in the kernel's socket buffer
+    /// (the crossing queue is bounded by the circuit's window and the
+    /// circuit queue limit, as C's circuit queues are). Cutting such a
+    /// connection's share (until the nineteenth session) starved the
+    /// circuits that share a relay link with crossing ones: the direction
+    /// read on the few busy links (issue 51, docs/perf.md).
+    pub(crate) fn read_budget(&mut self, from: ReadFrom) -> u64 {
         let now = self.now_ns;
-        let (busy, held_back) = match from {
-            ReadFrom::Conn(idx) => {
-                self.conns
-                    .get_mut(idx)
-                    .and_then(Option::as_mut)
-                    .map_or((1, false), |c| {
-                        (
-                            c.reads.busy(now).saturating_sub(c.backlogged),
-                            c.backlogged > 0,
-                        )
-                    })
-            }
-            ReadFrom::Ring(w) => (self.ring_reads.get_mut(w).map_or(1, |r| r.busy(now)), false),
+        let busy = match from {
+            ReadFrom::Conn(idx) => self
+                .conns
+                .get_mut(idx)
+                .and_then(Option::as_mut)
+                .map_or(1, |c| c.reads.busy(now)),
+            ReadFrom::Ring(w) => self.ring_reads.get_mut(w).map_or(1, |r| r.busy(now)),
         };
-        ReadBudget {
-            bytes: self.read_shares.budget(busy),
-            held_back,
-        }
+        self.read_shares.budget(busy)
     }
 }
 

@@ -231,7 +231,7 @@ impl Sim {
         for w in 0..2 {
             self.net.cores[w].handle_event(CoreEvent::RoundBegins { now_ns });
             self.net.collect(w);
-            let bytes = self.net.cores[w].read_budget(ReadFrom::Ring(1 - w)).bytes;
+            let bytes = self.net.cores[w].read_budget(ReadFrom::Ring(1 - w));
             self.ring_left[w] = (bytes / CELL_LEN as u64).max(1);
             self.drain(w);
         }
@@ -239,7 +239,7 @@ impl Sim {
         let mut left: [Vec<(usize, usize)>; 2] = Default::default();
         for (w, l) in left.iter_mut().enumerate() {
             for &conn in &self.conns[w] {
-                let bytes = self.net.cores[w].read_budget(ReadFrom::Conn(conn)).bytes;
+                let bytes = self.net.cores[w].read_budget(ReadFrom::Conn(conn));
                 l.push((conn, (bytes / CELL_LEN as u64) as usize));
             }
         }
