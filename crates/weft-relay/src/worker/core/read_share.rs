@@ -153,7 +153,7 @@ impl Circuits {
     /// other circuits never wait behind it in the kernel's socket buffer
     /// (the crossing queue is bounded by the circuit's window and the
     /// circuit queue limit, as C's circuit queues are). Cutting such a
-    /// connection's share (until the nineteenth session) starved the
+    /// connection's share (until the twentieth session) starved the
     /// circuits that share a relay link with crossing ones: the direction
     /// read on the few busy links (issue 51, docs/perf.md).
     pub(crate) fn read_budget(&mut self, from: ReadFrom) -> u64 {
