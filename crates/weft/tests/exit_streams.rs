@@ -310,6 +310,22 @@ fn stock_clients_use_weft_as_their_exit() -> Result<()> {
     net.wait_for_bootstrap(LISTING_BOUND)?;
 
     let mut moved = round(&net, &sink, "threads2")?;
+    // The slow name needs the consensus's exit_dns_timeout: weft may
+    // still be on an earlier consensus (the clients bootstrap from the
+    // authorities, not from weft; one CI run looked the name up 0.8 s
+    // before weft took the parameters, with C's 1 s default).
+    let deadline = Instant::now() + LISTING_BOUND;
+    while !net
+        .grep_logs("DNS: exit_dns_timeout 7000 ms")
+        .iter()
+        .any(|l| l.starts_with("weft:"))
+    {
+        ensure!(
+            Instant::now() < deadline,
+            "weft never took the consensus's exit_dns_timeout"
+        );
+        std::thread::sleep(Duration::from_millis(250));
+    }
     dns_round(&net, &sink)?;
     // The MetricsPort counted them (counters are per run of weft).
     std::thread::sleep(Duration::from_millis(1500));
