@@ -324,6 +324,7 @@ fn run(baseline: bool) -> Result<()> {
             "[{label}] onion-service circuits built {:?}; through the watched relay {:?}",
             count.built, count.through
         );
+        let mut rounds_run = 1;
         let roles = if baseline {
             None
         } else {
@@ -338,6 +339,7 @@ fn run(baseline: bool) -> Result<()> {
                 }
                 eprintln!("[{label}] weft not yet a rendezvous point: round {more} more");
                 failures.extend(round(&net, &onions, &label)?);
+                rounds_run += 1;
                 r = weft_onion_counters(&net)?;
             }
             eprintln!(
@@ -352,7 +354,7 @@ fn run(baseline: bool) -> Result<()> {
             padding.push(p);
             Some(r)
         };
-        report.push((label, failures, count, roles));
+        report.push((label, failures, count, roles, rounds_run));
     }
     let mut bad = Vec::new();
     let intro_total: f64 = report.iter().filter_map(|r| r.3).map(|r| r.0).sum();
@@ -365,14 +367,15 @@ fn run(baseline: bool) -> Result<()> {
             "{refused} PADDING_NEGOTIATE cells malformed or for an unknown machine"
         ));
     }
-    for (label, failures, count, roles) in &report {
+    for (label, failures, count, roles, rounds_run) in &report {
         if roles.is_some_and(|r| r.2 == 0.0) {
             bad.push(format!("[{label}] weft was never a rendezvous point"));
         }
         if !failures.is_empty() {
             bad.push(format!(
-                "[{label}] {} of {CONNECTIONS} failed:\n  {}",
+                "[{label}] {} of {} failed:\n  {}",
                 failures.len(),
+                CONNECTIONS * rounds_run,
                 failures.join("\n  ")
             ));
         }
