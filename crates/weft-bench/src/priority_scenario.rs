@@ -45,6 +45,10 @@ pub(crate) struct PriorityArgs {
     /// Do not touch docs/perf.md.
     #[arg(long)]
     no_perf_md: bool,
+    /// Run only the targets whose label contains this text (e.g.
+    /// `weft-1`); docs/perf.md is then left alone.
+    #[arg(long)]
+    only: Option<String>,
 }
 
 /// Run the scenario on every target, write the results and (unless told
@@ -63,7 +67,9 @@ pub(crate) fn run_scenario(
         rate_kib_s,
         cpu_bound,
         no_perf_md,
+        only,
     } = args;
+    let no_perf_md = no_perf_md || only.is_some();
     let env = opts.env()?;
     opts.direction = if cpu_bound.is_some() { "both" } else { "down" }.into();
     if let Some(cap) = cpu_bound {
@@ -129,6 +135,18 @@ pub(crate) fn run_scenario(
             tor("tor EWMA off", &["CircuitPriorityHalflife 0"]),
         ]
     };
+    let labels: Vec<String> = kinds.iter().map(TargetKind::label).collect();
+    let kinds: Vec<TargetKind> = kinds
+        .into_iter()
+        .filter(|k| only.as_ref().is_none_or(|o| k.label().contains(o.as_str())))
+        .collect();
+    if kinds.is_empty() {
+        anyhow::bail!(
+            "--only {:?}: no target's label contains it (labels: {})",
+            only.unwrap_or_default(),
+            labels.join(", ")
+        );
+    }
     let mut runs = Vec::new();
     for k in kinds {
         runs.push(run::run(&env, &p, k, floor.as_ref())?);
