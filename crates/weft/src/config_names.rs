@@ -42,12 +42,12 @@ pub static OPTIONS: &[OptionInfo] = &[
     o("DataDirectory", "Filename", "/var/lib/weft"),
     o("DirAuthority", "LineList", ""),
     o("DirCache", "Boolean", "1"),
-    // Not taken: weft has no DirPort (directory requests come over
-    // BEGIN_DIR).
+    // Checked, not used: weft has no DirPort (directory requests come
+    // over BEGIN_DIR); a non-zero port gets a warning.
     o("DirPort", "LineList", ""),
     o("DirPortFrontPage", "Filename", ""),
     o("DirReqStatistics", "Boolean", "1"),
-    // Not taken: weft does not change the process's dumpability.
+    // Checked, not used: weft does not change the process's dumpability.
     o("DisableDebuggerAttachment", "Boolean", "0"),
     o("DoSCircuitCreationBurst", "Integer", "0"),
     o("DoSCircuitCreationDefenseTimePeriod", "Interval", "0"),
@@ -80,8 +80,8 @@ pub static OPTIONS: &[OptionInfo] = &[
     o("GeoIPv6File", "Filename", "/usr/share/tor/geoip6"),
     o("HardwareAccel", "Boolean", "0"),
     o("HashedControlPassword", "LineList", ""),
-    // Not taken: weft runs no onion service.
     o("HeartbeatPeriod", "Interval", "6 hours"),
+    // Not taken: weft runs no onion service.
     o("HiddenServiceOptions", "Virtual", ""),
     o("HiddenServiceStatistics", "Boolean", "1"),
     o("IPv6Exit", "Boolean", "0"),
@@ -131,10 +131,11 @@ pub static OPTIONS: &[OptionInfo] = &[
     o("TestingReachabilityWarnAfter", "Interval", "20 minutes"),
     o("TestingTorNetwork", "Boolean", "0"),
     o("TokenBucketRefillInterval", "TimeMsecInterval", "100 msec"),
-    // Not taken: weft uses microdescriptors, as stock tor's auto does.
     o("User", "String", ""),
+    // Not taken: weft uses microdescriptors, as stock tor's auto does.
     o("UseMicrodescriptors", "Autobool", "auto"),
     o("WorkerSchedSlice", "TimeMsecInterval", "5 msec"),
+    // Not taken: weft watches no controller process.
     o("__OwningControllerProcess", "String", ""),
 ];
 
