@@ -4,7 +4,7 @@
 //! the `_weft` system user, `/var/lib/weft` 0700, the conffile
 //! `/etc/weft/torrc`, the systemd unit enabled. Then the unit is started
 //! as systemd would, in a chroot without systemd (the equivalent the
-//! README documents): its RuntimeDirectory made, its `ExecStartPre` and
+//! docs/running.md documents): its RuntimeDirectory made, its `ExecStartPre` and
 //! `ExecStart` run as its `User=` — and the relay joins a local network
 //! of stock tor authorities, which list it Running; its ControlPort answers
 //! on the unit's unix socket with the group-readable cookie.

@@ -2,7 +2,7 @@
 //! takes, a good and a bad value (and a few shapes: the command line,
 //! `%include`, unknown options), both programs judge the same torrc and
 //! must agree — except where weft is knowingly different, listed in
-//! `KNOWN_DIFFERENCES` with the reason (and in the README).
+//! `KNOWN_DIFFERENCES` with the reason (and in docs/running.md).
 
 use std::path::Path;
 use std::process::Command;
