@@ -6,6 +6,7 @@
 //! directly.
 #![warn(missing_docs)]
 
+pub mod demo;
 pub mod e2e;
 pub mod exit;
 pub mod idle;

@@ -37,6 +37,11 @@ struct Cli {
 
 #[derive(Subcommand, Debug)]
 enum Cmd {
+    /// The README's demo: weft in each of its roles among stock tor (a line
+    /// per role saying what was checked), the same bulk load through stock
+    /// tor, weft-1 and weft-2 under the same CPU cap, weft's node-delay
+    /// histogram; one self-contained HTML report
+    Demo(weft_bench::demo::DemoArgs),
     /// Measure one target.
     Run {
         /// tor or weft.
@@ -462,6 +467,9 @@ fn main() -> Result<()> {
                     println!("plot: {}", f.display());
                 }
             }
+        }
+        Cmd::Demo(a) => {
+            weft_bench::demo::run(&a)?;
         }
         Cmd::Idle { p, out } => {
             let ws = weft_bench::idle::run(&weft_bench::idle::default_dir(), &out.weft, &p)?;

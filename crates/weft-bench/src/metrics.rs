@@ -23,6 +23,22 @@ pub struct Scrape {
 
 /// GET /metrics from 127.0.0.1:`port` with the bearer token.
 pub fn scrape(port: u16, token: &str) -> Result<Scrape> {
+    Ok(parse(&scrape_text(port, token)?))
+}
+
+/// The sum of every line of a scrape's text that starts with `prefix`
+/// (a name with its labels, e.g. one series per worker; 0 if none).
+pub fn sum_lines(body: &str, prefix: &str) -> f64 {
+    body.lines()
+        .filter_map(|l| {
+            l.strip_prefix(prefix)
+                .and_then(|v| v.trim().parse::<f64>().ok())
+        })
+        .sum()
+}
+
+/// GET /metrics from 127.0.0.1:`port` with the bearer token: the text.
+pub fn scrape_text(port: u16, token: &str) -> Result<String> {
     let mut s = TcpStream::connect(("127.0.0.1", port))?;
     s.set_read_timeout(Some(Duration::from_secs(5)))?;
     write!(
@@ -35,7 +51,7 @@ pub fn scrape(port: u16, token: &str) -> Result<Scrape> {
     if !head.starts_with("HTTP/1.0 200") {
         bail!("MetricsPort answered {}", head.lines().next().unwrap_or(""));
     }
-    Ok(parse(body))
+    Ok(body.to_string())
 }
 
 /// Parse the Prometheus text format (only what weft emits).
@@ -94,6 +110,9 @@ pub struct RelayMetrics {
     pub node_delay_p50_ms: f64,
     /// 99th percentile bucket bound, ms.
     pub node_delay_p99_ms: f64,
+    /// The node-delay histogram over the interval: (bucket's upper bound
+    /// in ms, cells at or under it), cumulative as Prometheus keeps it.
+    pub node_delay_buckets_ms: Vec<(f64, f64)>,
     /// Kernel send-queue samples (KIST on).
     pub outq_samples: f64,
     /// Median kernel send queue, bytes (bucket bound).
@@ -110,18 +129,22 @@ pub struct RelayMetrics {
     pub wakeups: f64,
 }
 
-/// The `q` quantile of bucket deltas `b − a` (the bucket's upper bound).
-fn quantile(a: Option<&Vec<(f64, f64)>>, b: Option<&Vec<(f64, f64)>>, q: f64) -> (f64, f64) {
-    let Some(b) = b else { return (0.0, 0.0) };
-    let delta: Vec<(f64, f64)> = b
-        .iter()
+/// Bucket deltas `b − a`: (upper bound, cumulative count).
+fn delta(a: Option<&Vec<(f64, f64)>>, b: Option<&Vec<(f64, f64)>>) -> Vec<(f64, f64)> {
+    let Some(b) = b else { return Vec::new() };
+    b.iter()
         .map(|(le, c)| {
             let before = a
                 .and_then(|a| a.iter().find(|x| x.0 == *le))
                 .map_or(0.0, |x| x.1);
             (*le, c - before)
         })
-        .collect();
+        .collect()
+}
+
+/// The `q` quantile of bucket deltas `b − a` (the bucket's upper bound).
+fn quantile(a: Option<&Vec<(f64, f64)>>, b: Option<&Vec<(f64, f64)>>, q: f64) -> (f64, f64) {
+    let delta = delta(a, b);
     let total = delta.last().map_or(0.0, |x| x.1);
     if total <= 0.0 {
         return (0.0, 0.0);
@@ -151,6 +174,10 @@ impl RelayMetrics {
             worker_allocations: d("weft_worker_allocations_total"),
             node_delay_p50_ms: p50 * 1e3,
             node_delay_p99_ms: p99 * 1e3,
+            node_delay_buckets_ms: delta(a.buckets.get(nd), b.buckets.get(nd))
+                .into_iter()
+                .map(|(le, c)| (le * 1e3, c))
+                .collect(),
             outq_samples: n,
             outq_p50_bytes: o50,
             outq_p99_bytes: o99,
@@ -174,5 +201,9 @@ mod tests {
         assert_eq!(m.cells, 100.0);
         assert_eq!(m.node_delay_p50_ms, 1.0, "50 of 100 new cells under 1 ms");
         assert_eq!(m.node_delay_p99_ms, 2.0);
+        assert_eq!(
+            m.node_delay_buckets_ms,
+            [(1.0, 50.0), (2.0, 99.0), (f64::INFINITY, 100.0)]
+        );
     }
 }

@@ -357,7 +357,7 @@ pub struct Row {
 }
 
 /// Facts about the machine.
-#[derive(Debug, Serialize)]
+#[derive(Clone, Debug, Serialize)]
 pub struct Machine {
     /// Online CPUs.
     pub cpus: usize,
@@ -543,9 +543,8 @@ fn have_matplotlib() -> bool {
         .is_ok_and(|o| o.status.success())
 }
 
-/// Draw the PNGs for a results JSON into `out_dir` with bench/plot.py,
-/// installing matplotlib from PyPI if it is missing. Returns the files.
-pub fn plot(repo: &Path, json: &Path, out_dir: &Path) -> Result<Vec<PathBuf>> {
+/// Make sure python3 has matplotlib, installing it from PyPI if missing.
+pub fn ensure_matplotlib() -> Result<()> {
     if !have_matplotlib() {
         eprintln!("installing matplotlib (pip) for the plots");
         let _ = Command::new("python3")
@@ -557,6 +556,13 @@ pub fn plot(repo: &Path, json: &Path, out_dir: &Path) -> Result<Vec<PathBuf>> {
             );
         }
     }
+    Ok(())
+}
+
+/// Draw the PNGs for a results JSON into `out_dir` with bench/plot.py,
+/// installing matplotlib from PyPI if it is missing. Returns the files.
+pub fn plot(repo: &Path, json: &Path, out_dir: &Path) -> Result<Vec<PathBuf>> {
+    ensure_matplotlib()?;
     std::fs::create_dir_all(out_dir)?;
     let o = Command::new("python3")
         .arg(repo.join("bench/plot.py"))

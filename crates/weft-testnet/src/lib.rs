@@ -27,7 +27,8 @@
 //! Modules: [`config`] (what to build), [`network`] (the running network),
 //! [`control`] (control-port client), [`traffic`] (sink, SOCKS5, verified
 //! transfers), [`keys`] (identities and fingerprints), [`torrc`] (generated
-//! configurations), [`tools`] (locating/installing tor), [`ports`], [`logs`].
+//! configurations), [`isolated_client`] (a client that knows weft
+//! as its only directory), [`tools`] (locating/installing tor), [`ports`], [`logs`].
 
 #![warn(missing_docs)]
 #![warn(unreachable_pub)]
@@ -35,6 +36,7 @@
 pub mod config;
 pub mod control;
 pub mod dns;
+pub mod isolated_client;
 pub mod keys;
 mod layout;
 pub mod logs;
@@ -50,6 +52,7 @@ pub mod warnings;
 
 pub use config::{TestnetConfig, WeftNode};
 pub use control::{ConsensusEntry, ControlClient};
+pub use isolated_client::IsolatedClient;
 pub use keys::{read_fingerprint, wait_for_fingerprint};
 pub use network::{NodeInfo, Role, Testnet};
 pub use onion::{HsCircuitCount, UploadWatch};

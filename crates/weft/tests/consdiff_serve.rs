@@ -20,7 +20,7 @@ use std::time::{Duration, Instant};
 
 mod common;
 
-use common::isolated_client::IsolatedClient;
+use weft_testnet::IsolatedClient;
 
 use anyhow::{ensure, Context, Result};
 use weft_dir::consdiff;

@@ -21,7 +21,7 @@ use std::time::{Duration, Instant};
 
 mod common;
 
-use common::isolated_client::IsolatedClient;
+use weft_testnet::IsolatedClient;
 
 use anyhow::{bail, ensure, Context, Result};
 use weft_testnet::{pick_base_port, ControlClient, Testnet, WeftNode};

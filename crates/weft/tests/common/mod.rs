@@ -4,7 +4,6 @@
 
 #![allow(dead_code)]
 
-pub mod isolated_client;
 pub mod origin_client;
 
 use std::io::{BufRead, BufReader, Read, Write};

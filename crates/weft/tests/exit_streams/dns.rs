@@ -76,19 +76,9 @@ fn reply(q: &[u8]) -> Option<(Vec<u8>, Duration)> {
         return None;
     }
     let found = answer_for(&labels.join("."));
-    let mut r = Vec::new();
-    r.extend_from_slice(&q[..2]);
-    let rcode = if found.is_some() { 0 } else { 3 };
-    r.extend_from_slice(&[0x81, 0x80 | rcode]);
-    let answers = u16::from(found.is_some() && qtype == 1);
-    r.extend_from_slice(&[0, 1]);
-    r.extend_from_slice(&answers.to_be_bytes());
-    r.extend_from_slice(&[0, 0, 0, 0]);
-    r.extend_from_slice(question);
     let delay = found.map_or(Duration::ZERO, |(_, d)| d);
-    if let (Some((ip, _)), 1) = (found, answers) {
-        r.extend_from_slice(&[0xC0, 12, 0, 1, 0, 1, 0, 0, 0, 60, 0, 4]);
-        r.extend_from_slice(&ip.octets());
-    }
-    Some((r, delay))
+    Some((
+        weft_testnet::dns::a_response(q, end, found.map(|(ip, _)| ip)),
+        delay,
+    ))
 }

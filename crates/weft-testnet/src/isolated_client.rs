@@ -1,15 +1,15 @@
 //! A stock tor client that can reach no authority (their addresses point
-//! at a closed port) and knows weft as its only fallback directory and
-//! its only entry: everything it knows of the network comes through weft.
-//! Started by the test and killed, by its own handle, on drop; started
-//! again in the same folder it keeps its DataDirectory.
+//! at a closed port) and knows weft as its only fallback directory, and
+//! optionally as its only entry: what it knows of the network starts with
+//! what weft serves. Started by the caller and killed, by its own handle,
+//! on drop; started again in the same folder it keeps its DataDirectory.
 
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
+use crate::{ControlClient, Testnet, TorBinaries};
 use anyhow::{bail, ensure, Context, Result};
-use weft_testnet::{ControlClient, Testnet, TorBinaries};
 
 /// A stock tor client that uses weft alone.
 pub struct IsolatedClient {
@@ -31,10 +31,24 @@ impl IsolatedClient {
     /// Start it in `dir` with weft (`weft_fp` at ORPort `weft_or_port`)
     /// as its only fallback directory and entry.
     pub fn start(net: &Testnet, weft_fp: &str, weft_or_port: u16, dir: &Path) -> Result<Self> {
+        Self::start_with(net, weft_fp, weft_or_port, dir, true)
+    }
+
+    /// Start it in `dir` with weft as its only fallback directory and, if
+    /// `weft_entry`, its only entry (`EntryNodes`, `StrictNodes 1`);
+    /// otherwise it picks its guards (and directory guards) from the
+    /// consensus weft served.
+    pub fn start_with(
+        net: &Testnet,
+        weft_fp: &str,
+        weft_or_port: u16,
+        dir: &Path,
+        weft_entry: bool,
+    ) -> Result<Self> {
         std::fs::create_dir_all(dir)?;
-        let dead = super::free_port();
-        let control_port = super::free_port();
-        let socks_port = super::free_port();
+        let dead = free_port()?;
+        let control_port = free_port()?;
+        let socks_port = free_port()?;
         let mut t = String::new();
         t.push_str("TestingTorNetwork 1\n");
         t.push_str(&format!("DataDirectory {}\n", dir.join("data").display()));
@@ -52,9 +66,11 @@ impl IsolatedClient {
         t.push_str(&format!(
             "FallbackDir 127.0.0.1:{dead} orport={weft_or_port} id={weft_fp}\n"
         ));
-        t.push_str(&format!(
-            "EntryNodes ${weft_fp}\nStrictNodes 1\nUseEntryGuards 1\n"
-        ));
+        if weft_entry {
+            t.push_str(&format!(
+                "EntryNodes ${weft_fp}\nStrictNodes 1\nUseEntryGuards 1\n"
+            ));
+        }
         let torrc = dir.join("torrc");
         std::fs::write(&torrc, t)?;
         let defaults = dir.join("torrc-defaults");
@@ -123,6 +139,13 @@ impl IsolatedClient {
     pub fn info_log(&self) -> String {
         read(&self.dir.join("info.log"))
     }
+}
+
+/// A port on 127.0.0.1 that was free a moment ago.
+fn free_port() -> Result<u16> {
+    Ok(std::net::TcpListener::bind("127.0.0.1:0")?
+        .local_addr()?
+        .port())
 }
 
 fn read(p: &Path) -> String {
