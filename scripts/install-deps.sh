@@ -15,7 +15,8 @@ dpkg -s pkg-config >/dev/null 2>&1 || need+=(pkg-config)
 # openssl-src (the default vendored-openssl feature) builds OpenSSL with perl and make.
 dpkg -s perl >/dev/null 2>&1 || need+=(perl)
 dpkg -s make >/dev/null 2>&1 || need+=(make)
-command -v python3 >/dev/null 2>&1 || need+=(python3 python3-pip)
+command -v python3 >/dev/null 2>&1 || need+=(python3)
+python3 -m pip --version >/dev/null 2>&1 || need+=(python3-pip)
 if [ "$mode" != demo ]; then
   # The ControlPort tests drive nyx in a terminal.
   command -v tmux >/dev/null 2>&1 || need+=(tmux)
@@ -32,9 +33,9 @@ pip_install() {
   python3 -m pip install -q "$@" 2>/dev/null \
     || python3 -m pip install -q --break-system-packages "$@"
 }
+# The demo's and the benches' plots (and the demo report's test).
+python3 -c 'import matplotlib' >/dev/null 2>&1 || pip_install matplotlib
 if [ "$mode" = demo ]; then
-  # The demo's plots.
-  python3 -c 'import matplotlib' >/dev/null 2>&1 || pip_install matplotlib
   tor --version | head -1
   exit 0
 fi

@@ -547,9 +547,18 @@ fn have_matplotlib() -> bool {
 pub fn ensure_matplotlib() -> Result<()> {
     if !have_matplotlib() {
         eprintln!("installing matplotlib (pip) for the plots");
-        let _ = Command::new("python3")
-            .args(["-m", "pip", "install", "--quiet", "matplotlib"])
-            .status();
+        let pip = |extra: &[&str]| {
+            Command::new("python3")
+                .args(["-m", "pip", "install", "--quiet"])
+                .args(extra)
+                .arg("matplotlib")
+                .status()
+                .is_ok_and(|s| s.success())
+        };
+        // Debian marks its Python externally managed (PEP 668).
+        if !pip(&[]) {
+            pip(&["--break-system-packages"]);
+        }
         if !have_matplotlib() {
             bail!(
                 "matplotlib is not available; install it with `python3 -m pip install matplotlib`"
