@@ -500,13 +500,16 @@ pub fn priority_markdown(runs: &[RunResult]) -> String {
     s
 }
 
-/// Write `value` as pretty JSON to `path`.
+/// Write `value` as JSON to `path`, on one line: results are mostly long
+/// arrays of samples, which indentation doubled in size (the committed
+/// ones were compacted alike; `python3 -m json.tool` shows one indented).
 pub fn write_json<T: Serialize>(path: &Path, value: &T) -> Result<()> {
     if let Some(d) = path.parent() {
         std::fs::create_dir_all(d)?;
     }
-    std::fs::write(path, serde_json::to_vec_pretty(value)?)
-        .with_context(|| format!("writing {}", path.display()))
+    let mut v = serde_json::to_vec(value)?;
+    v.push(b'\n');
+    std::fs::write(path, v).with_context(|| format!("writing {}", path.display()))
 }
 
 /// Save a comparison as `<results>/<date>-<kind>[-<tag>].json`, print its
