@@ -250,11 +250,13 @@ fn flags(net: &Testnet, fp: &str) -> Result<String> {
             ConsensusEntry::Listed {
                 flags,
                 bandwidth: Some(w),
-            } if w >= MIN_WEIGHT => return Ok(format!(
+            } if w >= MIN_WEIGHT => {
+                return Ok(format!(
                 "the stock authorities voted weft {}; consensus weight {w} (after {:.0} s more)",
                 flags.join(" "),
                 t0.elapsed().as_secs_f64()
-            )),
+            ))
+            }
             other if t0.elapsed() > BOUND => {
                 bail!("weft's weight in client1's consensus is still under {MIN_WEIGHT}: {other:?}")
             }
