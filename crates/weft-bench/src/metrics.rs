@@ -26,6 +26,24 @@ pub fn scrape(port: u16, token: &str) -> Result<Scrape> {
     Ok(parse(&scrape_text(port, token)?))
 }
 
+/// The MetricsPort token in weft's `data_dir`, waiting (at most 30 s) for
+/// weft to write it: the MetricsPort opens after the ORPort, so on a busy
+/// machine the file can appear after weft's start was seen.
+pub fn read_token(data_dir: &std::path::Path) -> Result<String> {
+    let path = data_dir.join("metrics_auth_cookie");
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    loop {
+        match std::fs::read_to_string(&path) {
+            Ok(t) if !t.trim().is_empty() => return Ok(t.trim().to_string()),
+            _ if std::time::Instant::now() < deadline => {
+                std::thread::sleep(Duration::from_millis(50))
+            }
+            Ok(_) => bail!("{} is empty", path.display()),
+            Err(e) => bail!("{}: {e}", path.display()),
+        }
+    }
+}
+
 /// The sum of every line of a scrape's text that starts with `prefix`
 /// (a name with its labels, e.g. one series per worker; 0 if none).
 pub fn sum_lines(body: &str, prefix: &str) -> f64 {

@@ -574,19 +574,23 @@ pub fn ensure_matplotlib() -> Result<()> {
 /// Draw the PNGs for a results JSON into `out_dir` with bench/plot.py,
 /// installing matplotlib from PyPI if it is missing. Returns the files.
 pub fn plot(repo: &Path, json: &Path, out_dir: &Path) -> Result<Vec<PathBuf>> {
+    plot_with(repo, "bench/plot.py", json, out_dir)
+}
+
+/// Run the matplotlib script `script` (relative to `repo`) on `json` into
+/// `out_dir`, installing matplotlib if it is missing; returns the files it
+/// printed, one a line.
+pub fn plot_with(repo: &Path, script: &str, json: &Path, out_dir: &Path) -> Result<Vec<PathBuf>> {
     ensure_matplotlib()?;
     std::fs::create_dir_all(out_dir)?;
     let o = Command::new("python3")
-        .arg(repo.join("bench/plot.py"))
+        .arg(repo.join(script))
         .arg(json)
         .arg(out_dir)
         .output()
-        .context("running bench/plot.py")?;
+        .with_context(|| format!("running {script}"))?;
     if !o.status.success() {
-        bail!(
-            "bench/plot.py failed: {}",
-            String::from_utf8_lossy(&o.stderr)
-        );
+        bail!("{script} failed: {}", String::from_utf8_lossy(&o.stderr));
     }
     Ok(String::from_utf8_lossy(&o.stdout)
         .lines()

@@ -18,7 +18,6 @@
 pub mod roles;
 
 use std::path::{Path, PathBuf};
-use std::process::Command;
 
 use anyhow::{bail, Context, Result};
 use clap::Args;
@@ -247,19 +246,7 @@ pub fn run(a: &DemoArgs) -> Result<PathBuf> {
 /// Draw the plots and write `report.html` for `json` into `dir` with
 /// bench/demo_report.py (matplotlib, installed if missing).
 pub fn write_report(repo: &Path, json: &Path, dir: &Path) -> Result<PathBuf> {
-    report::ensure_matplotlib()?;
-    let o = Command::new("python3")
-        .arg(repo.join("bench/demo_report.py"))
-        .arg(json)
-        .arg(dir)
-        .output()
-        .context("running bench/demo_report.py")?;
-    if !o.status.success() {
-        bail!(
-            "bench/demo_report.py failed: {}",
-            String::from_utf8_lossy(&o.stderr)
-        );
-    }
+    report::plot_with(repo, "bench/demo_report.py", json, dir)?;
     let html = dir.join("report.html");
     if !html.is_file() {
         bail!("bench/demo_report.py wrote no {}", html.display());

@@ -150,7 +150,7 @@ pub fn run(base_dir: &Path, weft_bin: &Path) -> Result<RolesReport> {
     let fp = weft.fingerprint()?.to_string();
     let metrics = Metrics {
         port: metrics_port,
-        token: read_token(&weft.dir)?,
+        token: metrics::read_token(&weft.dir)?,
     };
     let stock: Vec<String> = net
         .nodes()
@@ -225,19 +225,6 @@ pub fn run(base_dir: &Path, weft_bin: &Path) -> Result<RolesReport> {
         ready_s,
         total_s: t0.elapsed().as_secs_f64(),
     })
-}
-
-/// weft's MetricsPort token (written at its start).
-fn read_token(dir: &Path) -> Result<String> {
-    let path = dir.join("metrics_auth_cookie");
-    let deadline = Instant::now() + Duration::from_secs(30);
-    loop {
-        match std::fs::read_to_string(&path) {
-            Ok(t) if !t.trim().is_empty() => return Ok(t.trim().to_string()),
-            _ if Instant::now() < deadline => std::thread::sleep(Duration::from_millis(100)),
-            _ => bail!("no token in {}", path.display()),
-        }
-    }
 }
 
 /// The flags client1's consensus gives weft, once it gives weft a weight

@@ -141,19 +141,9 @@ impl WeftProcess {
 }
 
 /// The MetricsPort token in `data_dir`, waiting (bounded) for weft to
-/// write it: the MetricsPort opens after the ORPort, so on a busy machine
-/// the file can appear after `WeftProcess::start` returned.
+/// write it ([`weft_bench::metrics::read_token`]).
 pub fn metrics_token(data_dir: &Path) -> anyhow::Result<String> {
-    let path = data_dir.join("metrics_auth_cookie");
-    let deadline = Instant::now() + Duration::from_secs(30);
-    loop {
-        match std::fs::read_to_string(&path) {
-            Ok(t) if !t.trim().is_empty() => return Ok(t.trim().to_string()),
-            _ if Instant::now() < deadline => std::thread::sleep(Duration::from_millis(50)),
-            Ok(_) => anyhow::bail!("{} is empty", path.display()),
-            Err(e) => return Err(anyhow::anyhow!("{}: {e}", path.display())),
-        }
-    }
+    weft_bench::metrics::read_token(data_dir)
 }
 
 /// Wait until `log` contains `needle`, bounded.
