@@ -221,7 +221,7 @@ mod tests {
         assert_eq!(m.node_delay_p99_ms, 2.0);
         assert_eq!(
             m.node_delay_buckets_ms,
-            [(1.0, 50.0), (2.0, 99.0), (f64::INFINITY, 100.0)]
+            [(1.0, 50.0), (2.0, 109.0), (f64::INFINITY, 100.0)]
         );
     }
 }
