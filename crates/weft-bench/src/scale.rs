@@ -46,7 +46,8 @@ use plan::{Row, Step};
 #[derive(Args, Debug, Clone)]
 pub struct ScaleArgs {
     /// Steps as N:M (connections:circuits), comma-separated (default
-    /// 100:1000,1000:10000,4000:100000; with --quick 50:500,200:5000).
+    /// 100:1000,1000:10000,4000:100000,16000:24000; with --quick
+    /// 50:500,200:5000).
     #[arg(long)]
     pub steps: Option<String>,
     /// A smoke test: small steps, short windows (about 3 minutes).

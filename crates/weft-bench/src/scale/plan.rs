@@ -16,8 +16,12 @@ pub struct Step {
     pub circuits: usize,
 }
 
-/// The default steps.
-pub const DEFAULT_STEPS: &str = "100:1000,1000:10000,4000:100000";
+/// The default steps: a middle's few links with many circuits, growing to
+/// 100,000 circuits, then a guard's shape at about the most connections
+/// one process may hold (RLIMIT_NOFILE is often 20,000 and not raisable;
+/// a step is capped below the limit and says so): 16,000 client links,
+/// one or two circuits each.
+pub const DEFAULT_STEPS: &str = "100:1000,1000:10000,4000:100000,16000:24000";
 /// The steps of `--quick`.
 pub const QUICK_STEPS: &str = "50:500,200:5000";
 
@@ -264,6 +268,10 @@ mod tests {
                 Step {
                     connections: 4000,
                     circuits: 100000
+                },
+                Step {
+                    connections: 16000,
+                    circuits: 24000
                 },
             ]
         );
