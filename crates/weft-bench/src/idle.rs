@@ -31,6 +31,10 @@ pub struct IdleProcedure {
     /// after weft restarted).
     #[arg(long, default_value_t = 30)]
     pub settle_s: u64,
+    /// `DirCache` of both relay1 and weft: 1 (tor's default: both are
+    /// directory caches, and fetch and serve every new consensus) or 0.
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u8).range(0..=1))]
+    pub dir_cache: u8,
 }
 
 /// One relay over one window.
@@ -89,18 +93,22 @@ pub fn run(base_dir: &Path, weft_bin: &Path, p: &IdleProcedure) -> Result<Vec<Id
     cfg.relays = 2;
     cfg.exits = 1;
     cfg.clients = 0;
+    // The same role for both relays measured (relay0 and exit0 keep tor's
+    // default).
+    let dir_cache = format!("DirCache {}", p.dir_cache);
+    cfg.relay_torrc = vec![vec![], vec![dir_cache.clone()]];
     let mut w = WeftNode::new(weft_bin);
     let first = p.threads.first().copied().unwrap_or(2);
     w.connection_threads = Some(first);
-    let (mut net, _metrics, options) = start_network(base_dir, cfg, w, &[])?;
+    let (mut net, _metrics, options) = start_network(base_dir, cfg, w, &[dir_cache])?;
     let mut out = Vec::new();
     for (i, &threads) in p.threads.iter().enumerate() {
         if i > 0 {
             net.restart_weft(Some(threads), options.clone())?;
         }
         eprintln!(
-            "[idle] weft-{threads}: settling {} s, then {} s side by side with relay1",
-            p.settle_s, p.seconds
+            "[idle] weft-{threads}: settling {} s, then {} s side by side with relay1 (both DirCache {})",
+            p.settle_s, p.seconds, p.dir_cache
         );
         std::thread::sleep(Duration::from_secs(p.settle_s));
         let (tor_pid, weft_pid) = (pid_of(&net, "relay1")?, pid_of(&net, "weft")?);
