@@ -94,12 +94,17 @@ pub struct DemoResult {
 }
 
 impl DemoResult {
-    /// Every role held and no cell was damaged.
+    /// Every role held, every relay of the speed part relayed cells (a
+    /// table of zeros is no comparison) and no cell was damaged.
     pub fn ok(&self) -> bool {
         self.roles
             .as_ref()
             .is_none_or(|r| r.checks.iter().all(|c| c.ok))
-            && self.speed.iter().all(|s| s.corrupt_cells == 0)
+            && !self.speed.is_empty()
+            && self
+                .speed
+                .iter()
+                .all(|s| s.corrupt_cells == 0 && s.mib_s > 0.0 && s.cpu_s_per_gib.is_finite())
     }
 }
 
@@ -241,6 +246,66 @@ pub fn run(a: &DemoArgs) -> Result<PathBuf> {
         bail!("a role failed or a cell was damaged (see above)");
     }
     Ok(html)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn row(label: &str, mib_s: f64, corrupt_cells: u64) -> SpeedRow {
+        SpeedRow {
+            label: label.into(),
+            mib_s,
+            cpu_s_per_gib: 1.5,
+            delay_up_ms: (1.0, 2.0),
+            delay_down_ms: (1.0, 2.0),
+            corrupt_cells,
+            samples: Vec::new(),
+            node_delay_buckets_ms: Vec::new(),
+        }
+    }
+
+    fn result(roles_ok: bool, speed: Vec<SpeedRow>) -> DemoResult {
+        DemoResult {
+            date: String::new(),
+            machine: report::Machine::read(),
+            tor_version: String::new(),
+            roles: Some(roles::RolesReport {
+                tor_version: String::new(),
+                checks: vec![roles::RoleCheck {
+                    role: "middle".into(),
+                    ok: roles_ok,
+                    checked: String::new(),
+                }],
+                node_delay_buckets_ms: Vec::new(),
+                ready_s: 0.0,
+                total_s: 0.0,
+            }),
+            cpu_quota: 0.5,
+            speed,
+        }
+    }
+
+    #[test]
+    fn the_demo_fails_on_a_failed_role_a_damaged_cell_or_an_empty_run() {
+        let good = || vec![row("tor", 100.0, 0), row("weft-1", 300.0, 0)];
+        assert!(result(true, good()).ok());
+        assert!(!result(false, good()).ok(), "a role failed");
+        assert!(
+            !result(true, vec![row("tor", 100.0, 1)]).ok(),
+            "a damaged cell"
+        );
+        assert!(
+            !result(true, vec![row("tor", 0.0, 0)]).ok(),
+            "nothing relayed"
+        );
+        assert!(!result(true, Vec::new()).ok(), "no speed part");
+        let table = speed_table(&good(), 0.5);
+        assert!(
+            table.contains("weft-1") && table.contains("3.00x"),
+            "{table}"
+        );
+    }
 }
 
 /// Draw the plots and write `report.html` for `json` into `dir` with
