@@ -248,6 +248,17 @@ pub fn run(a: &DemoArgs) -> Result<PathBuf> {
     Ok(html)
 }
 
+/// Draw the plots and write `report.html` for `json` into `dir` with
+/// bench/demo_report.py (matplotlib, installed if missing).
+pub fn write_report(repo: &Path, json: &Path, dir: &Path) -> Result<PathBuf> {
+    report::plot_with(repo, "bench/demo_report.py", json, dir)?;
+    let html = dir.join("report.html");
+    if !html.is_file() {
+        bail!("bench/demo_report.py wrote no {}", html.display());
+    }
+    Ok(html)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -306,15 +317,4 @@ mod tests {
             "{table}"
         );
     }
-}
-
-/// Draw the plots and write `report.html` for `json` into `dir` with
-/// bench/demo_report.py (matplotlib, installed if missing).
-pub fn write_report(repo: &Path, json: &Path, dir: &Path) -> Result<PathBuf> {
-    report::plot_with(repo, "bench/demo_report.py", json, dir)?;
-    let html = dir.join("report.html");
-    if !html.is_file() {
-        bail!("bench/demo_report.py wrote no {}", html.display());
-    }
-    Ok(html)
 }
