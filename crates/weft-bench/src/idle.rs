@@ -48,6 +48,9 @@ pub struct IdleSample {
     pub cpu_pct: f64,
     /// Context switches per second (voluntary + involuntary).
     pub ctx_switches_per_s: f64,
+    /// The same by thread name (threads of one name summed; those alive
+    /// at both ends of the window): name, CPU %, context switches/s.
+    pub by_thread: Vec<(String, f64, f64)>,
 }
 
 /// One window: stock tor and weft side by side.
@@ -65,6 +68,8 @@ struct Snapshot {
     cpu_s: f64,
     switches: u64,
     at: Instant,
+    /// Per thread id: name, CPU ns, context switches.
+    tasks: Vec<(u32, String, u64, u64)>,
 }
 
 fn snapshot(pid: u32) -> Snapshot {
@@ -73,7 +78,60 @@ fn snapshot(pid: u32) -> Snapshot {
         cpu_s: tasks_runtime_s(pid).unwrap_or(0.0),
         switches: v + n,
         at: Instant::now(),
+        tasks: tasks(pid),
     }
+}
+
+/// Every thread of `pid`: id, name, CPU ns (schedstat), context switches.
+fn tasks(pid: u32) -> Vec<(u32, String, u64, u64)> {
+    let Ok(rd) = std::fs::read_dir(format!("/proc/{pid}/task")) else {
+        return Vec::new();
+    };
+    let mut out = Vec::new();
+    for e in rd.flatten() {
+        let Some(tid) = e.file_name().to_str().and_then(|t| t.parse::<u32>().ok()) else {
+            continue;
+        };
+        let read = |f: &str| std::fs::read_to_string(e.path().join(f)).unwrap_or_default();
+        let name = read("comm").trim().to_string();
+        let ns = read("schedstat")
+            .split_whitespace()
+            .next()
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(0);
+        let switches = read("status")
+            .lines()
+            .filter_map(|l| {
+                l.strip_prefix("voluntary_ctxt_switches:")
+                    .or_else(|| l.strip_prefix("nonvoluntary_ctxt_switches:"))
+            })
+            .filter_map(|v| v.trim().parse::<u64>().ok())
+            .sum();
+        out.push((tid, name, ns, switches));
+    }
+    out
+}
+
+/// Per thread name over the window: CPU % and context switches/s, busiest
+/// waker first.
+fn by_thread(before: &Snapshot, after: &Snapshot, secs: f64) -> Vec<(String, f64, f64)> {
+    let mut sums: Vec<(String, f64, f64)> = Vec::new();
+    for (tid, name, ns, cs) in &after.tasks {
+        let Some((_, _, ns0, cs0)) = before.tasks.iter().find(|t| t.0 == *tid) else {
+            continue;
+        };
+        let cpu = 100.0 * ns.saturating_sub(*ns0) as f64 / 1e9 / secs;
+        let rate = cs.saturating_sub(*cs0) as f64 / secs;
+        match sums.iter_mut().find(|s| s.0 == *name) {
+            Some(s) => {
+                s.1 += cpu;
+                s.2 += rate;
+            }
+            None => sums.push((name.clone(), cpu, rate)),
+        }
+    }
+    sums.sort_by(|a, b| b.2.total_cmp(&a.2));
+    sums
 }
 
 fn sample(target: &str, pid: u32, before: &Snapshot, after: &Snapshot) -> IdleSample {
@@ -83,6 +141,7 @@ fn sample(target: &str, pid: u32, before: &Snapshot, after: &Snapshot) -> IdleSa
         threads: std::fs::read_dir(format!("/proc/{pid}/task")).map_or(0, |d| d.count()),
         cpu_pct: 100.0 * (after.cpu_s - before.cpu_s).max(0.0) / secs,
         ctx_switches_per_s: after.switches.saturating_sub(before.switches) as f64 / secs,
+        by_thread: by_thread(before, after, secs),
     }
 }
 
@@ -122,6 +181,14 @@ pub fn run(base_dir: &Path, weft_bin: &Path, p: &IdleProcedure) -> Result<Vec<Id
             "[idle] tor {:.3}% {:.1} cs/s; weft-{threads} {:.3}% {:.1} cs/s",
             tor.cpu_pct, tor.ctx_switches_per_s, weft.cpu_pct, weft.ctx_switches_per_s
         );
+        for s in [&tor, &weft] {
+            let parts: Vec<String> = s
+                .by_thread
+                .iter()
+                .map(|(n, c, r)| format!("{n} {c:.3}% {r:.1}/s"))
+                .collect();
+            eprintln!("[idle]   {} by thread: {}", s.target, parts.join(", "));
+        }
         out.push(IdleWindow {
             tor,
             weft,
@@ -167,16 +234,24 @@ mod tests {
             cpu_s: 1.0,
             switches: 100,
             at: t0,
+            tasks: vec![(7, "worker".into(), 0, 10), (8, "worker".into(), 0, 10)],
         };
         let after = Snapshot {
             cpu_s: 1.06,
             switches: 400,
             at: t0 + Duration::from_secs(60),
+            tasks: vec![
+                (7, "worker".into(), 600_000_000, 70),
+                (8, "worker".into(), 0, 130),
+                (9, "new".into(), 0, 1000),
+            ],
         };
         let s = sample("tor", std::process::id(), &before, &after);
         assert!((s.cpu_pct - 0.1).abs() < 1e-9);
         assert!((s.ctx_switches_per_s - 5.0).abs() < 1e-9);
         assert!(s.threads >= 1);
+        // Threads of one name summed; one born in the window left out.
+        assert_eq!(s.by_thread, vec![("worker".to_string(), 1.0, 3.0)]);
         let md = markdown(&[IdleWindow {
             tor: s.clone(),
             weft: IdleSample {

@@ -54,6 +54,12 @@ use weft_testnet::{
 
 /// Onion services on the service node.
 const SERVICES: usize = 8;
+/// Rounds of new rendezvous circuits after one in which weft was never
+/// the rendezvous point. At about 1 in 40 per circuit (CI runs) the chance
+/// that 9 rounds of 40 all miss weft is about 1 in 10,000; a round takes
+/// about 3 s.
+const MORE_ROUNDS: u32 = 8;
+
 /// Connections per round.
 const CONNECTIONS: usize = 40;
 /// Bytes each way per connection.
@@ -186,7 +192,10 @@ fn wait_for_weight(net: &Testnet, fp: &str) -> Result<()> {
 }
 
 /// One round: `CONNECTIONS` verified connections; returns the failures.
-fn round(net: &Testnet, onions: &[String], label: &str) -> Result<Vec<String>> {
+/// `isolation` goes into each connection's SOCKS username: a client reuses
+/// a rendezvous circuit for streams of the same isolation, so a round that
+/// must build new rendezvous circuits needs a value no earlier round used.
+fn round(net: &Testnet, onions: &[String], label: &str, isolation: u32) -> Result<Vec<String>> {
     let socks = [
         net.node("client0")?.socks_addr().context("client0 socks")?,
         net.node("client1")?.socks_addr().context("client1 socks")?,
@@ -207,7 +216,7 @@ fn round(net: &Testnet, onions: &[String], label: &str) -> Result<Vec<String>> {
                     *n - 1
                 };
                 let onion = &onions[i % onions.len()];
-                let user = format!("{label}-{i}");
+                let user = format!("{label}-{isolation}-{i}");
                 let r =
                     traffic::socks5_connect_host(socks[i % 2], onion, 80, &user, CONNECT_TIMEOUT)
                         .and_then(|st| traffic::transfer_sized(st, BYTES, BYTES, CONNECT_TIMEOUT));
@@ -318,7 +327,7 @@ fn run(baseline: bool) -> Result<()> {
             eprintln!("[{label}] waited {waited:.1?} past an onion-service time period's start");
         }
         let mut ctls = watch_circuits(&net)?;
-        let mut failures = round(&net, &onions, &label)?;
+        let mut failures = round(&net, &onions, &label, 0)?;
         let count = count_circuits(&mut ctls, &fp);
         eprintln!(
             "[{label}] onion-service circuits built {:?}; through the watched relay {:?}",
@@ -330,15 +339,19 @@ fn run(baseline: bool) -> Result<()> {
         } else {
             let mut r = weft_onion_counters(&net)?;
             // A client picks its rendezvous point at random among the
-            // relays (2, 0 and 1 of 40 in one CI run): a round that
-            // happened not to pick weft is followed by up to two more, so
-            // every configuration is seen as a rendezvous point.
-            for more in 1..=2 {
+            // relays by weight (2, 0 and 1 of 40 in one CI run): a round
+            // that happened not to pick weft is followed by up to
+            // MORE_ROUNDS more, so every configuration is seen as a
+            // rendezvous point. Each
+            // more round uses new SOCKS usernames: with the old ones the
+            // clients reuse the rendezvous circuits they already built
+            // (rounds of 1.2 s, no new rendezvous point, in one CI run).
+            for more in 1..=MORE_ROUNDS {
                 if r.2 > 0.0 {
                     break;
                 }
                 eprintln!("[{label}] weft not yet a rendezvous point: round {more} more");
-                failures.extend(round(&net, &onions, &label)?);
+                failures.extend(round(&net, &onions, &label, more)?);
                 rounds_run += 1;
                 r = weft_onion_counters(&net)?;
             }
