@@ -185,29 +185,23 @@ impl Controller {
         self.load.get(w).map_or(f64::INFINITY, |l| l - min)
     }
 
-    /// Split BandwidthRate/Burst between workers by recent demand: a
-    /// quarter evenly, the rest in proportion to the bytes each moved in
-    /// the last second. Sent only when a share moves by more than 10%.
+    /// Split BandwidthRate/Burst between workers by recent demand
+    /// ([`bandwidth_shares`]); a worker hears of its share only when it
+    /// moves by more than 10%.
     pub(super) fn rebalance_bandwidth(&mut self) {
-        let n = self.workers.len();
-        if n < 2 {
-            return;
-        }
         let demand: Vec<u64> = self
             .worker_load
             .iter()
             .map(|r| r.read_bytes + r.written_bytes)
             .collect();
-        let total: u64 = demand.iter().sum();
-        if total == 0 {
-            return;
-        }
-        for (w, d) in demand.iter().enumerate() {
-            let frac = 0.25 / n as f64 + 0.75 * *d as f64 / total as f64;
-            let rate = ((self.cfg.bandwidth_rate as f64 * frac) as u64).max(1);
-            let burst = ((self.cfg.bandwidth_burst as f64 * frac) as u64).max(1);
-            let old = self.shares.get(w).copied().unwrap_or(0);
-            if old == 0 || rate.abs_diff(old) * 10 > old {
+        let new = bandwidth_shares(
+            self.cfg.bandwidth_rate,
+            self.cfg.bandwidth_burst,
+            &demand,
+            &self.shares,
+        );
+        for (w, share) in new.into_iter().enumerate() {
+            if let Some((rate, burst)) = share {
                 if let Some(s) = self.shares.get_mut(w) {
                     *s = rate;
                 }
@@ -217,9 +211,75 @@ impl Controller {
     }
 }
 
+/// Each worker's new (rate, burst) share of BandwidthRate/Burst, or None
+/// where its share (`old`, 0 if never sent) stays: a quarter split evenly,
+/// the rest in proportion to the bytes each moved in the last second
+/// (`demand`), sent when it moves by more than 10%. Nothing changes while
+/// the whole relay moved no more than a worker's smallest possible share
+/// (a quarter of the rate split evenly): no worker can be held back by its
+/// share then, and an idle relay's trickle (a keepalive here, a padding
+/// cell there) swung the shares by far more than 10% and woke every
+/// worker with a message most seconds (issue 53).
+pub(super) fn bandwidth_shares(
+    rate: u64,
+    burst: u64,
+    demand: &[u64],
+    old: &[u64],
+) -> Vec<Option<(u64, u64)>> {
+    let n = demand.len();
+    let total: u64 = demand.iter().sum();
+    let floor = (rate as f64 * 0.25 / n.max(1) as f64) as u64;
+    if n < 2 || total == 0 || total <= floor {
+        return vec![None; n];
+    }
+    demand
+        .iter()
+        .enumerate()
+        .map(|(w, d)| {
+            let frac = 0.25 / n as f64 + 0.75 * *d as f64 / total as f64;
+            let r = ((rate as f64 * frac) as u64).max(1);
+            let b = ((burst as f64 * frac) as u64).max(1);
+            let was = old.get(w).copied().unwrap_or(0);
+            (was == 0 || r.abs_diff(was) * 10 > was).then_some((r, b))
+        })
+        .collect()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn bandwidth_follows_demand_but_not_an_idle_trickle() {
+        const MB: u64 = 1 << 20;
+        // Two workers, 8 MiB/s: a trickle of 900 B on one worker (a
+        // keepalive, padding) far below a quarter's even split (1 MiB)
+        // changes nothing.
+        assert_eq!(
+            bandwidth_shares(8 * MB, 16 * MB, &[900, 0], &[4 * MB, 4 * MB]),
+            vec![None, None]
+        );
+        assert_eq!(
+            bandwidth_shares(8 * MB, 16 * MB, &[MB, 0], &[4 * MB, 4 * MB]),
+            vec![None, None]
+        );
+        // Real demand, all on worker 0: it gets 7/8 (1/8 + 3/4), worker 1
+        // the even quarter's 1/8.
+        assert_eq!(
+            bandwidth_shares(8 * MB, 16 * MB, &[3 * MB, 0], &[4 * MB, 4 * MB]),
+            vec![Some((7 * MB, 14 * MB)), Some((MB, 2 * MB))]
+        );
+        // Within 10% of what a worker has: not sent again.
+        assert_eq!(
+            bandwidth_shares(8 * MB, 16 * MB, &[3 * MB, 0], &[7 * MB, MB]),
+            vec![None, None]
+        );
+        // One worker: its share is the whole rate, always.
+        assert_eq!(
+            bandwidth_shares(8 * MB, 16 * MB, &[3 * MB], &[0]),
+            vec![None]
+        );
+    }
 
     #[test]
     fn one_move_at_a_time_until_it_is_over_or_times_out() {

@@ -35,6 +35,7 @@ pub mod protocols;
 mod reachability;
 mod registry;
 mod relay_context;
+mod second_timer;
 mod signals;
 mod tor_metrics;
 
@@ -43,7 +44,7 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime};
 
-use tokio::sync::mpsc::unbounded_channel;
+use tokio::sync::mpsc::{unbounded_channel, UnboundedReceiver};
 use tracing::{debug, error, info, warn};
 use weft_crypto::keys::{LinkKeys, RelayKeys, TLS_CONTEXT_LIFETIME};
 use weft_proto::link::PeerKind;
@@ -94,6 +95,11 @@ enum Waiter {
 }
 
 struct Controller {
+    /// The workers' once-a-second reports ([`ControllerMsg::WorkerStats`]),
+    /// read when the controller wakes anyway (its tick, a metrics or
+    /// control request, the stop), never polled: a report does not wake
+    /// it ([`Controller::take_reports`]).
+    reports: UnboundedReceiver<ControllerMsg>,
     cfg: RelayConfig,
     keys: RelayKeys,
     ctx: Arc<SharedContext>,
@@ -242,6 +248,7 @@ async fn run_controller(cfg: RelayConfig, mut hooks: RelayHooks) -> anyhow::Resu
     );
 
     let (tx, mut rx) = unbounded_channel();
+    let (reports_tx, reports) = unbounded_channel();
     let n = cfg.connection_threads;
     let (parts, workers) = worker::build(n.max(1))?;
     let nw = n.max(1) as u64;
@@ -260,7 +267,13 @@ async fn run_controller(cfg: RelayConfig, mut hooks: RelayHooks) -> anyhow::Resu
     };
     let mut local_worker = None;
     for p in parts {
-        let w = Worker::new(p, workers.clone(), ctx.clone(), tx.clone(), wcfg);
+        let w = Worker::new(
+            p,
+            workers.clone(),
+            ctx.clone(),
+            (tx.clone(), reports_tx.clone()),
+            wcfg,
+        );
         if n == 0 {
             local_worker = Some(w);
         } else {
@@ -316,6 +329,7 @@ async fn run_controller(cfg: RelayConfig, mut hooks: RelayHooks) -> anyhow::Resu
     let bw = BandwidthHistory::load(&state_path); // before the slow GeoIP files
     let stats = extra_stats::load_stats(&cfg, &state_path);
     let mut c = Controller {
+        reports,
         limits: limits::Limits::new(
             sched_params(&cfg, &NetParams::default()).dos,
             max_mem,
@@ -376,7 +390,7 @@ async fn run_controller(cfg: RelayConfig, mut hooks: RelayHooks) -> anyhow::Resu
     c.notify_ready();
 
     let mut fatal: Option<String> = None;
-    let mut tick = tokio::time::interval(Duration::from_secs(1));
+    let mut tick = second_timer::SecondTimer::new(Duration::from_secs(1));
     let mut secs: u64 = 0;
     // sd_notify's watchdog: pinged from this loop, so a stuck controller
     // is noticed (an interval that never fires without one).
@@ -406,6 +420,7 @@ async fn run_controller(cfg: RelayConfig, mut hooks: RelayHooks) -> anyhow::Resu
                     c.conn_stats.metrics_created[tor_metrics::family_of(&peer)] += 1;
                     // Refused before the page is rendered: closed unanswered.
                     if m.admits(peer) {
+                        c.take_reports();
                         c.conn_stats.metrics_open = m.serving() + 1;
                         let mut snap = c.metrics_snapshot();
                         snap.dir_diffs = cache.diff_metrics(snap.exit.dir.consensus_diffs);
@@ -434,6 +449,7 @@ async fn run_controller(cfg: RelayConfig, mut hooks: RelayHooks) -> anyhow::Resu
                 }
             }
             m = control_port::next_control(&mut control) => {
+                c.take_reports();
                 if c.on_control(control.as_mut(), m, &mut dir, &mut hooks.reloader) {
                     break;
                 }
@@ -453,6 +469,7 @@ async fn run_controller(cfg: RelayConfig, mut hooks: RelayHooks) -> anyhow::Resu
             _ = sigusr1.recv() => c.log_dump(),
             _ = watchdog_tick.tick(), if watchdog.is_some() => c.notify.watchdog_ping(),
             _ = tick.tick() => {
+                c.take_reports();
                 secs += 1;
                 c.bw.tick(bwhist::today());
                 c.account(&mut dir);

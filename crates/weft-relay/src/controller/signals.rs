@@ -127,11 +127,12 @@ impl Controller {
         while running > 0 {
             match tokio::time::timeout_at(deadline, rx.recv()).await {
                 Ok(Some(ControllerMsg::WorkerStopped { .. })) => running -= 1,
-                Ok(Some(m @ ControllerMsg::WorkerStats { .. })) => self.on_msg(m),
                 Ok(Some(_)) => {}
                 Ok(None) | Err(_) => break,
             }
         }
+        // Their last reports went out before they said they stopped.
+        self.take_reports();
         self.save_state(state_path);
         info!(
         "stopped after {}s: relayed {} cells, read {} B, written {} B, extends {} same-worker / {} cross-worker",

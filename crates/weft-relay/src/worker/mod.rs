@@ -215,6 +215,9 @@ pub struct Worker {
     peers: Vec<WorkerHandle>,
     ins: Vec<Option<Consumer<RingMsg>>>,
     controller: UnboundedSender<ControllerMsg>,
+    /// Where the once-a-second report goes: read by the controller when it
+    /// wakes anyway, so a report does not wake it.
+    reports: UnboundedSender<ControllerMsg>,
     ctx: Arc<SharedContext>,
     cfg: WorkerConfig,
     conns: Slab<Conn>,
@@ -251,7 +254,11 @@ pub struct Worker {
     round_start: Instant,
     counters: Counters,
     reported: Counters,
+    /// When the report is due if the core's tick does not bring it first
+    /// ([`Effect::Tick`]; the core ticks only while it has connections).
     next_housekeeping: Instant,
+    /// The core's tick ran this round: the report goes out with it.
+    tick_seen: bool,
     /// The last report went out while the worker was idle
     /// ([`Worker::housekeeping_due`]).
     idle_reported: bool,
@@ -277,7 +284,10 @@ impl Worker {
         parts: WorkerParts,
         peers: Vec<WorkerHandle>,
         ctx: Arc<SharedContext>,
-        controller: UnboundedSender<ControllerMsg>,
+        (controller, reports): (
+            UnboundedSender<ControllerMsg>,
+            UnboundedSender<ControllerMsg>,
+        ),
         cfg: WorkerConfig,
     ) -> Worker {
         let now = Instant::now();
@@ -298,6 +308,7 @@ impl Worker {
             peers,
             ins: parts.ins,
             controller,
+            reports,
             core: Circuits::new(
                 parts.id,
                 limits,
@@ -325,6 +336,7 @@ impl Worker {
             counters: Counters::default(),
             reported: Counters::default(),
             next_housekeeping: now + Duration::from_secs(1),
+            tick_seen: false,
             idle_reported: false,
             trim: report::TrimPacer::new(now),
             next_sched_run: now,
@@ -574,7 +586,7 @@ impl Worker {
         // Also puts what the last steps queued (a DESTROY for a peer of a
         // closed connection) on the writing list before the worker sleeps.
         self.apply_effects();
-        if t0 >= self.next_housekeeping {
+        if std::mem::take(&mut self.tick_seen) || t0 >= self.next_housekeeping {
             self.housekeeping();
         }
         self.counters.busy_ns += t0.elapsed().as_nanos() as u64;
@@ -685,6 +697,7 @@ impl Worker {
                 Effect::PumpStream(key) => self.streams.pump_later(key),
                 Effect::Write(idx) => self.add_writing(idx),
                 Effect::CloseConn { idx, why } => self.close_later(idx, why),
+                Effect::Tick => self.tick_seen = true,
             }
         }
     }

@@ -8,6 +8,10 @@ use super::{thread_cpu_ns, Worker};
 use crate::histogram::DelayHistogram;
 use crate::messages::{ConnId, ControllerMsg, WorkerReport};
 
+/// The report's own timer: later than the core's once-a-second tick,
+/// which brings the report first whenever the core has a connection.
+pub(crate) const HOUSEKEEPING_FALLBACK: Duration = Duration::from_millis(1100);
+
 /// Bytes given back by idle links after which the worker trims the heap
 /// (about fifteen links' buffers): trimming walks every arena's free
 /// lists, so it waits until there is something worth giving back.
@@ -206,7 +210,7 @@ impl Worker {
                 }
             },
         };
-        let _ = self.controller.send(ControllerMsg::WorkerStats {
+        let _ = self.reports.send(ControllerMsg::WorkerStats {
             worker: self.id,
             report,
             cpu_ns: thread_cpu_ns(),
@@ -246,9 +250,12 @@ impl Worker {
     }
 
     /// Once a second: the report. (The protocol's timers are the core's,
-    /// [`super::core::timers`].)
+    /// [`super::core::timers`].) It runs in the round of the core's own
+    /// once-a-second tick ([`super::core::Effect::Tick`]), so the two share
+    /// a wake-up; its own timer, a little later than the tick, only
+    /// serves while the core has no connection to tick for.
     pub(crate) fn housekeeping(&mut self) {
-        self.next_housekeeping = Instant::now() + Duration::from_secs(1);
+        self.next_housekeeping = Instant::now() + HOUSEKEEPING_FALLBACK;
         self.idle_reported = self.is_idle();
         self.report();
         self.apply_effects();

@@ -199,6 +199,10 @@ pub(crate) enum Effect {
         /// For the log.
         why: String,
     },
+    /// The core's once-a-second tick ran this round: the driver's own
+    /// once-a-second work (its report) rides on it, so an idle worker
+    /// wakes once a second, not once for each.
+    Tick,
 }
 
 /// Counters the core keeps (the driver adds its own for the report).
@@ -743,6 +747,7 @@ impl Circuits {
             self.next_tick_ns = now_ns + 1_000_000_000;
             self.expire_selftests();
             self.run_conn_timers();
+            self.effects.push_back(Effect::Tick);
         }
         self.send_due_padding();
         self.run_circpad_timers();

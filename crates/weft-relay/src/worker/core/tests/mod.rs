@@ -264,7 +264,7 @@ impl Net {
                 Effect::Resolve(q) => self.lookups.push(q),
                 Effect::Stream(io) => self.stream_io[w].push_back(io),
                 Effect::PumpStream(key) => self.pumps[w].push(key),
-                Effect::Write(_) => {}
+                Effect::Write(_) | Effect::Tick => {}
                 Effect::CloseConn { idx, why } => self.closed[w].push((idx, why)),
             }
         }
