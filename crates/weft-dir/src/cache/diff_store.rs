@@ -145,7 +145,10 @@ fn write_file(dir: &Path, name: &str, bytes: &[u8]) -> std::io::Result<()> {
     }
     let mut f = o.open(&tmp)?;
     f.write_all(bytes)?;
-    f.sync_all()?;
+    // No fsync: these files are a cache, and each is checked when loaded
+    // (`load_diff`, a base's decompression), so one a crash cut short is
+    // made again. C Tor's consensus cache does not sync either; an fsync
+    // per file was most of an idle directory cache's wake-ups (issue 53).
     std::fs::rename(&tmp, dir.join(name))
 }
 

@@ -104,12 +104,23 @@ pub fn compress(method: Method, data: &[u8], once: bool) -> std::io::Result<Vec<
             e.write_all(data)?;
             e.finish()
         }
-        Method::Zstd => zstd::encode_all(data, if once { 9 } else { 3 }),
+        // Told the input's size, zstd sizes its window and tables to it;
+        // streamed without it (as C Tor's `tor_compress` does), level 9
+        // set up and zeroed megabytes of tables for every document, each
+        // a fresh mapping to fault in (weft's malloc hands blocks over
+        // 128 KiB straight back to the kernel): most of an idle directory
+        // cache's CPU (issue 53). The frame is the same format.
+        Method::Zstd => zstd::bulk::compress(data, if once { 9 } else { 3 }),
         Method::Lzma => {
             // C Tor's "x-tor-lzma" is the legacy .lzma ("alone") format,
             // not .xz (`lzma_alone_encoder` with preset 6, or 4 per request).
-            let opts = xz2::stream::LzmaOptions::new_preset(if once { 6 } else { 4 })
+            // The dictionary is no larger than the input needs (the
+            // preset's 8 MiB sized the match finder's tables, zeroed for
+            // every document, as zstd's above); the stream's header says
+            // the size, and any decoder takes it.
+            let mut opts = xz2::stream::LzmaOptions::new_preset(if once { 6 } else { 4 })
                 .map_err(std::io::Error::other)?;
+            opts.dict_size(lzma_dict_size(data.len(), if once { 6 } else { 4 }));
             let stream =
                 xz2::stream::Stream::new_lzma_encoder(&opts).map_err(std::io::Error::other)?;
             let mut e = xz2::write::XzEncoder::new_stream(Vec::new(), stream);
@@ -117,6 +128,15 @@ pub fn compress(method: Method, data: &[u8], once: bool) -> std::io::Result<Vec<
             e.finish()
         }
     }
+}
+
+/// The LZMA dictionary for `len` bytes of input at `preset`: the preset's
+/// (8 MiB at 6, 4 MiB at 4), but no more than the input rounded up to a
+/// power of two, and at least liblzma's minimum (4 KiB).
+fn lzma_dict_size(len: usize, preset: u32) -> u32 {
+    let preset_dict: u32 = if preset >= 6 { 8 << 20 } else { 4 << 20 };
+    let needed = u32::try_from(len.max(1).next_power_of_two()).unwrap_or(u32::MAX);
+    needed.clamp(4096, preset_dict)
 }
 
 /// One consensus flavour as served: its text and every compressed form.

@@ -364,3 +364,37 @@ fn big_per_request_answers_go_uncompressed() {
     );
     assert!(matches!(&r.body, Body::Shared(b) if Arc::ptr_eq(b, &d.all_descs)));
 }
+
+#[test]
+fn every_method_round_trips_with_tables_sized_to_the_input() {
+    use crate::cache::diff_store::decompress;
+    // A small document (a test network's consensus) and a larger one (the
+    // cap on the dictionary is checked on the sizes alone below).
+    let small: Vec<u8> = (0..40_000u32)
+        .flat_map(|i| format!("r relay{} {}\n", i % 97, i).into_bytes())
+        .take(40_000)
+        .collect();
+    let big: Vec<u8> = (0..60_000u32)
+        .flat_map(|i| format!("m {}\n", i.wrapping_mul(2_654_435_761)).into_bytes())
+        .take(300_000)
+        .collect();
+    for data in [&small, &big] {
+        for m in Method::ALL {
+            for once in [true, false] {
+                let z = compress(m, data, once).unwrap();
+                assert_eq!(&decompress(m, &z).unwrap(), data, "{m:?} once={once}");
+                if m == Method::Lzma {
+                    // The .lzma header: properties byte, then the
+                    // dictionary size, little-endian.
+                    let dict = u32::from_le_bytes(z[1..5].try_into().unwrap());
+                    let preset = if once { 6 } else { 4 };
+                    assert_eq!(dict, super::lzma_dict_size(data.len(), preset));
+                }
+            }
+        }
+    }
+    assert_eq!(super::lzma_dict_size(40_000, 6), 65_536);
+    assert_eq!(super::lzma_dict_size(10, 6), 4096);
+    assert_eq!(super::lzma_dict_size(9 << 20, 6), 8 << 20);
+    assert_eq!(super::lzma_dict_size(9 << 20, 4), 4 << 20);
+}
