@@ -85,8 +85,6 @@ pub(super) fn load_stats(cfg: &RelayConfig, state_path: &Path) -> RelayStats {
 }
 
 impl Controller {
-    /// A worker's once-a-second report: the byte counts, its load and
-    /// totals, its queues for the memory limit, and the statistics.
     /// Read the workers' reports that came since the last call (they do
     /// not wake the controller: an idle relay's workers report once a
     /// second each, and a wake-up for each was most of its context
@@ -97,6 +95,8 @@ impl Controller {
         }
     }
 
+    /// A worker's once-a-second report: the byte counts, its load and
+    /// totals, its queues for the memory limit, and the statistics.
     pub(super) fn on_worker_stats(&mut self, worker: usize, report: &WorkerReport, cpu_ns: u64) {
         self.bw.add(report.read_bytes, report.written_bytes);
         self.bw.total_cells += report.cells_relayed;
