@@ -22,6 +22,7 @@ pub mod control_port;
 pub mod dir_cache;
 mod dir_events;
 pub mod directory;
+mod each_second;
 mod exit_metrics;
 mod extra_stats;
 mod hibernate;
@@ -53,7 +54,7 @@ use weft_proto::origin::HopTarget;
 use self::directory::{DirEvent, DirState};
 use self::metrics::WorkerTotals;
 use self::relay_context::{exit_settings, our_addrs, sched_params};
-use crate::bwhist::{self, BandwidthHistory};
+use crate::bwhist::BandwidthHistory;
 use crate::context::{RelayConfig, SharedContext};
 use crate::messages::{ConnId, ControllerMsg, HalfRef, WorkerReport};
 use crate::resolver::Resolver;
@@ -469,33 +470,8 @@ async fn run_controller(cfg: RelayConfig, mut hooks: RelayHooks) -> anyhow::Resu
             _ = sigusr1.recv() => c.log_dump(),
             _ = watchdog_tick.tick(), if watchdog.is_some() => c.notify.watchdog_ping(),
             _ = tick.tick() => {
-                c.take_reports();
                 secs += 1;
-                c.bw.tick(bwhist::today());
-                c.account(&mut dir);
-                if let Some(cp) = control.as_mut() {
-                    cp.tick(c.bw.total_read, c.bw.total_written);
-                }
-                dir.maybe_fetch_consensus();
-                dir.maybe_selftest(c.bw.observed(), &|fp| c.connected_to(fp));
-                cache.maybe_fill(dir.consensus(), dir.own_documents());
-                c.rebalance_bandwidth();
-                c.balance(secs);
-                if secs.is_multiple_of(10) {
-                    dir.set_overload(c.limits.overload_line());
-                    dir.set_extra_stats(c.extra_info_chunks());
-                    dir.maybe_republish(&c.keys, c.started, c.bw.observed());
-                }
-                if c.cfg.heartbeat_period.is_some_and(|p| secs.is_multiple_of(p.as_secs().max(1))) {
-                    c.log_heartbeat();
-                }
-                if secs.is_multiple_of(60) {
-                    c.hs_dir.clean(&c.workers);
-                    c.limits.clients.expire(unix_secs());
-                    c.save_state(&state_path);
-                    c.rotate_if_due(&mut dir);
-                    c.check_address(&mut dir);
-                }
+                c.each_second(secs, &mut dir, &mut cache, control.as_mut(), &state_path);
             }
             _ = sigint.recv() => {
                 if c.begin_shutdown(&dir) {

@@ -285,3 +285,26 @@ fn padding_counts_follow_the_connections_padding_state() {
         1
     );
 }
+
+/// The core's once-a-second tick says so (`Effect::Tick`), once per
+/// second however many rounds run, and its next one is what the core asks
+/// to be woken for: the driver's report rides on it, so an idle worker
+/// wakes once a second, not once for the tick and again for the report
+/// (issue 53).
+#[test]
+fn the_once_a_second_tick_is_one_effect_a_second_and_its_own_wake_up() {
+    let mut net = Net::new(1, 64);
+    open_client(&mut net, 3);
+    let mut ticks = Vec::new();
+    for ms in [1000u64, 1001, 1300, 1999, 2000, 2500, 2999, 3000, 3001] {
+        let now = ms * S / 1000;
+        net.cores[0].begin_round(now);
+        while let Some(e) = net.cores[0].poll_effect() {
+            if matches!(e, Effect::Tick) {
+                ticks.push(ms);
+            }
+        }
+    }
+    assert_eq!(ticks, vec![1000, 2000, 3000]);
+    assert!(net.cores[0].poll_timeout() <= 4 * S);
+}
