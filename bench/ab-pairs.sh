@@ -20,7 +20,10 @@ for r in $(seq 1 "$pairs"); do
     line=$(target/release/weft-bench run --target weft --threads "${THREADS:-1}" --cpu-quota 0.5 --no-plots --floor-secs 0 \
       --weft "$bin" --out "$out/$side-$r.json" "$@" 2>&1 | tee "$out/$side-$r.log" | grep "^| weft")
     cost[$side]=$(echo "$line" | awk -F'|' '{gsub(/ /,"",$5); print $5}')
-    echo "$side pair $r: $(echo "$line" | awk -F'|' '{print $3 "MiB/s," $5 "CPU-s/GiB"}')" | tee -a "$out/summary.txt"
+    # The share of cells that crossed workers: placement moves it from run
+    # to run, and with it the cost (docs/perf.md, "The regression check").
+    crossed=$(grep -h 'cells crossed workers' "$out/$side-$r.log" | sed -n 's/.*weft: \([0-9.]*%\) of .*/\1/p' | head -1 || true)
+    echo "$side pair $r: $(echo "$line" | awk -F'|' '{print $3 "MiB/s," $5 "CPU-s/GiB"}')${crossed:+, $crossed of cells crossing}" | tee -a "$out/summary.txt"
   done
   ratio=$(awk -v x="${cost[b]}" -v y="${cost[a]}" 'BEGIN{printf "%.3f", x/y}')
   ratios+=("$ratio")

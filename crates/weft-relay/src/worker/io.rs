@@ -38,6 +38,23 @@ impl Worker {
         self.apply_effects();
     }
 
+    /// After the lanes were served at the round's end: a paused connection
+    /// one of whose circuits has nothing waiting now reads again at once
+    /// (its peer may send nothing more to wake us, its window being in
+    /// our hands), the others stay paused.
+    pub(super) fn unpause_reads(&mut self) {
+        let mut i = 0;
+        while i < self.paused.len() {
+            let idx = self.paused[i];
+            if self.core.read_paused(idx) {
+                i += 1;
+            } else {
+                self.paused.swap_remove(i);
+                self.to_read.push(idx);
+            }
+        }
+    }
+
     /// Read and handle cells of connection `idx` until EAGAIN or the
     /// round's budget; re-lists it if it still has bytes to read.
     fn read_conn(&mut self, idx: usize) {
@@ -57,6 +74,16 @@ impl Worker {
             if c.closing.is_some() || !c.readable {
                 return;
             }
+            // Every circuit it carries has cells enough waiting to cross
+            // (what it read may have done it): its bytes wait in the
+            // kernel until one of them drains.
+            if self.core.read_paused(idx) {
+                self.paused.push(idx);
+                return;
+            }
+            let Some(c) = self.conns.get_mut(idx) else {
+                return;
+            };
             if budget == 0 {
                 // Out of read tokens: wait for the refill; else the round's
                 // fair share is used up: again next round.

@@ -241,6 +241,9 @@ pub struct Worker {
     write_bucket: TokenBucket,
     /// Readable connections waiting for read tokens.
     starved: Vec<usize>,
+    /// Readable connections whose every circuit has enough cells waiting
+    /// to cross ([`Circuits::read_paused`]): asked again each round.
+    paused: Vec<usize>,
     epoch: Instant,
     /// The clock at the start of this round (ns since `epoch`).
     round_ns: u64,
@@ -329,6 +332,7 @@ impl Worker {
             read_bucket: TokenBucket::new(cfg.rate_share, cfg.burst_share, cfg.refill, now),
             write_bucket: TokenBucket::new(cfg.rate_share, cfg.burst_share, cfg.refill, now),
             starved: Vec::new(),
+            paused: Vec::new(),
             epoch: parts.epoch,
             round_ns: 0,
             read_stamp_ns: 0,
@@ -546,6 +550,7 @@ impl Worker {
         if self.read_bucket.refill(t0) {
             self.to_read.append(&mut self.starved);
         }
+        self.to_read.append(&mut self.paused);
         self.write_bucket.refill(t0);
         self.counters.rounds += 1;
         for ev in self.events.iter() {
@@ -629,6 +634,7 @@ impl Worker {
     /// workers that need it) and reports its queues if they moved.
     fn end_round(&mut self) {
         self.publish_rings(true);
+        self.unpause_reads();
     }
 
     /// The core places what waits on its lanes and publishes its rings,

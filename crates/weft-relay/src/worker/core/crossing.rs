@@ -12,7 +12,9 @@
 //!   limit's choice of victims, bounded per circuit as C's circuit queues
 //!   are), and the connection it was read from goes on reading the cells
 //!   of its other circuits: no circuit waits behind another's at a full
-//!   ring.
+//!   ring. (A connection every circuit of which has cells waiting reads
+//!   nothing more until one has none:
+//!   [`crate::worker::core::Circuits::read_paused`].)
 //! * The halves with waiting cells are the lane's waiting circuits, in
 //!   EWMA order ([`crate::ewma`], as C's `circuitmux_ewma` orders a
 //!   channel's circuits): ring room goes to the quietest first, one cell at

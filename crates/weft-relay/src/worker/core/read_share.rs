@@ -43,7 +43,6 @@ pub(crate) const MAX_BUDGET: u64 = 8 * 1024 * 1024;
 pub(crate) const MAX_BUSY: u32 = 64;
 /// log2 of the tick's length in ns (2^26 ns ≈ 67 ms).
 const TICK_SHIFT: u32 = 26;
-
 /// A connection's count of the circuits it reads for.
 #[derive(Debug, Default, Clone, Copy)]
 pub(crate) struct ConnReads {
@@ -156,6 +155,8 @@ impl Circuits {
     /// connection's share (until the twentieth session) starved the
     /// circuits that share a relay link with crossing ones: the direction
     /// read on the few busy links (issue 51, docs/perf.md).
+    /// A connection none of whose circuits could send more now reads
+    /// nothing instead ([`Circuits::read_paused`], asked first).
     pub(crate) fn read_budget(&mut self, from: ReadFrom) -> u64 {
         let now = self.now_ns;
         let busy = match from {
@@ -167,6 +168,37 @@ impl Circuits {
             ReadFrom::Ring(w) => self.ring_reads.get_mut(w).map_or(1, |r| r.busy(now)),
         };
         self.read_shares.budget(busy)
+    }
+
+    /// True if reading connection `idx` now could only add to what waits:
+    /// every circuit it carries has cells waiting to cross to another
+    /// worker (its ring is full), so none of them could send a cell
+    /// sooner for it. Its bytes then stay in the kernel's socket buffer
+    /// until one of its circuits has nothing waiting (the driver asks
+    /// again after each read and each round): no circuit waits behind
+    /// another's, and the cells read ahead of the ring stay few. Each
+    /// of those costs a copy into a pool slot and another from it, gone
+    /// cold under a deep backlog, into the ring; at saturation with every
+    /// cell crossing, pausing here cut weft-2's CPU per GiB by a sixth
+    /// (docs/perf.md, "The regression check"). A connection with any
+    /// circuit that has nothing waiting, quiet ones included, reads as
+    /// usual. Nothing waits on any lane (weft-1, or rings with room):
+    /// false at once.
+    pub(crate) fn read_paused(&mut self, idx: usize) -> bool {
+        if self.lanes.cells == 0 {
+            return false;
+        }
+        let Circuits { conns, halves, .. } = self;
+        let Some(c) = conns.get(idx).and_then(Option::as_ref) else {
+            return false;
+        };
+        !c.circuits.is_empty()
+            && c.circuits.values().all(|&slot| {
+                halves
+                    .at(slot)
+                    .and_then(|h| h.cross.as_deref())
+                    .is_some_and(|x| !x.queue.is_empty())
+            })
     }
 }
 

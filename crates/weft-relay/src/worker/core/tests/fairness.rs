@@ -239,7 +239,14 @@ impl Sim {
         let mut left: [Vec<(usize, usize)>; 2] = Default::default();
         for (w, l) in left.iter_mut().enumerate() {
             for &conn in &self.conns[w] {
-                let bytes = self.net.cores[w].read_budget(ReadFrom::Conn(conn));
+                // A paused connection reads nothing this round, as the
+                // driver's `read_conn`.
+                let core = &mut self.net.cores[w];
+                let bytes = if core.read_paused(conn) {
+                    0
+                } else {
+                    core.read_budget(ReadFrom::Conn(conn))
+                };
                 l.push((conn, (bytes / CELL_LEN as u64) as usize));
             }
         }

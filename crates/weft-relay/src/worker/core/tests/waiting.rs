@@ -47,3 +47,29 @@ fn the_balancer_reads_how_many_circuits_a_connection_carries() {
     assert_eq!(net.cores[0].circuits_on(99), 0);
     const { assert!(crate::worker::report::MAX_MOVE_HALVES >= 256) };
 }
+
+#[test]
+fn a_connection_pauses_only_while_every_circuit_has_cells_waiting_to_cross() {
+    // A ring of 4 slots the other worker does not read yet.
+    let mut net = Net::new(2, 4);
+    let (mut client, _next, circ, _relabel) = two_hop(&mut net, 0, 1);
+    assert!(!net.cores[0].read_paused(1), "nothing waits");
+    for i in 0..4 {
+        let mut b = client_data(&mut client, i);
+        net.cell(0, 1, circ, cmd::RELAY, &mut b);
+    }
+    assert!(!net.cores[0].read_paused(1), "all on the ring");
+    let mut b = client_data(&mut client, 4);
+    net.cell(0, 1, circ, cmd::RELAY, &mut b);
+    assert!(net.cores[0].read_paused(1), "its one circuit waits");
+    assert!(!net.cores[0].read_paused(2), "another connection reads on");
+    // A second circuit on the link, with nothing waiting: the link reads
+    // on, or that circuit's cells would wait behind the first's.
+    let mut other = OriginCircuit::new();
+    let create2 = other.create2(&target(net.relay, 9001)).unwrap();
+    net.cell(0, 1, 0x8000_0003, cmd::CREATE2, &mut pad(&create2));
+    assert!(!net.cores[0].read_paused(1), "a circuit with room to send");
+    // Every cell crosses once the other worker reads its ring.
+    net.settle();
+    assert!(!net.cores[0].read_paused(1));
+}
