@@ -74,9 +74,9 @@ impl Worker {
             if c.closing.is_some() || !c.readable {
                 return;
             }
-            // Every circuit it carries has cells enough waiting to cross
-            // (what it read may have done it): its bytes wait in the
-            // kernel until one of them drains.
+            // Every circuit it carries has cells waiting to cross (what it
+            // read may have made it so): its bytes wait in the kernel
+            // until one of them has none.
             if self.core.read_paused(idx) {
                 self.paused.push(idx);
                 return;

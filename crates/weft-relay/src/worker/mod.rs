@@ -241,8 +241,9 @@ pub struct Worker {
     write_bucket: TokenBucket,
     /// Readable connections waiting for read tokens.
     starved: Vec<usize>,
-    /// Readable connections whose every circuit has enough cells waiting
-    /// to cross ([`Circuits::read_paused`]): asked again each round.
+    /// Readable connections every circuit of which has cells waiting to
+    /// cross ([`Circuits::read_paused`]): asked again at the round's end
+    /// ([`Worker::unpause_reads`]) and in the next round's reads.
     paused: Vec<usize>,
     epoch: Instant,
     /// The clock at the start of this round (ns since `epoch`).

@@ -43,6 +43,7 @@ pub(crate) const MAX_BUDGET: u64 = 8 * 1024 * 1024;
 pub(crate) const MAX_BUSY: u32 = 64;
 /// log2 of the tick's length in ns (2^26 ns ≈ 67 ms).
 const TICK_SHIFT: u32 = 26;
+
 /// A connection's count of the circuits it reads for.
 #[derive(Debug, Default, Clone, Copy)]
 pub(crate) struct ConnReads {
@@ -155,8 +156,9 @@ impl Circuits {
     /// connection's share (until the twentieth session) starved the
     /// circuits that share a relay link with crossing ones: the direction
     /// read on the few busy links (issue 51, docs/perf.md).
-    /// A connection none of whose circuits could send more now reads
-    /// nothing instead ([`Circuits::read_paused`], asked first).
+    /// A connection none of whose circuits could send a cell sooner for
+    /// it reads nothing instead ([`Circuits::read_paused`], which the
+    /// driver asks before each read).
     pub(crate) fn read_budget(&mut self, from: ReadFrom) -> u64 {
         let now = self.now_ns;
         let busy = match from {
@@ -179,7 +181,7 @@ impl Circuits {
     /// another's, and the cells read ahead of the ring stay few. Each
     /// of those costs a copy into a pool slot and another from it, gone
     /// cold under a deep backlog, into the ring; at saturation with every
-    /// cell crossing, pausing here cut weft-2's CPU per GiB by a sixth
+    /// cell crossing, pausing here cut weft-2's CPU per GiB by a quarter
     /// (docs/perf.md, "The regression check"). A connection with any
     /// circuit that has nothing waiting, quiet ones included, reads as
     /// usual. Nothing waits on any lane (weft-1, or rings with room):
