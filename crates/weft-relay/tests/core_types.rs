@@ -229,6 +229,9 @@ const DRIVER_ENTRY_POINTS: &[&str] = &[
     // how much the driver may read from a connection this round: a share
     // that grows with its busy circuits (`worker/core/read_share.rs`)
     "read_budget",
+    // whether reading a connection now could only add to what waits: every
+    // circuit it carries has cells waiting to cross (`read_share.rs`)
+    "read_paused",
     // a move's first step: the core gives up a connection's circuits
     "detach",
 ];
