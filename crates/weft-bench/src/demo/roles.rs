@@ -190,13 +190,11 @@ pub fn run(base_dir: &Path, weft_bin: &Path) -> Result<RolesReport> {
         });
     };
     // The directory client starts now and bootstraps while the others run.
-    let isolated = IsolatedClient::start_with(
-        &net,
-        &fp,
-        weft.or_port.context("weft ORPort")?,
-        &base_dir.join("dir-client"),
-        false,
-    );
+    let weft_or_port = weft.or_port.context("weft ORPort")?;
+    let dir_client = |folder: &str| {
+        IsolatedClient::start_with(&net, &fp, weft_or_port, &base_dir.join(folder), false)
+    };
+    let isolated = dir_client("dir-client");
     record("middle", middle(&net, &fp, &sink));
     record("exit with DNS", exit_dns(&net, &fp, &sink, &names));
     record("conflux exit", conflux(&net, &fp, &sink, &metrics));
@@ -207,13 +205,7 @@ pub fn run(base_dir: &Path, weft_bin: &Path) -> Result<RolesReport> {
     let dir_result = isolated
         .and_then(|c| directory(&c, &metrics))
         .or_else(|first| {
-            let again = IsolatedClient::start_with(
-                &net,
-                &fp,
-                weft.or_port.context("weft ORPort")?,
-                &base_dir.join("dir-client-2"),
-                false,
-            )?;
+            let again = dir_client("dir-client-2")?;
             let first = format!("{first:#}");
             let first = first.lines().next().unwrap_or_default().to_string();
             directory(&again, &metrics)
