@@ -199,7 +199,7 @@ pub fn run(base_dir: &Path, weft_bin: &Path) -> Result<RolesReport> {
     record("exit with DNS", exit_dns(&net, &fp, &sink, &names));
     record("conflux exit", conflux(&net, &fp, &sink, &metrics));
     // A client that asks before weft's cache holds the consensus gets a
-    // 404 (as from C Tor) and, weft being its only fallback, then waits on
+    // 404 and, weft being its only fallback, then waits on
     // dead authorities: once, a second client, with the cache minutes
     // older; the line says so.
     let dir_result = isolated
