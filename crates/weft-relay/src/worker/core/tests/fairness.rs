@@ -7,7 +7,11 @@
 //! drivers are played as the worker's loop plays them — a round's clock,
 //! each source read up to its share ([`Circuits::read_budget`]), the rings
 //! exchanged as reading goes on, every queued cell written at the round's
-//! end — and their steps alternate, as two workers on two cores.
+//! end, a worker whose full ring the other drained woken for a turn (as
+//! `drain_rings` wakes it) — and their steps alternate, as two workers on
+//! two cores. A second case puts seven clients on the relay link's worker
+//! and one on the other: a lone crossing circuit (whose link pauses while
+//! its cells wait, so only the wake-up refills its ring) among local ones.
 //!
 //! Every circuit must get within 2× of its fair share of cells over the
 //! measured rounds, in both directions, and every cell must arrive once
@@ -106,6 +110,8 @@ struct Sim {
     /// Messages each worker may still take from the other's ring this
     /// round.
     ring_left: [u64; 2],
+    /// Woken by the other worker (room on the ring it found full).
+    woken: [bool; 2],
     measuring: bool,
 }
 
@@ -152,7 +158,12 @@ impl Sim {
         while *left > 0 && c.pop_with(|m| core.on_ring_msg(m, src as u16)).is_some() {
             *left -= 1;
         }
-        c.release();
+        // Room on a ring whose producer found it full wakes the producer
+        // (the driver's `drain_rings`): it takes a turn even with nothing
+        // to read.
+        if c.release() {
+            self.woken[src] = true;
+        }
         self.net.ins[w][src] = Some(c);
         self.net.cores[w].handle_event(CoreEvent::RingsDrained);
         self.net.collect(w);
@@ -254,6 +265,13 @@ impl Sim {
             let mut moved = false;
             for (w, l) in left.iter_mut().enumerate() {
                 let Some(&mut (conn, ref mut n)) = l.iter_mut().find(|(_, n)| *n > 0) else {
+                    // Nothing left to read: a wake-up is a turn that
+                    // drains the rings and serves the lanes.
+                    if std::mem::take(&mut self.woken[w]) {
+                        self.drain(w);
+                        self.net.cores[w].end_round(|_, _| {});
+                        moved = true;
+                    }
                     continue;
                 };
                 let read = self.read(w, conn, CHUNK.min(*n));
@@ -273,13 +291,24 @@ impl Sim {
 
 #[test]
 fn every_circuit_gets_its_share_across_two_workers_in_both_directions() {
+    shares_with_local_clients(4);
+}
+
+#[test]
+fn a_lone_crossing_circuit_gets_its_share() {
+    shares_with_local_clients(7);
+}
+
+/// Eight client circuits through the relay link, the first `local` of
+/// them on the relay link's worker (the rest cross).
+fn shares_with_local_clients(local: usize) {
     let mut net = Net::new(2, 32);
     net.open(RELAY.0, RELAY.1, true);
     // Clients 1–4 on worker 0 (their circuits stay there), 5–8 on
     // worker 1 (theirs cross).
     let mut circs = Vec::new();
     for k in 0..8 {
-        let at = if k < 4 { (0, 10 + k) } else { (1, 10 + k) };
+        let at = if k < local { (0, 10 + k) } else { (1, 10 + k) };
         circs.push(circuit(&mut net, at));
     }
     let conns = [
@@ -298,6 +327,7 @@ fn every_circuit_gets_its_share_across_two_workers_in_both_directions() {
         inbound: Default::default(),
         conns,
         ring_left: [0; 2],
+        woken: [false; 2],
         measuring: false,
     };
     for r in 0..WARMUP + MEASURED {
