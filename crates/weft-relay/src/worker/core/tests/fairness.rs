@@ -304,8 +304,8 @@ fn a_lone_crossing_circuit_gets_its_share() {
 fn shares_with_local_clients(local: usize) {
     let mut net = Net::new(2, 32);
     net.open(RELAY.0, RELAY.1, true);
-    // Clients 1–4 on worker 0 (their circuits stay there), 5–8 on
-    // worker 1 (theirs cross).
+    // The first `local` clients on worker 0 (their circuits stay there),
+    // the rest on worker 1 (theirs cross).
     let mut circs = Vec::new();
     for k in 0..8 {
         let at = if k < local { (0, 10 + k) } else { (1, 10 + k) };
