@@ -1,9 +1,11 @@
 #!/usr/bin/env bash
 # Fuzzing campaign: run every cargo-fuzz target for SECS seconds (default
 # 600), JOBS at a time (default: the number of cores), then minimise each
-# grown corpus into fuzz/corpus/<target> (committed; the unit tests in
-# crates/*/tests/fuzz_corpus.rs replay them on stable). Crashes land in
-# fuzz/artifacts/<target>/ and fail the script.
+# grown corpus into fuzz/corpus/<target>/ and pack it into
+# fuzz/corpus/<target>.tar.gz (committed; the unit tests in
+# crates/*/tests/fuzz_corpus.rs replay the archives on stable;
+# scripts/fuzz-corpus.sh). Crashes land in fuzz/artifacts/<target>/ and
+# fail the script.
 #
 # Usage: scripts/fuzz-campaign.sh [SECS] [JOBS] [TARGET...]
 # Writes bench/results/<date>-fuzz/summary.txt: executions, corpus size and
@@ -27,6 +29,8 @@ export RUSTC_BOOTSTRAP=1
 out=bench/results/$(date -u +%F)-fuzz
 mkdir -p "$out"
 (cd fuzz && cargo fuzz build -O 2>&1 | tail -3)
+# The committed archives into the directories cargo fuzz reads.
+bash scripts/fuzz-corpus.sh unpack "${targets[@]}" >/dev/null
 
 run_one() {
   local t=$1 log=$out/$1.log
@@ -45,6 +49,7 @@ run_one() {
       -artifact_prefix="artifacts/$t/") >>"$log" 2>&1; then :; fi
   local n
   n=$(find "fuzz/corpus/$t" -type f | wc -l)
+  bash scripts/fuzz-corpus.sh pack "$t" >/dev/null
   local outcome=ok
   [ "$rc" -eq 0 ] || outcome="FAILED (exit $rc, see $log)"
   echo "$t: ${execs:-?} executions in ${secs}s, corpus $n files, $outcome" | tee -a "$out/summary.txt"

@@ -1,19 +1,14 @@
 //! Replays the committed cargo-fuzz corpora of this crate's network parsers
-//! (`fuzz/corpus/dir_http`, `fuzz/corpus/dir_request`, `fuzz/corpus/dir_documents`,
-//! `fuzz/corpus/exit_policy`, `fuzz/corpus/consdiff`, `fuzz/corpus/hs_descriptor`) on stable.
+//! (`fuzz/corpus/<target>.tar.gz` for dir_http, dir_request, dir_documents,
+//! exit_policy, consdiff and hs_descriptor) on stable.
 
-use std::path::Path;
+#[path = "../../../fuzz/corpus_archive.rs"]
+mod corpus_archive;
 
 fn each_seed(target: &str, f: impl Fn(&[u8])) {
-    let dir = Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("../../fuzz/corpus")
-        .join(target);
-    let mut n = 0;
-    for e in std::fs::read_dir(&dir).unwrap() {
-        f(&std::fs::read(e.unwrap().path()).unwrap());
-        n += 1;
+    for (_, data) in corpus_archive::inputs(target) {
+        f(&data);
     }
-    assert!(n > 0, "empty corpus {}", dir.display());
 }
 
 #[test]

@@ -1,11 +1,12 @@
-//! Replays the committed cargo-fuzz seed corpora (`fuzz/corpus/<target>/`)
+//! Replays the committed cargo-fuzz seed corpora (`fuzz/corpus/<target>.tar.gz`)
 //! through the same entry points the fuzz targets use, on stable, so CI
 //! catches a parser that starts panicking on a known input. Also checks that
 //! every target has a non-empty corpus.
 //!
 //! `WEFT_WRITE_CORPUS=1 cargo test -p weft-proto --test fuzz_corpus` (re)writes
-//! the generated seeds: real handshake transcripts between two weft
-//! identities, CREATE2/relay cells of real circuits.
+//! the generated seeds into the unpacked corpora (`scripts/fuzz-corpus.sh
+//! unpack`, then `pack` to commit them): real handshake transcripts between
+//! two weft identities, CREATE2/relay cells of real circuits.
 
 use std::net::IpAddr;
 use std::path::{Path, PathBuf};
@@ -21,21 +22,25 @@ fn corpus_dir(target: &str) -> PathBuf {
         .join(target)
 }
 
+#[path = "../../../fuzz/corpus_archive.rs"]
+mod corpus_archive;
+
 fn each_seed(target: &str, mut f: impl FnMut(&[u8])) {
-    let dir = corpus_dir(target);
-    let mut n = 0;
-    for e in std::fs::read_dir(&dir).unwrap_or_else(|e| panic!("{}: {e}", dir.display())) {
-        let p = e.unwrap().path();
-        f(&std::fs::read(&p).unwrap());
-        n += 1;
+    for (_, data) in corpus_archive::inputs(target) {
+        f(&data);
     }
-    assert!(n > 0, "empty corpus {}", dir.display());
 }
 
+/// Writes a seed into the unpacked corpus (`scripts/fuzz-corpus.sh pack`
+/// puts it in the archive).
 fn write_seed(target: &str, name: &str, data: &[u8]) {
     let dir = corpus_dir(target);
     std::fs::create_dir_all(&dir).unwrap();
     std::fs::write(dir.join(name), data).unwrap();
+    eprintln!(
+        "wrote {}; `scripts/fuzz-corpus.sh pack {target}` to commit it",
+        dir.join(name).display()
+    );
 }
 
 /// Run a handshake pair in memory, returning what the initiator sent and

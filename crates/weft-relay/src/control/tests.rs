@@ -353,14 +353,14 @@ fn argument_parsing() {
     assert_eq!(quoted("a\"b\\c\n\x01"), "\"a\\\"b\\\\c\\n\\001\"");
 }
 
+#[path = "../../../../fuzz/corpus_archive.rs"]
+mod corpus_archive;
+
 #[test]
 fn fuzz_corpus_replays() {
-    let dir =
-        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../fuzz/corpus/control_commands");
-    let mut n = 0;
-    for e in std::fs::read_dir(&dir).unwrap() {
-        super::fuzz_commands(&std::fs::read(e.unwrap().path()).unwrap());
-        n += 1;
+    let inputs = corpus_archive::inputs("control_commands");
+    for (_, data) in &inputs {
+        super::fuzz_commands(data);
     }
-    assert!(n >= 2, "corpus in {}", dir.display());
+    assert!(inputs.len() >= 2, "{} inputs", inputs.len());
 }
