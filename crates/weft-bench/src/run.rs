@@ -3,7 +3,7 @@
 //! measure → stop), sample throughput every 500 ms and the target's CPU per
 //! thread, and reduce everything to a [`RunResult`].
 
-use std::net::{Ipv4Addr, SocketAddrV4, TcpListener};
+use std::net::{Ipv4Addr, SocketAddrV4};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
@@ -319,11 +319,11 @@ pub struct BenchEnv {
     pub tor_bin: PathBuf,
 }
 
-/// A free TCP port on 127.0.0.1.
+/// A free TCP port on 127.0.0.1, outside the kernel's ephemeral range
+/// ([`weft_testnet::free_port`]: a sink picked from that range was once
+/// taken by an outgoing connection before the load bound it).
 pub fn free_port() -> Result<u16> {
-    Ok(TcpListener::bind((Ipv4Addr::LOCALHOST, 0))?
-        .local_addr()?
-        .port())
+    weft_testnet::free_port()
 }
 
 fn parse_cpus(s: &str) -> Vec<usize> {
@@ -466,6 +466,12 @@ impl LoadRun {
         })
     }
 
+    /// True if a load thread has ended (before the stop phase that is
+    /// only on an error, such as a sink port it could not bind).
+    pub fn a_thread_ended(&self) -> bool {
+        self.threads.iter().any(|t| t.is_finished())
+    }
+
     /// Sum a counter over the load threads.
     pub fn sum(&self, f: impl Fn(&Counters) -> u64) -> u64 {
         self.counters.iter().map(|c| f(c)).sum()
@@ -548,6 +554,11 @@ pub fn run(
         let ready = load.sum(|c| c.circuits_ready.load(Ordering::Relaxed));
         let failed = load.sum(|c| c.circuits_failed.load(Ordering::Relaxed));
         if ready + failed >= want {
+            break;
+        }
+        if load.a_thread_ended() {
+            // Its error is what finish() returns below.
+            eprintln!("[{label}] a load thread stopped with {ready} of {want} circuits built");
             break;
         }
         if Instant::now() > deadline {

@@ -8,6 +8,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
+use crate::ports::free_port;
 use crate::{ControlClient, Testnet, TorBinaries};
 use anyhow::{bail, ensure, Context, Result};
 
@@ -139,13 +140,6 @@ impl IsolatedClient {
     pub fn info_log(&self) -> String {
         read(&self.dir.join("info.log"))
     }
-}
-
-/// A port on 127.0.0.1 that was free a moment ago.
-fn free_port() -> Result<u16> {
-    Ok(std::net::TcpListener::bind("127.0.0.1:0")?
-        .local_addr()?
-        .port())
 }
 
 fn read(p: &Path) -> String {

@@ -56,7 +56,7 @@ pub use isolated_client::IsolatedClient;
 pub use keys::{read_fingerprint, wait_for_fingerprint};
 pub use network::{NodeInfo, Role, Testnet};
 pub use onion::{HsCircuitCount, UploadWatch};
-pub use ports::pick_base_port;
+pub use ports::{free_port, pick_base_port};
 pub use tools::TorBinaries;
 pub use traffic::{Direction, Sink, TransferReport};
 pub use warnings::KNOWN_WARNINGS;

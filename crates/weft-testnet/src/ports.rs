@@ -1,6 +1,7 @@
 //! Port ranges on 127.0.0.1: a sequential allocator that hands out ports from
 //! a network's `base_port` upward (refusing ports something already listens
-//! on), and a helper that finds a free range for a test run.
+//! on), a helper that finds a free range for a test run, and single free
+//! ports ([`free_port`]); all below Linux's ephemeral range.
 
 use std::net::{Ipv4Addr, SocketAddr, TcpListener};
 
@@ -17,6 +18,13 @@ const RANGE_HIGH: u16 = 32000;
 const STRIDE: u16 = 100;
 /// Ranges picked so far by this process ([`pick_base_port`]).
 static PICKS: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+/// The band [`free_port`] hands single ports from: below the networks'
+/// ranges, so a port picked here is never one a network allocated and has
+/// not bound yet.
+const SINGLE_LOW: u16 = 5000;
+const SINGLE_HIGH: u16 = RANGE_LOW;
+/// Single ports picked so far by this process ([`free_port`]).
+static SINGLE_PICKS: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
 
 /// Whether `port` on 127.0.0.1 can be bound right now.
 pub fn port_is_free(port: u16) -> bool {
@@ -86,4 +94,48 @@ pub fn pick_base_port(count: usize) -> Result<u16> {
         }
     }
     bail!("no range of {count} free ports found in {RANGE_LOW}..{RANGE_HIGH}")
+}
+
+/// A port on 127.0.0.1 that is free now, for a listener that binds it a
+/// little later. Not from the kernel (`bind` to port 0): that hands out
+/// ports of the ephemeral range, where any outgoing connection made in
+/// between (a relay's, the load's) may take the same port and the later
+/// bind fails with "address in use"; this band is never handed out by the
+/// kernel. Successive calls (and processes) start at different places.
+pub fn free_port() -> Result<u16> {
+    let span = u32::from(SINGLE_HIGH - SINGLE_LOW);
+    let call = SINGLE_PICKS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let start = (std::process::id().wrapping_mul(7919) + call.wrapping_mul(1237)) % span;
+    for i in 0..span {
+        let port = SINGLE_LOW + ((start + i) % span) as u16;
+        if port_is_free(port) {
+            return Ok(port);
+        }
+    }
+    bail!("no free port in {SINGLE_LOW}..{SINGLE_HIGH} on 127.0.0.1")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn free_ports_are_free_distinct_and_outside_the_ephemeral_range() {
+        let ports: Vec<u16> = (0..20).map(|_| free_port().unwrap()).collect();
+        for &p in &ports {
+            assert!((SINGLE_LOW..SINGLE_HIGH).contains(&p), "{p}");
+            assert!(p < RANGE_LOW, "{p} inside the networks' ranges");
+        }
+        let mut sorted = ports.clone();
+        sorted.sort_unstable();
+        sorted.dedup();
+        assert_eq!(sorted.len(), ports.len(), "{ports:?}");
+        // A port something listens on is never handed out.
+        let held = TcpListener::bind(SocketAddr::from((Ipv4Addr::LOCALHOST, ports[0]))).unwrap();
+        // Whatever the next start, the held port is skipped.
+        for _ in 0..50 {
+            assert_ne!(free_port().unwrap(), ports[0]);
+        }
+        drop(held);
+    }
 }

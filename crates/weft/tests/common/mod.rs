@@ -7,7 +7,7 @@
 pub mod origin_client;
 
 use std::io::{BufRead, BufReader, Read, Write};
-use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::net::{SocketAddr, TcpStream};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
@@ -32,12 +32,9 @@ impl Drop for WeftProcess {
     }
 }
 
+/// A free port on 127.0.0.1 outside the kernel's ephemeral range.
 pub fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
+    weft_testnet::free_port().unwrap()
 }
 
 impl WeftProcess {
