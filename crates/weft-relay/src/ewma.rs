@@ -140,6 +140,18 @@ impl EwmaMux {
         }
     }
 
+    /// The count of circuit `e`, not in the mux, in the mux's current
+    /// units (comparable with other circuits' counts from this call);
+    /// `None` when EWMA is off.
+    pub fn idle_count(&self, e: &CircuitEwma) -> Option<f64> {
+        if !self.enabled() {
+            return None;
+        }
+        let mut e = *e;
+        self.current(&mut e);
+        Some(e.count)
+    }
+
     /// Circuit `key` has cells to write.
     pub fn activate(&mut self, key: u32, e: &mut CircuitEwma) {
         if e.active {
@@ -272,6 +284,23 @@ mod tests {
     /// circuit 2 sends 3 cells at t=10. True counts at t=10: c1 = 4·½ = 2,
     /// c2 = 3 → c1 first. At t=20: c1 = 1, c2 = 1.5; c1 sends 1 → c1 = 2,
     /// c2 = 1.5 → c2 first.
+    #[test]
+    fn an_idle_circuits_count_is_read_in_the_muxs_current_units() {
+        let mut m = EwmaMux::new(30.0);
+        let w = m.weight(0.0);
+        let (mut quiet, mut bulk) = (CircuitEwma::default(), CircuitEwma::default());
+        m.charge_idle(&mut quiet, 2, w);
+        m.charge_idle(&mut bulk, 200, w);
+        let (q, b) = (m.idle_count(&quiet).unwrap(), m.idle_count(&bulk).unwrap());
+        assert!(q < 0.25 * b, "{q} against {b}");
+        // After a renormalisation both are rescaled alike.
+        let w = m.weight(30.0 * 200.0);
+        assert_eq!(w, 1.0, "renormalised");
+        let (q2, b2) = (m.idle_count(&quiet).unwrap(), m.idle_count(&bulk).unwrap());
+        assert!(q2 < b2 && (q2 / b2 - q / b).abs() < 1e-9);
+        assert_eq!(EwmaMux::new(0.0).idle_count(&bulk), None, "EWMA off");
+    }
+
     #[test]
     fn decay_and_order_by_hand() {
         let mut m = EwmaMux::new(10.0);

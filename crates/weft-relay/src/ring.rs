@@ -216,6 +216,22 @@ impl<T: Copy + Send> Producer<T> {
         self.capacity
     }
 
+    /// True if the queue has room for `want` more messages now; if not,
+    /// the producer is registered to be told (by [`Consumer::release`]
+    /// returning true) when the consumer frees some, as a failed push
+    /// registers it.
+    pub fn has_room_or_ask_wake(&mut self, want: usize) -> bool {
+        let room = |p: &Self| p.capacity - (p.tail - p.head_cache) >= want;
+        self.head_cache = self.ring.head.0.load(Ordering::Acquire);
+        if room(self) {
+            return true;
+        }
+        self.ring.producer_waiting.store(true, Ordering::SeqCst);
+        // Re-check: the consumer may have released in between.
+        self.head_cache = self.ring.head.0.load(Ordering::SeqCst);
+        room(self)
+    }
+
     /// Write `msg` (not yet visible); `Err(msg)` if the queue is full. On
     /// full, the producer is registered to be told (by
     /// [`Consumer::release`] returning true) when space frees up.
@@ -549,6 +565,23 @@ mod tests {
         let rest: Vec<u64> = std::iter::from_fn(|| c.pop()).collect();
         assert_eq!(rest, vec![2, 3, 4, 5]);
         assert!(!c.release());
+    }
+
+    #[test]
+    fn asking_for_room_registers_for_the_wake_up_when_there_is_too_little() {
+        let (mut p, mut c) = ring::<u64>(4);
+        assert!(p.has_room_or_ask_wake(4));
+        for i in 0..3 {
+            p.push(i).unwrap();
+        }
+        assert!(p.has_room_or_ask_wake(1), "one slot free");
+        assert!(!p.has_room_or_ask_wake(2), "not two");
+        p.publish();
+        assert_eq!(c.pop(), Some(0));
+        assert!(c.release(), "the producer asked to be told");
+        assert!(p.has_room_or_ask_wake(2));
+        assert_eq!(c.pop(), Some(1));
+        assert!(!c.release(), "it had room: nobody to wake");
     }
 
     /// The room grows by blocks as messages wait and no further than the

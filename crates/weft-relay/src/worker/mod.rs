@@ -551,7 +551,15 @@ impl Worker {
         if self.read_bucket.refill(t0) {
             self.to_read.append(&mut self.starved);
         }
-        self.to_read.append(&mut self.paused);
+        // Paused connections first (a connection that read its round's
+        // share would otherwise come first again and take the room that
+        // freed on a ring), the one paused longest at their head: those
+        // held for a full ring take its room in turns.
+        if !self.paused.is_empty() {
+            self.paused.rotate_left(1);
+            self.paused.append(&mut self.to_read);
+            std::mem::swap(&mut self.paused, &mut self.to_read);
+        }
         self.write_bucket.refill(t0);
         self.counters.rounds += 1;
         for ev in self.events.iter() {

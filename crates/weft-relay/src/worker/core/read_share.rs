@@ -39,6 +39,15 @@ pub(crate) const MIN_BUDGET: u64 = 16 * 1024;
 /// each of them its share, or the circuits that cross workers get less
 /// than the rest; 1 MiB gave them half on the scale bench).
 pub(crate) const MAX_BUDGET: u64 = 8 * 1024 * 1024;
+/// Ring room (messages) below which a connection all of whose circuits
+/// cross is held ([`Circuits::read_held`]): one read's worth (64 KiB), or
+/// half the ring if it is smaller.
+pub(crate) const HOLD_ROOM: usize = 128;
+/// A circuit whose EWMA count is under this share of the busiest one's
+/// on its connection is quiet: that connection is not held.
+const QUIET_SHARE: f64 = 0.25;
+/// Connections with more circuits are never held (the check walks them).
+const HOLD_MAX_CIRCUITS: usize = 64;
 /// Busy circuits counted at most per connection.
 pub(crate) const MAX_BUSY: u32 = 64;
 /// log2 of the tick's length in ns (2^26 ns ≈ 67 ms).
@@ -187,6 +196,9 @@ impl Circuits {
     /// usual. Nothing waits on any lane (weft-1, or rings with room):
     /// false at once.
     pub(crate) fn read_paused(&mut self, idx: usize) -> bool {
+        if self.read_held(idx) {
+            return true;
+        }
         if self.lanes.cells == 0 {
             return false;
         }
@@ -201,6 +213,82 @@ impl Circuits {
                     .and_then(|h| h.cross.as_deref())
                     .is_some_and(|x| !x.queue.is_empty())
             })
+    }
+
+    /// True if every circuit of connection `idx` crosses to another
+    /// worker and the rings they cross on have less room than a read may
+    /// bring ([`HOLD_ROOM`]): what it read now could only wait in crossing
+    /// queues (a copy into a pool slot and another from it), so its bytes
+    /// stay in the kernel until the ring has room (its consumer wakes us
+    /// when it frees some). Not while another connection's circuits wait
+    /// on such a lane and none of this one's does: then it reads, and its
+    /// circuits take their turn for the ring's room in EWMA order.
+    fn read_held(&mut self, idx: usize) -> bool {
+        let Circuits {
+            conns,
+            halves,
+            lanes,
+            me,
+            ..
+        } = self;
+        // Cheap first: a ring that is nearly full.
+        let nearly_full = |l: &mut crate::worker::core::crossing::Lane| {
+            l.ring
+                .as_mut()
+                .is_some_and(|r| !r.has_room_or_ask_wake(HOLD_ROOM.min(r.capacity() / 2)))
+        };
+        if !lanes.lanes.iter_mut().any(nearly_full) {
+            return false;
+        }
+        let Some(c) = conns.get(idx).and_then(Option::as_ref) else {
+            return false;
+        };
+        if c.circuits.is_empty() || c.circuits.len() > HOLD_MAX_CIRCUITS {
+            return false;
+        }
+        let (mut to, mut waits) = (0u64, 0u64);
+        // The least EWMA count among its circuits that wait for nothing,
+        // and the most among all (a waiting one's as it was when it began
+        // to wait: no more than it is).
+        let (mut least, mut most) = (f64::INFINITY, 0.0f64);
+        for &slot in c.circuits.values() {
+            let Some(h) = halves.at(slot) else {
+                return false;
+            };
+            match h.peer {
+                Some(p) if usize::from(p.worker) != *me && p.worker < 64 => {
+                    to |= 1 << p.worker;
+                    let Some(x) = h.cross.as_deref() else {
+                        // Never crossed yet: nothing known of it.
+                        return false;
+                    };
+                    let waiting = !x.queue.is_empty();
+                    if waiting {
+                        waits |= 1 << p.worker;
+                    }
+                    if let Some(n) = lanes
+                        .lanes
+                        .get(usize::from(p.worker))
+                        .and_then(|l| l.waiting.idle_count(&x.ewma))
+                    {
+                        if !waiting {
+                            least = least.min(n);
+                        }
+                        most = most.max(n);
+                    }
+                }
+                _ => return false,
+            }
+        }
+        // A quiet circuit among busy ones (EWMA on): read on, so its cells
+        // get ahead of theirs in the crossing queues' EWMA order rather
+        // than wait behind them in the kernel.
+        if least < QUIET_SHARE * most {
+            return false;
+        }
+        lanes.lanes.iter_mut().enumerate().all(|(w, l)| {
+            to & (1 << w) == 0 || (nearly_full(l) && (l.is_idle() || waits & (1 << w) != 0))
+        })
     }
 }
 

@@ -49,16 +49,24 @@ fn the_balancer_reads_how_many_circuits_a_connection_carries() {
 }
 
 #[test]
-fn a_connection_pauses_only_while_every_circuit_has_cells_waiting_to_cross() {
+fn a_connection_stops_reading_only_while_what_it_reads_could_only_wait_to_cross() {
     // A ring of 4 slots the other worker does not read yet.
     let mut net = Net::new(2, 4);
     let (mut client, _next, circ, _relabel) = two_hop(&mut net, 0, 1);
     assert!(!net.cores[0].read_paused(1), "nothing waits");
-    for i in 0..4 {
+    for i in 0..2 {
         let mut b = client_data(&mut client, i);
         net.cell(0, 1, circ, cmd::RELAY, &mut b);
     }
-    assert!(!net.cores[0].read_paused(1), "all on the ring");
+    assert!(!net.cores[0].read_paused(1), "half the ring is free");
+    for i in 2..4 {
+        let mut b = client_data(&mut client, i);
+        net.cell(0, 1, circ, cmd::RELAY, &mut b);
+    }
+    // Every cell went straight onto the ring, which is now full: the one
+    // circuit of the link crosses, so what it read would only wait.
+    assert_eq!(net.cores[0].lanes.cells, 0, "all on the ring");
+    assert!(net.cores[0].read_paused(1), "held: the ring is full");
     let mut b = client_data(&mut client, 4);
     net.cell(0, 1, circ, cmd::RELAY, &mut b);
     assert!(net.cores[0].read_paused(1), "its one circuit waits");
