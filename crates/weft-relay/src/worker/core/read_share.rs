@@ -194,7 +194,8 @@ impl Circuits {
     /// (docs/perf.md, "The regression check"). A connection with any
     /// circuit that has nothing waiting, quiet ones included, reads as
     /// usual. Nothing waits on any lane (weft-1, or rings with room):
-    /// false at once.
+    /// false at once. Also true while the connection is held for a ring
+    /// with too little room ([`Circuits::read_held`]).
     pub(crate) fn read_paused(&mut self, idx: usize) -> bool {
         if self.read_held(idx) {
             return true;
