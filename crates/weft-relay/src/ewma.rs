@@ -280,10 +280,6 @@ impl EwmaMux {
 mod tests {
     use super::*;
 
-    /// Hand-computed: half-life 10 s. Circuit 1 sends 4 cells at t=0,
-    /// circuit 2 sends 3 cells at t=10. True counts at t=10: c1 = 4·½ = 2,
-    /// c2 = 3 → c1 first. At t=20: c1 = 1, c2 = 1.5; c1 sends 1 → c1 = 2,
-    /// c2 = 1.5 → c2 first.
     #[test]
     fn an_idle_circuits_count_is_read_in_the_muxs_current_units() {
         let mut m = EwmaMux::new(30.0);
@@ -301,6 +297,10 @@ mod tests {
         assert_eq!(EwmaMux::new(0.0).idle_count(&bulk), None, "EWMA off");
     }
 
+    /// Hand-computed: half-life 10 s. Circuit 1 sends 4 cells at t=0,
+    /// circuit 2 sends 3 cells at t=10. True counts at t=10: c1 = 4·½ = 2,
+    /// c2 = 3 → c1 first. At t=20: c1 = 1, c2 = 1.5; c1 sends 1 → c1 = 2,
+    /// c2 = 1.5 → c2 first.
     #[test]
     fn decay_and_order_by_hand() {
         let mut m = EwmaMux::new(10.0);

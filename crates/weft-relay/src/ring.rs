@@ -216,14 +216,20 @@ impl<T: Copy + Send> Producer<T> {
         self.capacity
     }
 
+    /// True if the queue has room for `want` more messages now (no
+    /// registration for a wake-up).
+    pub fn has_room(&mut self, want: usize) -> bool {
+        self.head_cache = self.ring.head.0.load(Ordering::Acquire);
+        self.capacity - (self.tail - self.head_cache) >= want
+    }
+
     /// True if the queue has room for `want` more messages now; if not,
     /// the producer is registered to be told (by [`Consumer::release`]
     /// returning true) when the consumer frees some, as a failed push
     /// registers it.
     pub fn has_room_or_ask_wake(&mut self, want: usize) -> bool {
         let room = |p: &Self| p.capacity - (p.tail - p.head_cache) >= want;
-        self.head_cache = self.ring.head.0.load(Ordering::Acquire);
-        if room(self) {
+        if self.has_room(want) {
             return true;
         }
         self.ring.producer_waiting.store(true, Ordering::SeqCst);
@@ -572,8 +578,10 @@ mod tests {
         let (mut p, mut c) = ring::<u64>(4);
         assert!(p.has_room_or_ask_wake(4));
         for i in 0..3 {
+            assert!(p.has_room(4 - i as usize));
             p.push(i).unwrap();
         }
+        assert!(!p.has_room(2), "asking without registering");
         assert!(p.has_room_or_ask_wake(1), "one slot free");
         assert!(!p.has_room_or_ask_wake(2), "not two");
         p.publish();

@@ -232,13 +232,20 @@ impl Circuits {
             me,
             ..
         } = self;
-        // Cheap first: a ring that is nearly full.
-        let nearly_full = |l: &mut crate::worker::core::crossing::Lane| {
-            l.ring
-                .as_mut()
-                .is_some_and(|r| !r.has_room_or_ask_wake(HOLD_ROOM.min(r.capacity() / 2)))
+        // Cheap first: a ring that is nearly full (asked without
+        // registering for the consumer's wake-up, which only a connection
+        // actually held needs: a wake-up costs the consumer a syscall).
+        let low = |l: &mut crate::worker::core::crossing::Lane, register: bool| {
+            l.ring.as_mut().is_some_and(|r| {
+                let want = HOLD_ROOM.min(r.capacity() / 2);
+                !if register {
+                    r.has_room_or_ask_wake(want)
+                } else {
+                    r.has_room(want)
+                }
+            })
         };
-        if !lanes.lanes.iter_mut().any(nearly_full) {
+        if !lanes.lanes.iter_mut().any(|l| low(l, false)) {
             return false;
         }
         let Some(c) = conns.get(idx).and_then(Option::as_ref) else {
@@ -288,7 +295,7 @@ impl Circuits {
             return false;
         }
         lanes.lanes.iter_mut().enumerate().all(|(w, l)| {
-            to & (1 << w) == 0 || (nearly_full(l) && (l.is_idle() || waits & (1 << w) != 0))
+            to & (1 << w) == 0 || ((l.is_idle() || waits & (1 << w) != 0) && low(l, true))
         })
     }
 }
