@@ -49,6 +49,11 @@ pub(crate) struct PriorityArgs {
     /// `weft-1`); docs/perf.md is then left alone.
     #[arg(long)]
     only: Option<String>,
+    /// Extra torrc line for every weft target (repeatable): with
+    /// "TestingTorNetwork 1" and "TestingCrossWorkerExtends 1" every cell
+    /// crosses workers in weft-2, so EWMA on and off are placed alike.
+    #[arg(long)]
+    weft_option: Vec<String>,
 }
 
 /// Run the scenario on every target, write the results and (unless told
@@ -68,8 +73,9 @@ pub(crate) fn run_scenario(
         cpu_bound,
         no_perf_md,
         only,
+        weft_option,
     } = args;
-    let no_perf_md = no_perf_md || only.is_some();
+    let no_perf_md = no_perf_md || only.is_some() || !weft_option.is_empty();
     let env = opts.env()?;
     opts.direction = if cpu_bound.is_some() { "both" } else { "down" }.into();
     if let Some(cap) = cpu_bound {
@@ -104,7 +110,11 @@ pub(crate) fn run_scenario(
     let weft_n = |threads: usize, label: &str, options: &[&str]| TargetKind::Weft {
         threads,
         allocator: "system".into(),
-        options: with_rate(options),
+        options: {
+            let mut v = with_rate(options);
+            v.extend(weft_option.iter().cloned());
+            v
+        },
         label: Some(label.into()),
     };
     let weft = |label: &str, options: &[&str]| weft_n(1, label, options);

@@ -357,3 +357,52 @@ fn shares_with_local_clients(local: usize) {
         "directions {u}:{d}"
     );
 }
+
+/// The hold's quiet-circuit rule ([`Circuits::read_paused`]): the relay
+/// link carries three circuits, all crossing to worker 1, and their ring
+/// is full with two of them waiting. With the third as busy as they are,
+/// what the link reads could only wait, so it is held; with the third
+/// quiet (EWMA on), the link reads on, so the quiet circuit's cells get
+/// ahead of the busy ones' in the crossing queues' EWMA order instead of
+/// waiting behind theirs in the kernel.
+#[test]
+fn a_link_at_a_full_ring_is_held_unless_a_quiet_circuit_rides_on_it() {
+    fn held(third_busy: bool) -> bool {
+        let mut net = Net::new(2, 8);
+        net.open(RELAY.0, RELAY.1, true);
+        let mut circs: Vec<Circ> = (0..3).map(|k| circuit(&mut net, (1, 10 + k))).collect();
+        let down = |net: &mut Net, c: &mut Circ| {
+            let mut d = c.next.data(&c.down_sent.to_be_bytes());
+            c.down_sent += 1;
+            net.cell(RELAY.0, RELAY.1, c.relabel, cmd::RELAY, &mut d);
+        };
+        // History: every circuit has crossed; the busy ones a hundred
+        // times as much (each cell taken by worker 1 before the next).
+        for (i, c) in circs.iter_mut().enumerate() {
+            let n = if i < 2 || third_busy { 100 } else { 1 };
+            for _ in 0..n {
+                down(&mut net, c);
+                net.settle();
+            }
+        }
+        assert!(!net.cores[0].read_paused(RELAY.1), "the ring has room");
+        // Now worker 1 is slow: the first two fill the ring and wait.
+        for _ in 0..8 {
+            down(&mut net, &mut circs[0]);
+            down(&mut net, &mut circs[1]);
+        }
+        let waiting = |net: &Net, c: &Circ| {
+            let slot = net.cores[0].conn(RELAY.1).unwrap().circuits[&c.relabel];
+            net.cores[0].crossing_len(slot)
+        };
+        assert!(waiting(&net, &circs[0]) > 0 && waiting(&net, &circs[1]) > 0);
+        assert_eq!(waiting(&net, &circs[2]), 0);
+        let held = net.cores[0].read_paused(RELAY.1);
+        // Either way, every cell arrives once worker 1 reads its ring.
+        net.settle();
+        assert!(!net.cores[0].read_paused(RELAY.1));
+        held
+    }
+    assert!(held(true), "three busy circuits: held at the full ring");
+    assert!(!held(false), "a quiet circuit among them: reads on");
+}
