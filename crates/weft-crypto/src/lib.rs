@@ -2,7 +2,8 @@
 //! keys on disk and their rotation ([`keys`]), the certificates the relay
 //! emits ([`certs`]), the circuit handshakes ntor, ntor-v3 and CREATE_FAST
 //! ([`ntor`], [`ntor_v3`], [`kdf`]) and tor1 relay-cell crypto
-//! ([`relay_crypto`], its AES-CTR in [`aes_ctr`]), and the ControlPort's authentication hashes
+//! ([`relay_crypto`], its AES-CTR in [`aes_ctr`]) and CGO relay-cell crypto
+//! ([`cgo`]), and the ControlPort's authentication hashes
 //! ([`control_auth`]). Everything here is sans-IO except [`keys`], which
 //! reads and writes the key files in the DataDirectory.
 #![warn(missing_docs)]
@@ -10,6 +11,7 @@
 pub mod aes_ctr;
 pub mod c_key_files;
 pub mod certs;
+pub mod cgo;
 pub mod control_auth;
 pub mod ed_identity;
 pub mod family_keys;
