@@ -69,7 +69,7 @@ impl Aes128Ctr {
 }
 
 #[cfg(target_arch = "x86_64")]
-mod vaes {
+pub(crate) mod vaes {
     use core::arch::x86_64::*;
     use zeroize::Zeroize;
 
@@ -78,7 +78,7 @@ mod vaes {
 
     /// True if this processor runs the VAES path (checked once; the
     /// standard library caches CPUID).
-    pub(super) fn available() -> bool {
+    pub(crate) fn available() -> bool {
         std::is_x86_feature_detected!("aes")
             && std::is_x86_feature_detected!("sse2")
             && std::is_x86_feature_detected!("avx512f")
@@ -180,7 +180,7 @@ mod vaes {
     /// registers, 64 bytes at a time (the last group with a byte mask).
     /// Returns the keystream of the last block (for a partial one).
     #[target_feature(enable = "avx512f,avx512bw,vaes")]
-    unsafe fn xor_keystream(
+    pub(crate) unsafe fn xor_keystream(
         round_keys: &[[u8; 16]; 11],
         counter: u128,
         data: &mut [u8],
@@ -257,7 +257,7 @@ mod vaes {
 
     /// The 11 AES-128 round keys of `key` (FIPS 197 §5.2, with AES-NI).
     #[target_feature(enable = "aes,sse2")]
-    unsafe fn expand_key(key: &[u8; 16]) -> [[u8; 16]; 11] {
+    pub(crate) unsafe fn expand_key(key: &[u8; 16]) -> [[u8; 16]; 11] {
         let mut rk = [[0u8; 16]; 11];
         // SAFETY: `key` is 16 readable bytes; unaligned load.
         let mut k = unsafe { _mm_loadu_si128(key.as_ptr().cast()) };

@@ -174,11 +174,69 @@ fn xor16(a: &mut Block, b: &[u8; 16]) {
     }
 }
 
+/// UIV+'s keys in whichever form the processor runs fastest: a relay's
+/// on x86-64 with VAES and VPCLMULQDQ ([`fast`]), else the portable one
+/// (boxed: several times the size; a client's always, as only it
+/// decrypts). The fast one stays inline: it is the hot path's.
+#[allow(clippy::large_enum_variant)]
+#[derive(Clone)]
+enum Uiv {
+    #[cfg(target_arch = "x86_64")]
+    Fast(fast::FastUiv),
+    Soft(Box<UivKeys>),
+}
+
+impl Uiv {
+    fn new(raw: &[u8; UIV_KEYS_LEN], decrypts: bool) -> Self {
+        #[cfg(target_arch = "x86_64")]
+        if !decrypts && fast::available() {
+            return Uiv::Fast(fast::FastUiv::new(raw));
+        }
+        Uiv::Soft(Box::new(UivKeys::new(raw, decrypts)))
+    }
+
+    #[inline]
+    fn encrypt(&self, h: &[u8; TAG_LEN], cmd: u8, body: &mut [u8; BODY_LEN]) {
+        match self {
+            #[cfg(target_arch = "x86_64")]
+            Uiv::Fast(f) => f.encrypt(h, cmd, body),
+            Uiv::Soft(s) => s.encrypt(h, cmd, body),
+        }
+    }
+
+    /// DEC_UIV: a client's layer only (made with `decrypts`, so portable).
+    fn decrypt(&self, h: &[u8; TAG_LEN], cmd: u8, body: &mut [u8; BODY_LEN]) {
+        match self {
+            Uiv::Soft(s) => s.decrypt(h, cmd, body),
+            #[cfg(target_arch = "x86_64")]
+            Uiv::Fast(_) => unreachable!("a relay's layer never decrypts"),
+        }
+    }
+
+    fn update(&mut self, n: &[u8; TAG_LEN]) -> [u8; TAG_LEN] {
+        match self {
+            #[cfg(target_arch = "x86_64")]
+            Uiv::Fast(f) => f.update(n),
+            Uiv::Soft(s) => s.update(n),
+        }
+    }
+
+    /// KB ‖ KU ‖ K ‖ B as they came.
+    #[cfg(test)]
+    fn raw(&self) -> &[u8] {
+        match self {
+            #[cfg(target_arch = "x86_64")]
+            Uiv::Fast(f) => &f.raw,
+            Uiv::Soft(s) => &s.raw[..],
+        }
+    }
+}
+
 /// One direction of one hop: the keys, the nonce a cell for its end
 /// carries, and T' (the last cell's tag, the next one's tweak).
 #[derive(Clone)]
 struct CgoDir {
-    keys: UivKeys,
+    keys: Uiv,
     nonce: Zeroizing<[u8; TAG_LEN]>,
     tprime: [u8; TAG_LEN],
 }
@@ -189,7 +247,7 @@ impl CgoDir {
     fn new(material: &[u8], decrypts: bool) -> Self {
         let keys: &[u8; UIV_KEYS_LEN] = material[..UIV_KEYS_LEN].try_into().expect("64 bytes");
         CgoDir {
-            keys: UivKeys::new(keys, decrypts),
+            keys: Uiv::new(keys, decrypts),
             nonce: Zeroizing::new(material[UIV_KEYS_LEN..DIR_KEY_LEN].try_into().expect("16")),
             tprime: [0; TAG_LEN],
         }
@@ -324,5 +382,7 @@ impl CgoClientLayer {
     }
 }
 
+#[cfg(target_arch = "x86_64")]
+mod fast;
 #[cfg(test)]
 mod tests;

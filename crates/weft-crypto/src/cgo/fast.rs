@@ -1,0 +1,273 @@
+//! A relay's UIV+ (ENC_UIV and the key update, [`super`]) on x86-64 with
+//! AES-NI, VAES, PCLMULQDQ and VPCLMULQDQ (AVX-512): POLYVAL four blocks
+//! per instruction, eight blocks per reduction; the PRF's counter mode
+//! through [`crate::aes_ctr`]'s VAES keystream. Same results as the
+//! portable code (unit tests compare them, and the test vectors run
+//! through whichever the processor takes).
+//!
+//! POLYVAL's product `dot(a, b) = a·b·x⁻¹²⁸` (RFC 8452) is a carry-less
+//! 256-bit product and one Montgomery reduction; the reduction is linear,
+//! so eight blocks' products (each by its power of the key) are summed
+//! first and reduced once: `S' = (S ⊕ X₁)·H⁸ ⊕ X₂·H⁷ ⊕ … ⊕ X₈·H¹`, the
+//! powers being `dot`-powers made when the key is set.
+
+use core::arch::x86_64::*;
+use zeroize::Zeroize;
+
+use super::{BODY_LEN, TAG_LEN, UIV_KEYS_LEN};
+use crate::aes_ctr::vaes;
+
+/// True if this processor runs this backend (the standard library caches
+/// CPUID).
+pub(super) fn available() -> bool {
+    vaes::available()
+        && std::is_x86_feature_detected!("avx2")
+        && std::is_x86_feature_detected!("pclmulqdq")
+        && std::is_x86_feature_detected!("vpclmulqdq")
+}
+
+/// UIV+'s keys in the forms this backend uses.
+#[derive(Clone)]
+pub(super) struct FastUiv {
+    /// The ET's AES-128 round keys (KB).
+    kb: [[u8; 16]; 11],
+    /// The ET's POLYVAL key KU as its powers H⁸, H⁷, …, H¹ (H¹ = KU).
+    ku: [[u8; 16]; 8],
+    /// The PRF's AES-128 round keys (K).
+    k: [[u8; 16]; 11],
+    /// The PRF's POLYVAL key B.
+    b: [u8; 16],
+    /// KB ‖ KU ‖ K ‖ B as they came (what the test vectors show).
+    #[cfg(test)]
+    pub(super) raw: [u8; UIV_KEYS_LEN],
+}
+
+impl Drop for FastUiv {
+    fn drop(&mut self) {
+        self.kb.zeroize();
+        self.ku.zeroize();
+        self.k.zeroize();
+        self.b.zeroize();
+    }
+}
+
+/// 512 bytes on a 64-byte boundary: what the ET's mask is taken over.
+#[repr(C, align(64))]
+struct Tweak([u8; 512]);
+
+impl FastUiv {
+    /// The keys KB ‖ KU ‖ K ‖ B. Panics if the processor lacks what
+    /// [`available`] checks.
+    pub(super) fn new(raw: &[u8; UIV_KEYS_LEN]) -> Self {
+        assert!(
+            available(),
+            "FastUiv needs AES-NI, VAES, AVX-512 and VPCLMULQDQ"
+        );
+        let part = |i: usize| -> [u8; 16] { raw[16 * i..16 * i + 16].try_into().expect("16") };
+        // SAFETY: the processor has AES-NI, SSE2 and PCLMULQDQ (asserted).
+        let (kb, ku, k) = unsafe {
+            (
+                vaes::expand_key(&part(0)),
+                powers(&part(1)),
+                vaes::expand_key(&part(2)),
+            )
+        };
+        FastUiv {
+            kb,
+            ku,
+            k,
+            b: part(3),
+            #[cfg(test)]
+            raw: *raw,
+        }
+    }
+
+    /// ENC_UIV on `body` with tweak (`h`, `cmd`), in place.
+    #[inline]
+    pub(super) fn encrypt(&self, h: &[u8; TAG_LEN], cmd: u8, body: &mut [u8; BODY_LEN]) {
+        // SAFETY: `new` asserted every feature these functions enable.
+        unsafe { encrypt(self, h, cmd, body) }
+    }
+
+    /// UPDATE_UIV on nonce input `n`: the keys are replaced in place;
+    /// returns the new nonce.
+    pub(super) fn update(&mut self, n: &[u8; TAG_LEN]) -> [u8; TAG_LEN] {
+        let mut out = [0u8; 80];
+        // SAFETY: as in `encrypt`; 80 bytes are five counter blocks, well
+        // inside the PRF's 64-block window (no carry out of the low bits).
+        unsafe {
+            let ctr = prf_counter(&self.b, _mm_loadu_si128(n.as_ptr().cast())) + 31;
+            vaes::xor_keystream(&self.k, ctr, &mut out);
+        }
+        let mut raw = [0u8; UIV_KEYS_LEN];
+        raw.copy_from_slice(&out[..UIV_KEYS_LEN]);
+        *self = FastUiv::new(&raw);
+        raw.zeroize();
+        let nonce: [u8; 16] = out[UIV_KEYS_LEN..].try_into().expect("16");
+        out.zeroize();
+        nonce
+    }
+}
+
+/// Load 16 bytes.
+#[inline]
+#[target_feature(enable = "sse2")]
+fn load(b: &[u8; 16]) -> __m128i {
+    // SAFETY: 16 readable bytes; unaligned load.
+    unsafe { _mm_loadu_si128(b.as_ptr().cast()) }
+}
+
+/// POLYVAL's Montgomery reduction of the 256-bit carry-less product
+/// `hi ‖ lo`: `(hi ‖ lo)·x⁻¹²⁸ mod x¹²⁸ + x¹²⁷ + x¹²⁶ + x¹²¹ + 1`, two
+/// folds by the polynomial's constant (its high qword 0xc2 << 56, low 1).
+#[inline]
+#[target_feature(enable = "pclmulqdq,sse2")]
+fn reduce(lo: __m128i, hi: __m128i) -> __m128i {
+    let poly = _mm_set_epi64x(0xc200_0000_0000_0000u64 as i64, 1);
+    let t = _mm_clmulepi64_si128::<0x10>(lo, poly);
+    let lo = _mm_xor_si128(_mm_shuffle_epi32::<0x4e>(lo), t);
+    let t = _mm_clmulepi64_si128::<0x10>(lo, poly);
+    let lo = _mm_xor_si128(_mm_shuffle_epi32::<0x4e>(lo), t);
+    _mm_xor_si128(lo, hi)
+}
+
+/// POLYVAL's product `dot(a, b)`.
+#[inline]
+#[target_feature(enable = "pclmulqdq,sse2")]
+fn dot(a: __m128i, b: __m128i) -> __m128i {
+    let lo = _mm_clmulepi64_si128::<0x00>(a, b);
+    let hi = _mm_clmulepi64_si128::<0x11>(a, b);
+    let mid = _mm_xor_si128(
+        _mm_clmulepi64_si128::<0x10>(a, b),
+        _mm_clmulepi64_si128::<0x01>(a, b),
+    );
+    reduce(
+        _mm_xor_si128(lo, _mm_slli_si128::<8>(mid)),
+        _mm_xor_si128(hi, _mm_srli_si128::<8>(mid)),
+    )
+}
+
+/// The `dot`-powers H⁸ … H¹ of key `h`.
+#[target_feature(enable = "pclmulqdq,sse2")]
+fn powers(h: &[u8; 16]) -> [[u8; 16]; 8] {
+    let h1 = load(h);
+    let h2 = dot(h1, h1);
+    let h3 = dot(h2, h1);
+    let h4 = dot(h2, h2);
+    let p = [
+        dot(h4, h4),
+        dot(h4, h3),
+        dot(h4, h2),
+        dot(h4, h1),
+        h4,
+        h3,
+        h2,
+        h1,
+    ];
+    let mut out = [[0u8; 16]; 8];
+    for (o, v) in out.iter_mut().zip(p) {
+        // SAFETY: 16 writable bytes; unaligned store.
+        unsafe { _mm_storeu_si128(o.as_mut_ptr().cast(), v) };
+    }
+    out
+}
+
+/// The XOR of a register's four 128-bit lanes.
+#[inline]
+#[target_feature(enable = "avx512f,avx2")]
+fn fold(v: __m512i) -> __m128i {
+    let x = _mm256_xor_si256(_mm512_castsi512_si256(v), _mm512_extracti64x4_epi64::<1>(v));
+    _mm_xor_si128(_mm256_castsi256_si128(x), _mm256_extracti128_si256::<1>(x))
+}
+
+/// POLYVAL with key powers `pows` (H⁸ … H¹) over the 32 blocks of `data`.
+#[inline]
+#[target_feature(enable = "avx512f,avx2,vpclmulqdq,pclmulqdq,sse2")]
+fn polyval_512(pows: &[[u8; 16]; 8], data: &Tweak) -> __m128i {
+    // SAFETY: `pows` is 128 readable bytes, `data` 512; unaligned loads.
+    let (p_hi, p_lo) = unsafe {
+        (
+            _mm512_loadu_si512(pows.as_ptr().cast()),
+            _mm512_loadu_si512(pows.as_ptr().add(4).cast()),
+        )
+    };
+    let mut s = _mm_setzero_si128();
+    for chunk in data.0.chunks_exact(128) {
+        // SAFETY: `chunk` is 128 readable bytes.
+        let (a, b) = unsafe {
+            (
+                _mm512_loadu_si512(chunk.as_ptr().cast()),
+                _mm512_loadu_si512(chunk.as_ptr().add(64).cast()),
+            )
+        };
+        // The running sum joins the chunk's first block.
+        let a = _mm512_xor_si512(a, _mm512_inserti32x4::<0>(_mm512_setzero_si512(), s));
+        let lo = _mm512_xor_si512(
+            _mm512_clmulepi64_epi128::<0x00>(a, p_hi),
+            _mm512_clmulepi64_epi128::<0x00>(b, p_lo),
+        );
+        let hi = _mm512_xor_si512(
+            _mm512_clmulepi64_epi128::<0x11>(a, p_hi),
+            _mm512_clmulepi64_epi128::<0x11>(b, p_lo),
+        );
+        let mid = _mm512_xor_si512(
+            _mm512_xor_si512(
+                _mm512_clmulepi64_epi128::<0x01>(a, p_hi),
+                _mm512_clmulepi64_epi128::<0x10>(a, p_hi),
+            ),
+            _mm512_xor_si512(
+                _mm512_clmulepi64_epi128::<0x01>(b, p_lo),
+                _mm512_clmulepi64_epi128::<0x10>(b, p_lo),
+            ),
+        );
+        let (lo, hi, mid) = (fold(lo), fold(hi), fold(mid));
+        s = reduce(
+            _mm_xor_si128(lo, _mm_slli_si128::<8>(mid)),
+            _mm_xor_si128(hi, _mm_srli_si128::<8>(mid)),
+        );
+    }
+    s
+}
+
+/// One AES-128 block encryption with round keys `rk`.
+#[inline]
+#[target_feature(enable = "aes,sse2")]
+fn aes_block(rk: &[[u8; 16]; 11], b: __m128i) -> __m128i {
+    let mut s = _mm_xor_si128(b, load(&rk[0]));
+    for k in &rk[1..10] {
+        s = _mm_aesenc_si128(s, load(k));
+    }
+    _mm_aesenclast_si128(s, load(&rk[10]))
+}
+
+/// The PRF's first counter block for input `t`: POLYVAL(B, t) with the low
+/// six bits of its last byte cleared, as a big-endian number.
+#[inline]
+#[target_feature(enable = "pclmulqdq,sse2")]
+fn prf_counter(b: &[u8; 16], t: __m128i) -> u128 {
+    let mut iv = [0u8; 16];
+    // SAFETY: 16 writable bytes; unaligned store.
+    unsafe { _mm_storeu_si128(iv.as_mut_ptr().cast(), dot(t, load(b))) };
+    iv[15] &= 0xc0;
+    u128::from_be_bytes(iv)
+}
+
+/// ENC_UIV: `Y_L = ET(X_L)` with the mask over (`h`, `cmd`, `X_R`), then
+/// `X_R ⊕= PRF(Y_L)`.
+#[target_feature(enable = "aes,sse2,avx2,avx512f,avx512bw,vaes,pclmulqdq,vpclmulqdq")]
+fn encrypt(k: &FastUiv, h: &[u8; TAG_LEN], cmd: u8, body: &mut [u8; BODY_LEN]) {
+    let mut t = Tweak([0; 512]);
+    t.0[..16].copy_from_slice(h);
+    t.0[16] = cmd;
+    t.0[17..17 + BODY_LEN - TAG_LEN].copy_from_slice(&body[TAG_LEN..]);
+    let mask = polyval_512(&k.ku, &t);
+    let (x_l, x_r) = body.split_at_mut(TAG_LEN);
+    let x_l: &mut [u8; 16] = x_l.try_into().expect("16");
+    let y = _mm_xor_si128(aes_block(&k.kb, _mm_xor_si128(load(x_l), mask)), mask);
+    // SAFETY: 16 writable bytes; unaligned store.
+    unsafe { _mm_storeu_si128(x_l.as_mut_ptr().cast(), y) };
+    let ctr = prf_counter(&k.b, y);
+    // SAFETY: 493 bytes are 31 counter blocks, within the keystream's batch
+    // and the PRF's 64-block window (the counter's low 64 bits never carry).
+    unsafe { vaes::xor_keystream(&k.k, ctr, x_r) };
+}
