@@ -158,12 +158,17 @@ pub fn test_identity(dir: &std::path::Path) -> (Arc<LinkIdentity>, HandshakeKeys
 /// (parsed, then checked against a fixed circuit nonce), INTRODUCE1, a
 /// non-exit's answer to BEGIN and an exit's admission of it, and the
 /// flow-control bodies an exit parses (SENDME, XON, the ntor-v3
-/// extension list that asks for congestion control).
+/// extension list that asks for congestion control or CGO).
 pub fn onion_cells(data: &[u8]) {
     let _ = crate::circuit::flow::parse_sendme(data);
     let _ = crate::circuit::flow::parse_xon(data);
-    if let Ok(asked) = crate::circuit::congestion::client_requests_cc(data) {
-        assert!(!asked || data.len() >= 3);
+    for cgo_supported in [false, true] {
+        use crate::circuit::extensions::read_client_extensions;
+        if let Ok(e) = read_client_extensions(data, cgo_supported) {
+            assert!(!e.cc || data.len() >= 3);
+            assert!(!e.cgo || (cgo_supported && data.len() >= 5));
+            let _ = e.grant(cgo_supported);
+        }
     }
     if let Ok(c) = crate::onion::parse_establish_intro(data) {
         let _ = crate::onion::verify_establish_intro(data, &c, &[9u8; 20]);

@@ -120,26 +120,6 @@ impl CcParams {
     }
 }
 
-/// Does an ntor-v3 client message (an extension list) ask for congestion
-/// control? Err if the list is malformed (the handshake then fails, as
-/// C's `trn_extension_parse` makes it).
-pub fn client_requests_cc(msg: &[u8]) -> Result<bool, &'static str> {
-    let (&n, mut rest) = msg.split_first().ok_or("empty extension list")?;
-    let mut asked = false;
-    for _ in 0..n {
-        let [ty, len, tail @ ..] = rest else {
-            return Err("truncated extension");
-        };
-        let len = usize::from(*len);
-        if tail.len() < len {
-            return Err("truncated extension body");
-        }
-        asked |= *ty == EXT_CC_REQUEST;
-        rest = &tail[len..];
-    }
-    Ok(asked)
-}
-
 /// The server's extension list: the CC response with our `sendme_inc`,
 /// or an empty list.
 pub fn server_reply(accept: Option<u8>) -> Vec<u8> {
@@ -415,13 +395,14 @@ mod tests {
 
     #[test]
     fn extension_lists_parse_as_trunnel_does() {
-        assert_eq!(client_requests_cc(&[0]), Ok(false));
-        assert_eq!(client_requests_cc(&[1, 1, 0]), Ok(true));
-        // Another extension first (a subprotocol request), then CC.
-        assert_eq!(client_requests_cc(&[2, 3, 2, 9, 9, 1, 0]), Ok(true));
-        assert!(client_requests_cc(&[]).is_err());
-        assert!(client_requests_cc(&[1, 1]).is_err());
-        assert!(client_requests_cc(&[1, 1, 5, 0]).is_err());
+        use crate::circuit::extensions::read_client_extensions as read;
+        assert_eq!(read(&[0], false).map(|e| e.cc), Ok(false));
+        assert_eq!(read(&[1, 1, 0], false).map(|e| e.cc), Ok(true));
+        // Another extension first (an unknown type), then CC.
+        assert_eq!(read(&[2, 99, 2, 9, 9, 1, 0], false).map(|e| e.cc), Ok(true));
+        assert!(read(&[], false).is_err());
+        assert!(read(&[1, 1], false).is_err());
+        assert!(read(&[1, 1, 5, 0], false).is_err());
         assert_eq!(server_reply(Some(31)), vec![1, 2, 1, 31]);
         assert_eq!(server_reply(None), vec![0]);
     }

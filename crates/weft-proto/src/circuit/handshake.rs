@@ -5,6 +5,7 @@
 use weft_crypto::ntor::{NtorSecretKey, NONCE_LEN};
 
 use super::congestion::{self, CcParams};
+use super::extensions;
 use super::KeyedHalf;
 use crate::relay;
 
@@ -86,11 +87,12 @@ pub fn answer_create2_with(
         }
         3 => {
             // The client's message is an extension list: congestion
-            // control is the one we may accept (no CGO: a subprotocol
-            // request is ignored, so the client sees tor1). A malformed
-            // list fails the handshake, as in C. [protocol-notes §4.3]
+            // control is what we may grant (CGO is not offered yet: we do
+            // not advertise Relay=5-6, and a subprotocol request fails the
+            // handshake as C fails one for a capability it lacks). A
+            // malformed list fails it too. [protocol-notes §4.3; extensions]
             let mut accepted = None;
-            let mut malformed = false;
+            let mut refused = None;
             let r = weft_crypto::ntor_v3::server_handshake(
                 &key_refs,
                 &keys.ed_id,
@@ -98,19 +100,19 @@ pub fn answer_create2_with(
                 b"circuit extend",
                 seed,
                 |client_msg| {
-                    match congestion::client_requests_cc(client_msg) {
-                        Ok(true) => accepted = cc.filter(|p| p.enabled).copied(),
-                        Ok(false) => {}
-                        Err(_) => malformed = true,
+                    let enabled = cc.is_some_and(|p| p.enabled);
+                    match extensions::read_client_extensions(client_msg, false)
+                        .and_then(|e| e.grant(enabled))
+                    {
+                        Ok(g) => accepted = cc.filter(|_| g.cc).copied(),
+                        Err(why) => refused = Some(why),
                     }
                     congestion::server_reply(accepted.map(|p| p.sendme_inc))
                 },
             )
             .map_err(|e| CreateError::Handshake(e.to_string()))?;
-            if malformed {
-                return Err(CreateError::Handshake(
-                    "malformed ntor-v3 extension list".into(),
-                ));
+            if let Some(why) = refused {
+                return Err(CreateError::Handshake(format!("ntor-v3 extensions: {why}")));
             }
             let mut half = KeyedHalf::new(&r.key_material, r.nonce);
             if let Some(p) = accepted {

@@ -30,6 +30,7 @@ pub mod conflux;
 pub mod congestion;
 pub mod edge;
 pub mod exit;
+pub mod extensions;
 pub mod flow;
 mod handshake;
 

@@ -326,8 +326,8 @@ fn ntor_v3_negotiates_congestion_control() {
         (&[1, 1, 0], Some(&off), &[0], false),
         (&[1, 1, 0], None, &[0], false),
         (&[0], Some(&on), &[0], false),
-        // A subprotocol request we do not do, then CC: CC only.
-        (&[2, 1, 0, 3, 2, 2, 5], Some(&on), &[1, 2, 1, 31], true),
+        // An unknown extension, then CC: CC only.
+        (&[2, 99, 1, 7, 1, 0], Some(&on), &[1, 2, 1, 31], true),
     ] {
         let mut client = OriginCircuit::new();
         let create2 = client.create2_ntor_v3(&t, msg).unwrap();
@@ -338,8 +338,21 @@ fn ntor_v3_negotiates_congestion_control() {
         assert_eq!(half.congestion().is_some(), negotiated);
         assert_eq!(client.nonce(0), Some(&half.nonce));
     }
-    // A malformed extension list fails the handshake.
-    let mut client = OriginCircuit::new();
-    let create2 = client.create2_ntor_v3(&t, &[2, 1, 0]).unwrap();
-    assert!(answer_create2(&keys, &create2, Some(&on)).is_err());
+    // A malformed extension list fails the handshake; so does a
+    // subprotocol request for what we do not grant (Relay=5 here; CGO,
+    // Relay=6, as C refuses it on a relay without it): the client has
+    // switched to what it asked for, so answering without it would leave
+    // it a circuit that cannot work.
+    for msg in [
+        &[2u8, 1, 0][..],
+        &[2, 1, 0, 3, 2, 2, 5],
+        &[2, 1, 0, 3, 2, 2, 6],
+    ] {
+        let mut client = OriginCircuit::new();
+        let create2 = client.create2_ntor_v3(&t, msg).unwrap();
+        assert!(
+            answer_create2(&keys, &create2, Some(&on)).is_err(),
+            "{msg:?}"
+        );
+    }
 }
