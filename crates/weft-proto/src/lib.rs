@@ -19,3 +19,4 @@ pub mod onion;
 pub mod origin;
 pub mod padding;
 pub mod relay;
+pub mod relay_v1;
