@@ -204,6 +204,37 @@ pub struct NtorV3ServerResult {
     pub nonce: [u8; crate::ntor::NONCE_LEN],
     /// The decrypted, authenticated client message (an extension list).
     pub client_message: Vec<u8>,
+    /// KEYSTREAM as far as any relay crypto reads it: `key_material` and
+    /// `nonce` are its start (tor1); CGO takes more ([`Self::cgo_keys`]).
+    keystream: zeroize::Zeroizing<[u8; KEYSTREAM_LEN]>,
+}
+
+/// KEYSTREAM bytes that CGO takes: 160 bytes of key material (forward,
+/// then backward), then the circuit nonce KH. [tor 0.4.9 onion_crypto.c,
+/// `relay_crypto_key_material_len`]
+pub const KEYSTREAM_LEN: usize = crate::cgo::KEY_MATERIAL_LEN + crate::ntor::NONCE_LEN;
+
+/// CGO's key material and the circuit nonce KH that follows it.
+pub type CgoKeys = (
+    zeroize::Zeroizing<[u8; crate::cgo::KEY_MATERIAL_LEN]>,
+    [u8; crate::ntor::NONCE_LEN],
+);
+
+/// CGO's split of a KEYSTREAM (the XOF's output does not depend on how
+/// much of it is read, so tor1's 92 bytes are its first 92).
+pub fn cgo_keys(keystream: &[u8; KEYSTREAM_LEN]) -> CgoKeys {
+    let mut km = zeroize::Zeroizing::new([0u8; crate::cgo::KEY_MATERIAL_LEN]);
+    km.copy_from_slice(&keystream[..crate::cgo::KEY_MATERIAL_LEN]);
+    let mut nonce = [0u8; crate::ntor::NONCE_LEN];
+    nonce.copy_from_slice(&keystream[crate::cgo::KEY_MATERIAL_LEN..]);
+    (km, nonce)
+}
+
+impl NtorV3ServerResult {
+    /// The key material and circuit nonce if the hop runs CGO.
+    pub fn cgo_keys(&self) -> CgoKeys {
+        cgo_keys(&self.keystream)
+    }
 }
 
 /// Answer an ntor-v3 CREATE2 handshake. [prop 332, "Server operation"]
@@ -228,8 +259,8 @@ pub fn server_handshake(
     ephemeral_seed: [u8; 32],
     reply_for: impl FnOnce(&[u8]) -> Vec<u8>,
 ) -> Result<NtorV3ServerResult, HandshakeError> {
-    // tor1's key material, then KH. [C onion_crypto.c]
-    let mut keystream = [0u8; KEY_MATERIAL_LEN + crate::ntor::NONCE_LEN];
+    // tor1's key material, then KH; or CGO's, then KH. [C onion_crypto.c]
+    let mut keystream = zeroize::Zeroizing::new([0u8; KEYSTREAM_LEN]);
     let (reply, client_message) = server_handshake_xof(
         keys,
         my_ed_id,
@@ -237,17 +268,18 @@ pub fn server_handshake(
         verification,
         ephemeral_seed,
         reply_for,
-        &mut keystream,
+        &mut keystream[..],
     )?;
     let mut key_material = [0u8; KEY_MATERIAL_LEN];
     key_material.copy_from_slice(&keystream[..KEY_MATERIAL_LEN]);
     let mut nonce = [0u8; crate::ntor::NONCE_LEN];
-    nonce.copy_from_slice(&keystream[KEY_MATERIAL_LEN..]);
+    nonce.copy_from_slice(&keystream[KEY_MATERIAL_LEN..KEY_MATERIAL_LEN + crate::ntor::NONCE_LEN]);
     Ok(NtorV3ServerResult {
         reply,
         key_material,
         nonce,
         client_message,
+        keystream,
     })
 }
 
@@ -445,6 +477,17 @@ pub fn client_finish_with_nonce(
     Ok((sm, km, nonce))
 }
 
+/// [`client_finish`], returning KEYSTREAM as far as CGO reads it (split
+/// by [`cgo_keys`], or tor1's 72 bytes and KH at its start).
+pub fn client_finish_keystream(
+    state: &NtorV3ClientState,
+    reply: &[u8],
+) -> Result<(Vec<u8>, zeroize::Zeroizing<[u8; KEYSTREAM_LEN]>), HandshakeError> {
+    let mut ks = zeroize::Zeroizing::new([0u8; KEYSTREAM_LEN]);
+    let sm = client_finish_xof(state, reply, &mut ks[..])?;
+    Ok((sm, ks))
+}
+
 /// [`client_finish`], writing as much KEYSTREAM as `keystream` holds.
 fn client_finish_xof(
     state: &NtorV3ClientState,
@@ -610,6 +653,16 @@ mod tests {
             let (sm, km) = client_finish(&st, &r.reply).unwrap();
             assert_eq!(sm, [0]);
             assert_eq!(km, r.key_material);
+            // The longer KEYSTREAM of a CGO hop: the same on both sides,
+            // tor1's key material and KH its first 92 bytes.
+            let (_, ks) = client_finish_keystream(&st, &r.reply).unwrap();
+            assert_eq!(ks[..72], r.key_material);
+            assert_eq!(ks[72..92], r.nonce);
+            let (ckm, cn) = cgo_keys(&ks);
+            let (skm, sn) = r.cgo_keys();
+            assert_eq!((&ckm[..], cn), (&skm[..], sn));
+            assert_eq!(&ckm[..], &ks[..160]);
+            assert_eq!(cn, ks[160..180]);
         }
     }
 
