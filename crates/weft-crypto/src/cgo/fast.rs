@@ -8,8 +8,10 @@
 //! POLYVAL's product `dot(a, b) = a·b·x⁻¹²⁸` (RFC 8452) is a carry-less
 //! 256-bit product and one Montgomery reduction; the reduction is linear,
 //! so eight blocks' products (each by its power of the key) are summed
-//! first and reduced once: `S' = (S ⊕ X₁)·H⁸ ⊕ X₂·H⁷ ⊕ … ⊕ X₈·H¹`, the
-//! powers being `dot`-powers made when the key is set.
+//! first and reduced once, `R = X₁·H⁸ ⊕ X₂·H⁷ ⊕ … ⊕ X₈·H¹`, the powers
+//! being `dot`-powers made when the key is set. The 32 blocks of a cell's
+//! tweak are four such chunks, reduced side by side and joined as
+//! `R₀·H²⁴ ⊕ R₁·H¹⁶ ⊕ R₂·H⁸ ⊕ R₃`: no chunk waits for the one before.
 
 use core::arch::x86_64::*;
 use zeroize::Zeroize;
@@ -33,6 +35,8 @@ pub(super) struct FastUiv {
     kb: [[u8; 16]; 11],
     /// The ET's POLYVAL key KU as its powers H⁸, H⁷, …, H¹ (H¹ = KU).
     ku: [[u8; 16]; 8],
+    /// H¹⁶ and H²⁴, which join the tweak's four chunks.
+    ku_far: [[u8; 16]; 2],
     /// The PRF's AES-128 round keys (K).
     k: [[u8; 16]; 11],
     /// The PRF's POLYVAL key B.
@@ -46,14 +50,11 @@ impl Drop for FastUiv {
     fn drop(&mut self) {
         self.kb.zeroize();
         self.ku.zeroize();
+        self.ku_far.zeroize();
         self.k.zeroize();
         self.b.zeroize();
     }
 }
-
-/// 512 bytes on a 64-byte boundary: what the ET's mask is taken over.
-#[repr(C, align(64))]
-struct Tweak([u8; 512]);
 
 impl FastUiv {
     /// The keys KB ‖ KU ‖ K ‖ B. Panics if the processor lacks what
@@ -65,7 +66,7 @@ impl FastUiv {
         );
         let part = |i: usize| -> [u8; 16] { raw[16 * i..16 * i + 16].try_into().expect("16") };
         // SAFETY: the processor has AES-NI, SSE2 and PCLMULQDQ (asserted).
-        let (kb, ku, k) = unsafe {
+        let (kb, (ku, ku_far), k) = unsafe {
             (
                 vaes::expand_key(&part(0)),
                 powers(&part(1)),
@@ -75,6 +76,7 @@ impl FastUiv {
         FastUiv {
             kb,
             ku,
+            ku_far,
             k,
             b: part(3),
             #[cfg(test)]
@@ -147,29 +149,23 @@ fn dot(a: __m128i, b: __m128i) -> __m128i {
     )
 }
 
-/// The `dot`-powers H⁸ … H¹ of key `h`.
+/// The `dot`-powers H⁸ … H¹ of key `h`, and H¹⁶, H²⁴.
 #[target_feature(enable = "pclmulqdq,sse2")]
-fn powers(h: &[u8; 16]) -> [[u8; 16]; 8] {
+fn powers(h: &[u8; 16]) -> ([[u8; 16]; 8], [[u8; 16]; 2]) {
     let h1 = load(h);
     let h2 = dot(h1, h1);
     let h3 = dot(h2, h1);
     let h4 = dot(h2, h2);
-    let p = [
-        dot(h4, h4),
-        dot(h4, h3),
-        dot(h4, h2),
-        dot(h4, h1),
-        h4,
-        h3,
-        h2,
-        h1,
-    ];
-    let mut out = [[0u8; 16]; 8];
-    for (o, v) in out.iter_mut().zip(p) {
+    let h8 = dot(h4, h4);
+    let h16 = dot(h8, h8);
+    let p = [h8, dot(h4, h3), dot(h4, h2), dot(h4, h1), h4, h3, h2, h1];
+    let store = |v: __m128i| {
+        let mut o = [0u8; 16];
         // SAFETY: 16 writable bytes; unaligned store.
         unsafe { _mm_storeu_si128(o.as_mut_ptr().cast(), v) };
-    }
-    out
+        o
+    };
+    (p.map(store), [store(h16), store(dot(h16, h8))])
 }
 
 /// The XOR of a register's four 128-bit lanes.
@@ -180,53 +176,108 @@ fn fold(v: __m512i) -> __m128i {
     _mm_xor_si128(_mm256_castsi256_si128(x), _mm256_extracti128_si256::<1>(x))
 }
 
-/// POLYVAL with key powers `pows` (H⁸ … H¹) over the 32 blocks of `data`.
+/// The unreduced product of each 128-bit lane of `a` by the same lane of
+/// `b`, summed over the lanes: (low, high) halves of 256 bits.
+#[inline]
+#[target_feature(enable = "avx512f,avx2,vpclmulqdq,sse2")]
+fn mul_sum(a: __m512i, b: __m512i, c: __m512i, d: __m512i) -> (__m128i, __m128i) {
+    let lo = _mm512_xor_si512(
+        _mm512_clmulepi64_epi128::<0x00>(a, b),
+        _mm512_clmulepi64_epi128::<0x00>(c, d),
+    );
+    let hi = _mm512_xor_si512(
+        _mm512_clmulepi64_epi128::<0x11>(a, b),
+        _mm512_clmulepi64_epi128::<0x11>(c, d),
+    );
+    let mid = _mm512_xor_si512(
+        _mm512_xor_si512(
+            _mm512_clmulepi64_epi128::<0x01>(a, b),
+            _mm512_clmulepi64_epi128::<0x10>(a, b),
+        ),
+        _mm512_xor_si512(
+            _mm512_clmulepi64_epi128::<0x01>(c, d),
+            _mm512_clmulepi64_epi128::<0x10>(c, d),
+        ),
+    );
+    let (lo, hi, mid) = (fold(lo), fold(hi), fold(mid));
+    (
+        _mm_xor_si128(lo, _mm_slli_si128::<8>(mid)),
+        _mm_xor_si128(hi, _mm_srli_si128::<8>(mid)),
+    )
+}
+
+/// One chunk of eight blocks (`a`, then `b`) by H⁸ … H¹, reduced.
 #[inline]
 #[target_feature(enable = "avx512f,avx2,vpclmulqdq,pclmulqdq,sse2")]
-fn polyval_512(pows: &[[u8; 16]; 8], data: &Tweak) -> __m128i {
-    // SAFETY: `pows` is 128 readable bytes, `data` 512; unaligned loads.
+fn chunk(a: __m512i, b: __m512i, p_hi: __m512i, p_lo: __m512i) -> __m128i {
+    let (lo, hi) = mul_sum(a, p_hi, b, p_lo);
+    reduce(lo, hi)
+}
+
+/// The unreduced 256-bit product of two blocks.
+#[inline]
+#[target_feature(enable = "pclmulqdq,sse2")]
+fn mul(a: __m128i, b: __m128i) -> (__m128i, __m128i) {
+    let lo = _mm_clmulepi64_si128::<0x00>(a, b);
+    let hi = _mm_clmulepi64_si128::<0x11>(a, b);
+    let mid = _mm_xor_si128(
+        _mm_clmulepi64_si128::<0x10>(a, b),
+        _mm_clmulepi64_si128::<0x01>(a, b),
+    );
+    (
+        _mm_xor_si128(lo, _mm_slli_si128::<8>(mid)),
+        _mm_xor_si128(hi, _mm_srli_si128::<8>(mid)),
+    )
+}
+
+/// ET's mask: POLYVAL(KU) over `h ‖ cmd ‖ X_R ‖ 00 00` (32 blocks), `X_R`
+/// read where it sits in `body` (from byte 16).
+#[inline]
+#[target_feature(enable = "avx512f,avx512bw,avx2,vpclmulqdq,pclmulqdq,sse2")]
+fn et_mask(k: &FastUiv, h: &[u8; TAG_LEN], cmd: u8, body: &[u8; BODY_LEN]) -> __m128i {
+    // The tweak's first 64 bytes: h, cmd, X_R's first 47 bytes.
+    let mut head = [0u8; 64];
+    head[..16].copy_from_slice(h);
+    head[16] = cmd;
+    head[17..].copy_from_slice(&body[16..63]);
+    // Tweak byte 64 + i is body byte 63 + i: the other seven registers
+    // come straight from the body, the last one 62 bytes and two zeros.
+    let p = body.as_ptr();
+    // SAFETY: `head` is 64 readable bytes; registers 1–6 read body bytes
+    // 63..447 and the last one, under a 62-byte mask, 447..509: all inside
+    // the 509-byte body (masked-off bytes are not read).
+    let t: [__m512i; 8] = unsafe {
+        [
+            _mm512_loadu_si512(head.as_ptr().cast()),
+            _mm512_loadu_si512(p.add(63).cast()),
+            _mm512_loadu_si512(p.add(127).cast()),
+            _mm512_loadu_si512(p.add(191).cast()),
+            _mm512_loadu_si512(p.add(255).cast()),
+            _mm512_loadu_si512(p.add(319).cast()),
+            _mm512_loadu_si512(p.add(383).cast()),
+            _mm512_maskz_loadu_epi8((1u64 << 62) - 1, p.add(447).cast()),
+        ]
+    };
+    // SAFETY: `k.ku` is 128 readable bytes.
     let (p_hi, p_lo) = unsafe {
         (
-            _mm512_loadu_si512(pows.as_ptr().cast()),
-            _mm512_loadu_si512(pows.as_ptr().add(4).cast()),
+            _mm512_loadu_si512(k.ku.as_ptr().cast()),
+            _mm512_loadu_si512(k.ku.as_ptr().add(4).cast()),
         )
     };
-    let mut s = _mm_setzero_si128();
-    for chunk in data.0.chunks_exact(128) {
-        // SAFETY: `chunk` is 128 readable bytes.
-        let (a, b) = unsafe {
-            (
-                _mm512_loadu_si512(chunk.as_ptr().cast()),
-                _mm512_loadu_si512(chunk.as_ptr().add(64).cast()),
-            )
-        };
-        // The running sum joins the chunk's first block.
-        let a = _mm512_xor_si512(a, _mm512_inserti32x4::<0>(_mm512_setzero_si512(), s));
-        let lo = _mm512_xor_si512(
-            _mm512_clmulepi64_epi128::<0x00>(a, p_hi),
-            _mm512_clmulepi64_epi128::<0x00>(b, p_lo),
-        );
-        let hi = _mm512_xor_si512(
-            _mm512_clmulepi64_epi128::<0x11>(a, p_hi),
-            _mm512_clmulepi64_epi128::<0x11>(b, p_lo),
-        );
-        let mid = _mm512_xor_si512(
-            _mm512_xor_si512(
-                _mm512_clmulepi64_epi128::<0x01>(a, p_hi),
-                _mm512_clmulepi64_epi128::<0x10>(a, p_hi),
-            ),
-            _mm512_xor_si512(
-                _mm512_clmulepi64_epi128::<0x01>(b, p_lo),
-                _mm512_clmulepi64_epi128::<0x10>(b, p_lo),
-            ),
-        );
-        let (lo, hi, mid) = (fold(lo), fold(hi), fold(mid));
-        s = reduce(
-            _mm_xor_si128(lo, _mm_slli_si128::<8>(mid)),
-            _mm_xor_si128(hi, _mm_srli_si128::<8>(mid)),
-        );
-    }
-    s
+    let (r0, r1, r2, r3) = (
+        chunk(t[0], t[1], p_hi, p_lo),
+        chunk(t[2], t[3], p_hi, p_lo),
+        chunk(t[4], t[5], p_hi, p_lo),
+        chunk(t[6], t[7], p_hi, p_lo),
+    );
+    let h8 = load(&k.ku[0]);
+    let (a_lo, a_hi) = mul(r0, load(&k.ku_far[1]));
+    let (b_lo, b_hi) = mul(r1, load(&k.ku_far[0]));
+    let (c_lo, c_hi) = mul(r2, h8);
+    let lo = _mm_xor_si128(_mm_xor_si128(a_lo, b_lo), c_lo);
+    let hi = _mm_xor_si128(_mm_xor_si128(a_hi, b_hi), c_hi);
+    _mm_xor_si128(reduce(lo, hi), r3)
 }
 
 /// One AES-128 block encryption with round keys `rk`.
@@ -256,11 +307,7 @@ fn prf_counter(b: &[u8; 16], t: __m128i) -> u128 {
 /// `X_R ⊕= PRF(Y_L)`.
 #[target_feature(enable = "aes,sse2,avx2,avx512f,avx512bw,vaes,pclmulqdq,vpclmulqdq")]
 fn encrypt(k: &FastUiv, h: &[u8; TAG_LEN], cmd: u8, body: &mut [u8; BODY_LEN]) {
-    let mut t = Tweak([0; 512]);
-    t.0[..16].copy_from_slice(h);
-    t.0[16] = cmd;
-    t.0[17..17 + BODY_LEN - TAG_LEN].copy_from_slice(&body[TAG_LEN..]);
-    let mask = polyval_512(&k.ku, &t);
+    let mask = et_mask(k, h, cmd, body);
     let (x_l, x_r) = body.split_at_mut(TAG_LEN);
     let x_l: &mut [u8; 16] = x_l.try_into().expect("16");
     let y = _mm_xor_si128(aes_block(&k.kb, _mm_xor_si128(load(x_l), mask)), mask);
