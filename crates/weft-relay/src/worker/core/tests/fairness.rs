@@ -364,11 +364,15 @@ fn shares_with_local_clients(local: usize) {
 /// what the link reads could only wait, so it is held; with the third
 /// quiet (EWMA on), the link reads on, so the quiet circuit's cells get
 /// ahead of the busy ones' in the crossing queues' EWMA order instead of
-/// waiting behind theirs in the kernel.
+/// waiting behind theirs in the kernel. With EWMA off nothing tells a
+/// quiet circuit, so no link is held.
 #[test]
 fn a_link_at_a_full_ring_is_held_unless_a_quiet_circuit_rides_on_it() {
-    fn held(third_busy: bool) -> bool {
+    fn held(third_busy: bool, ewma: bool) -> bool {
         let mut net = Net::new(2, 8);
+        if !ewma {
+            net.cores[0].lanes.set_halflife(0.0);
+        }
         net.open(RELAY.0, RELAY.1, true);
         let mut circs: Vec<Circ> = (0..3).map(|k| circuit(&mut net, (1, 10 + k))).collect();
         let down = |net: &mut Net, c: &mut Circ| {
@@ -403,6 +407,10 @@ fn a_link_at_a_full_ring_is_held_unless_a_quiet_circuit_rides_on_it() {
         assert!(!net.cores[0].read_paused(RELAY.1));
         held
     }
-    assert!(held(true), "three busy circuits: held at the full ring");
-    assert!(!held(false), "a quiet circuit among them: reads on");
+    assert!(
+        held(true, true),
+        "three busy circuits: held at the full ring"
+    );
+    assert!(!held(false, true), "a quiet circuit among them: reads on");
+    assert!(!held(true, false), "EWMA off: never held");
 }
