@@ -436,8 +436,21 @@ fn cgo_per_cell_cost() {
             std::hint::black_box(tor1.decrypt_forward(&mut b));
         }
         let o = t.elapsed().as_nanos() as f64 / f64::from(N);
+        // A cell we originate (each rolls the keys, as every cell at an
+        // exit does).
+        let t = Instant::now();
+        for _ in 0..N / 4 {
+            std::hint::black_box(cgo.originate_backward(3, &mut b));
+        }
+        let g = t.elapsed().as_nanos() as f64 / f64::from(N / 4);
+        let t = Instant::now();
+        for _ in 0..N / 4 {
+            std::hint::black_box(tor1.originate_backward(&mut b));
+        }
+        let h = t.elapsed().as_nanos() as f64 / f64::from(N / 4);
         eprintln!(
-            "round {round}: CGO {c:.0} ns/cell, tor1 {o:.0} ns/cell, CGO ÷ tor1 {:.2}",
+            "round {round}: passing CGO {c:.0} ns/cell, tor1 {o:.0} (CGO ÷ tor1 {:.2}); \
+             originating CGO {g:.0}, tor1 {h:.0}",
             c / o
         );
     }
