@@ -1,18 +1,43 @@
 //! The client end of a circuit (an *origin circuit*), sans-IO: the ntor
 //! handshake with the first hop (CREATE2) and with every further hop
-//! (EXTEND2 in RELAY_EARLY → EXTENDED2), the layered tor1 crypto, and relay
-//! messages to and from any hop. weft-bench's load generator and the tests
+//! (EXTEND2 in RELAY_EARLY → EXTENDED2), the layered crypto (tor1, or CGO
+//! with relay cell format V1 for a hop whose ntor-v3 request asked for it,
+//! as Arti asks every hop and C its exit), and relay messages to and from
+//! any hop (always handed over in the V0 layout). weft-bench's load generator and the tests
 //! use it; it never touches a socket or a clock.
 //! [tor-spec §5.1, §5.3, §5.5; protocol-notes §4.2, §6.1]
 
 use std::net::{SocketAddr, SocketAddrV4, SocketAddrV6};
 
+use weft_crypto::cgo::CgoClientLayer;
 use weft_crypto::ntor::{self, NtorClientState, KEY_MATERIAL_LEN};
 use weft_crypto::relay_crypto::Tor1ClientLayer;
 use zeroize::Zeroizing;
 
-use crate::cell::BODY_LEN;
+use crate::cell::{cmd, BODY_LEN};
+use crate::circuit::flow;
 use crate::relay::{self, relay_cmd, Extend2, RelayHeader};
+use crate::relay_v1;
+
+/// One hop's layer at the client.
+// tor1 stays inline, as it was before CGO: every relayed cell of a tor1
+// circuit reads it, and a box would add a pointer chase to each.
+#[allow(clippy::large_enum_variant)]
+enum ClientHop {
+    Tor1(Tor1ClientLayer),
+    /// CGO, with the tag of the last cell this hop sent us.
+    Cgo(Box<CgoClientLayer>, [u8; relay_v1::TAG_LEN]),
+}
+
+impl ClientHop {
+    /// The layer of a hop before the target on a forward cell.
+    fn forward(&mut self, command: u8, body: &mut [u8; BODY_LEN]) {
+        match self {
+            ClientHop::Tor1(l) => l.encrypt_forward(body),
+            ClientHop::Cgo(l, _) => l.forward(command, body),
+        }
+    }
+}
 
 /// A relay to build a hop to: what a client knows from the directory.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -66,9 +91,9 @@ pub enum OriginError {
     Header(#[from] relay::RelayMsgError),
 }
 
-/// The client side of one circuit: one tor1 layer per built hop.
+/// The client side of one circuit: one layer per built hop.
 pub struct OriginCircuit {
-    hops: Vec<Tor1ClientLayer>,
+    hops: Vec<ClientHop>,
     keys: Vec<Zeroizing<[u8; KEY_MATERIAL_LEN]>>,
     nonces: Vec<[u8; ntor::NONCE_LEN]>,
     pending: Option<Pending>,
@@ -79,7 +104,11 @@ pub struct OriginCircuit {
 /// A handshake waiting for its CREATED2.
 enum Pending {
     Ntor(NtorClientState),
-    NtorV3(Box<weft_crypto::ntor_v3::NtorV3ClientState>),
+    NtorV3 {
+        state: Box<weft_crypto::ntor_v3::NtorV3ClientState>,
+        /// The client message asked for CGO: the hop runs it.
+        cgo: bool,
+    },
 }
 
 impl Default for OriginCircuit {
@@ -117,7 +146,15 @@ fn ntor_v3_create2(
     body.extend_from_slice(&3u16.to_be_bytes());
     body.extend_from_slice(&(onion.len() as u16).to_be_bytes());
     body.extend_from_slice(&onion);
-    Ok((Pending::NtorV3(Box::new(st)), body))
+    let cgo = crate::circuit::extensions::read_client_extensions(client_message, true)
+        .is_ok_and(|e| e.cgo);
+    Ok((
+        Pending::NtorV3 {
+            state: Box::new(st),
+            cgo,
+        },
+        body,
+    ))
 }
 
 fn ntor_create2(target: &HopTarget) -> (NtorClientState, Vec<u8>) {
@@ -153,9 +190,27 @@ impl OriginCircuit {
     }
 
     /// The 72 bytes of tor1 key material of hop `i` (Df|Db|Kf|Kb), for tools
-    /// that need to seek in a hop's keystream.
+    /// that need to seek in a hop's keystream (None for a CGO hop).
     pub fn key_material(&self, i: usize) -> Option<&[u8; KEY_MATERIAL_LEN]> {
-        self.keys.get(i).map(|k| &**k)
+        match self.hops.get(i)? {
+            ClientHop::Tor1(_) => self.keys.get(i).map(|k| &**k),
+            ClientHop::Cgo(..) => None,
+        }
+    }
+
+    /// True if hop `i` runs CGO (relay cell format V1).
+    pub fn is_cgo(&self, i: usize) -> bool {
+        matches!(self.hops.get(i), Some(ClientHop::Cgo(..)))
+    }
+
+    /// The data of a circuit-level SENDME v1 to hop `i` acknowledging the
+    /// last cell it sent us (a 20-byte digest, or a CGO hop's 16-byte tag).
+    pub fn circuit_sendme_data(&self, i: usize) -> Vec<u8> {
+        match self.hops.get(i) {
+            Some(ClientHop::Tor1(l)) => flow::sendme_v1_body(&l.last_backward_digest()).to_vec(),
+            Some(ClientHop::Cgo(_, t)) => flow::sendme_v1_cgo_body(t).to_vec(),
+            None => Vec::new(),
+        }
     }
 
     /// The circuit nonce KH of hop `i` (an onion service signs its
@@ -165,9 +220,12 @@ impl OriginCircuit {
     }
 
     /// The running digest of the last cell hop `i` sent us (the tag a
-    /// SENDME v1 for that cell echoes).
+    /// SENDME v1 for that cell echoes; a CGO hop's tag zero-padded).
     pub fn last_backward_digest(&self, i: usize) -> Option<[u8; 20]> {
-        self.hops.get(i).map(|h| h.last_backward_digest())
+        self.hops.get(i).map(|h| match h {
+            ClientHop::Tor1(l) => l.last_backward_digest(),
+            ClientHop::Cgo(_, t) => flow::cgo_tag_slot(t),
+        })
     }
 
     /// Start the first hop: the CREATE2 body (ntor) to send.
@@ -265,20 +323,34 @@ impl OriginCircuit {
     fn finish(&mut self, hdata: &[u8]) -> Result<(), OriginError> {
         let st = self.pending.take().ok_or(OriginError::NotPending)?;
         let fail = |e: weft_crypto::ntor::HandshakeError| OriginError::Handshake(e.to_string());
-        let (km, nonce, msg) = match st {
+        let (km, nonce, msg, cgo) = match st {
             Pending::Ntor(st) => {
                 let (km, nonce) = ntor::client_finish_with_nonce(&st, hdata).map_err(fail)?;
-                (km, nonce, Vec::new())
+                (km, nonce, Vec::new(), None)
             }
-            Pending::NtorV3(st) => {
+            Pending::NtorV3 { state, cgo: false } => {
                 let (msg, km, nonce) =
-                    weft_crypto::ntor_v3::client_finish_with_nonce(&st, hdata).map_err(fail)?;
-                (km, nonce, msg)
+                    weft_crypto::ntor_v3::client_finish_with_nonce(&state, hdata).map_err(fail)?;
+                (km, nonce, msg, None)
+            }
+            Pending::NtorV3 { state, cgo: true } => {
+                let (msg, ks) =
+                    weft_crypto::ntor_v3::client_finish_keystream(&state, hdata).map_err(fail)?;
+                let (cgo_km, nonce) = weft_crypto::ntor_v3::cgo_keys(&ks);
+                let mut km = [0u8; KEY_MATERIAL_LEN];
+                km.copy_from_slice(&ks[..KEY_MATERIAL_LEN]);
+                (km, nonce, msg, Some(cgo_km))
             }
         };
         self.server_messages.push(msg);
         self.nonces.push(nonce);
-        self.hops.push(Tor1ClientLayer::from_key_material(&km));
+        self.hops.push(match cgo {
+            None => ClientHop::Tor1(Tor1ClientLayer::from_key_material(&km)),
+            Some(k) => ClientHop::Cgo(
+                Box::new(CgoClientLayer::from_key_material(&k)),
+                [0; relay_v1::TAG_LEN],
+            ),
+        });
         self.keys.push(Zeroizing::new(km));
         Ok(())
     }
@@ -301,8 +373,10 @@ impl OriginCircuit {
         self.on_created2(data)
     }
 
-    /// Fill `body` with a relay message to hop `hop` (0 = first), encrypted
-    /// with every layer up to it. Returns the SENDME tag of the cell.
+    /// Fill `body` with a relay message to hop `hop` (0 = first), in that
+    /// hop's format, encrypted with every layer up to it. Returns the
+    /// SENDME tag of the cell. The cell goes as RELAY, or RELAY_EARLY if
+    /// it is an EXTEND2 (a CGO layer binds the channel command).
     pub fn send(
         &mut self,
         hop: usize,
@@ -311,20 +385,41 @@ impl OriginCircuit {
         data: &[u8],
         body: &mut [u8; BODY_LEN],
     ) -> [u8; 20] {
+        let channel = if command == relay_cmd::EXTEND2 {
+            cmd::RELAY_EARLY
+        } else {
+            cmd::RELAY
+        };
+        let hop = hop.min(self.hops.len().saturating_sub(1));
+        if self.is_cgo(hop) {
+            let data = &data[..data.len().min(relay_v1::data_max(command))];
+            let _ = relay_v1::build(body, command, stream_id, data, weft_crypto::random_bytes);
+            return self.send_layers(hop, channel, body);
+        }
         relay::build(body, command, stream_id, data);
-        self.send_prepared(hop, body)
+        self.send_layers(hop, channel, body)
     }
 
-    /// Like [`Self::send`] for a relay message already in `body` (its
-    /// header as the caller wrote it, e.g. a wrong length for a test).
+    /// Like [`Self::send`] for a relay message already in `body` in the
+    /// hop's format (its header as the caller wrote it, e.g. a wrong
+    /// length for a test), to go as RELAY.
     pub fn send_prepared(&mut self, hop: usize, body: &mut [u8; BODY_LEN]) -> [u8; 20] {
+        self.send_layers(hop, cmd::RELAY, body)
+    }
+
+    /// Like [`Self::send_prepared`] for a cell to go with channel command
+    /// `channel` (RELAY or RELAY_EARLY).
+    pub fn send_layers(&mut self, hop: usize, channel: u8, body: &mut [u8; BODY_LEN]) -> [u8; 20] {
         let hop = hop.min(self.hops.len().saturating_sub(1));
         let Some(layer) = self.hops.get_mut(hop) else {
             return [0; 20];
         };
-        let tag = layer.originate_forward(body);
+        let tag = match layer {
+            ClientHop::Tor1(l) => l.originate_forward(body),
+            ClientHop::Cgo(l, _) => flow::cgo_tag_slot(&l.originate(channel, body)),
+        };
         for l in self.hops[..hop].iter_mut().rev() {
-            l.encrypt_forward(body);
+            l.forward(channel, body);
         }
         tag
     }
@@ -334,7 +429,7 @@ impl OriginCircuit {
     /// no hop of ours recognizes it. Returns nothing to remember.
     pub fn encrypt_beyond(&mut self, body: &mut [u8; BODY_LEN]) {
         for l in self.hops.iter_mut().rev() {
-            l.encrypt_forward(body);
+            l.forward(cmd::RELAY, body);
         }
     }
 
@@ -346,8 +441,19 @@ impl OriginCircuit {
         body: &mut [u8; BODY_LEN],
     ) -> Result<(usize, RelayHeader), OriginError> {
         for (i, l) in self.hops.iter_mut().enumerate() {
-            if l.decrypt_backward(body) {
-                return Ok((i, relay::parse_header(body)?));
+            match l {
+                ClientHop::Tor1(l) => {
+                    if l.decrypt_backward(body) {
+                        return Ok((i, relay::parse_header(body)?));
+                    }
+                }
+                ClientHop::Cgo(l, last) => {
+                    if let Some(t) = l.backward(cmd::RELAY, body) {
+                        *last = t;
+                        relay_v1::to_v0_layout(body)?;
+                        return Ok((i, relay::parse_header(body)?));
+                    }
+                }
             }
         }
         Err(OriginError::Unrecognized)

@@ -130,6 +130,24 @@ pub fn build(
     Ok(())
 }
 
+/// Rewrite a V1 message for us (after our CGO layer) into the V0 layout:
+/// command, recognized 0, stream ID, digest 0, length, data at byte 11.
+/// The V1 header is checked as C's `decode_v1_cell` checks it (a known
+/// command, a length that fits).
+pub fn to_v0_layout(body: &mut [u8; BODY_LEN]) -> Result<(), RelayMsgError> {
+    let h = parse_header(body)?;
+    let at = data_offset(h.command);
+    let len = usize::from(h.length);
+    // V1's data starts after V0's (19 or 21 against 11): a move down.
+    body.copy_within(at..at + len, crate::relay::RELAY_HEADER_LEN);
+    body[0] = h.command;
+    body[1..3].fill(0);
+    body[3..5].copy_from_slice(&h.stream_id.to_be_bytes());
+    body[5..9].fill(0);
+    body[9..11].copy_from_slice(&h.length.to_be_bytes());
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

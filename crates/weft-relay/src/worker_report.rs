@@ -334,6 +334,8 @@ pub struct WorkerReport {
     pub circuits: u64,
     /// Circuits created (CREATE2 answered).
     pub circuits_created: u64,
+    /// Of those, hops running CGO (relay cell format V1).
+    pub cgo_circuits_created: u64,
     /// Cells waiting in circuit queues.
     pub queued_cells: u64,
     /// Cells in the pool (queued or free).

@@ -24,12 +24,21 @@ pub const CIRCWINDOW_INCREMENT: i32 = 100;
 pub const STREAMWINDOW_START: i32 = 500;
 /// Cells per stream-level SENDME.
 pub const STREAMWINDOW_INCREMENT: i32 = 50;
-/// The SENDME v1 tag: a tor1 running digest.
+/// The SENDME v1 tag of a tor1 hop: its running digest. (A CGO hop's
+/// tag is [`CGO_TAG_LEN`] bytes; tags are kept in slots of this size,
+/// zero-padded, as C keeps them.)
 pub const TAG_LEN: usize = 20;
+/// The SENDME v1 tag of a CGO hop. [C or.h SENDME_TAG_LEN_CGO]
+pub const CGO_TAG_LEN: usize = 16;
 /// At most this many SENDMEs can be outstanding with fixed windows.
 const MAX_TAGS: usize = (CIRCWINDOW_START / CIRCWINDOW_INCREMENT) as usize;
-/// Payload of DATA cells: the most a stream packages into one cell.
+/// Payload of DATA cells: the most a stream packages into one cell (relay
+/// cell format V0; a V1 circuit's is [`DATA_MAX_V1`]).
 pub const DATA_MAX: usize = RELAY_DATA_MAX;
+/// Payload of a DATA cell in relay cell format V1 (a CGO hop), and what a
+/// conflux set packages whatever its legs' formats (C's
+/// `RELAY_PAYLOAD_SIZE_MIN`).
+pub const DATA_MAX_V1: usize = crate::cell::BODY_LEN - crate::relay_v1::DATA_AT_WITH_STREAM;
 
 /// A broken flow-control rule: the circuit closes (TORPROTOCOL).
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -51,31 +60,48 @@ pub enum FlowError {
     BadSendme(u8),
 }
 
-/// A SENDME's data, parsed: version 0 (empty) or 1 (the tag).
-/// [proposal 289; trunnel sendme_cell]
-pub fn parse_sendme(data: &[u8]) -> Result<Option<[u8; TAG_LEN]>, FlowError> {
+/// A SENDME's data, parsed: version 0 (empty) or 1 (the tag, 20 bytes
+/// for tor1 or 16 for CGO, returned zero-padded with its length).
+/// [proposal 289; trunnel sendme_cell; C sendme.c tag_len_ok()]
+pub fn parse_sendme(data: &[u8]) -> Result<Option<([u8; TAG_LEN], usize)>, FlowError> {
     match data {
         [] | [0, ..] => Ok(None),
         [1, hi, lo, rest @ ..] => {
             let len = usize::from(u16::from_be_bytes([*hi, *lo]));
-            if len != TAG_LEN || rest.len() < len {
+            if (len != TAG_LEN && len != CGO_TAG_LEN) || rest.len() < len {
                 return Err(FlowError::BadSendme(1));
             }
             let mut tag = [0u8; TAG_LEN];
-            tag.copy_from_slice(&rest[..TAG_LEN]);
-            Ok(Some(tag))
+            tag[..len].copy_from_slice(&rest[..len]);
+            Ok(Some((tag, len)))
         }
         [v, ..] => Err(FlowError::BadSendme(*v)),
     }
 }
 
-/// A SENDME v1 body: version 1, length 20, the tag.
+/// A SENDME v1 body for a tor1 hop: version 1, length 20, the tag.
 pub fn sendme_v1_body(tag: &[u8; TAG_LEN]) -> [u8; 3 + TAG_LEN] {
     let mut b = [0u8; 3 + TAG_LEN];
     b[0] = 1;
     b[1..3].copy_from_slice(&(TAG_LEN as u16).to_be_bytes());
     b[3..].copy_from_slice(tag);
     b
+}
+
+/// A SENDME v1 body for a CGO hop: version 1, length 16, the tag.
+pub fn sendme_v1_cgo_body(tag: &[u8; CGO_TAG_LEN]) -> [u8; 3 + CGO_TAG_LEN] {
+    let mut b = [0u8; 3 + CGO_TAG_LEN];
+    b[0] = 1;
+    b[1..3].copy_from_slice(&(CGO_TAG_LEN as u16).to_be_bytes());
+    b[3..].copy_from_slice(tag);
+    b
+}
+
+/// A CGO tag in a tor1-sized slot, zero-padded (as C stores it).
+pub fn cgo_tag_slot(tag: &[u8; CGO_TAG_LEN]) -> [u8; TAG_LEN] {
+    let mut t = [0u8; TAG_LEN];
+    t[..CGO_TAG_LEN].copy_from_slice(tag);
+    t
 }
 
 /// A circuit's windows at its last hop, with the digests (and send times)
@@ -92,6 +118,9 @@ pub struct CircuitFlow {
     /// (10 with fixed windows; cwnd / sendme_inc with congestion control)
     /// and keeps its room.
     tags: VecDeque<([u8; TAG_LEN], u64)>,
+    /// The length of this hop's SENDME tags: [`TAG_LEN`] (tor1) or
+    /// [`CGO_TAG_LEN`].
+    tag_len: u8,
     /// Congestion control, when negotiated.
     cc: Option<Vegas>,
 }
@@ -103,6 +132,7 @@ impl Default for CircuitFlow {
             deliver: CIRCWINDOW_START,
             deliver_inc: CIRCWINDOW_INCREMENT,
             tags: VecDeque::with_capacity(MAX_TAGS),
+            tag_len: TAG_LEN as u8,
             cc: None,
         }
     }
@@ -116,6 +146,12 @@ impl CircuitFlow {
             cc: Some(Vegas::new(p)),
             ..CircuitFlow::default()
         }
+    }
+
+    /// The same, for a CGO hop: its SENDMEs carry 16-byte tags.
+    pub fn with_cgo_tags(mut self) -> Self {
+        self.tag_len = CGO_TAG_LEN as u8;
+        self
     }
 
     /// The congestion-control state, if negotiated.
@@ -189,7 +225,11 @@ impl CircuitFlow {
         match tag {
             None if accept_min > 0 => return Err(FlowError::BadSendme(0)),
             None => {}
-            Some(t) if t != expected => return Err(FlowError::TagMismatch),
+            // C: a tag of the other kind's length, or another tag, is
+            // refused (sendme.c cell_v1_is_valid()).
+            Some((t, len)) if len != usize::from(self.tag_len) || t != expected => {
+                return Err(FlowError::TagMismatch)
+            }
             Some(_) => {}
         }
         match &mut self.cc {
@@ -573,11 +613,45 @@ mod tests {
     fn sendme_v1_body_round_trips() {
         let b = sendme_v1_body(&tag(7));
         assert_eq!(&b[..3], &[1, 0, 20]);
-        assert_eq!(parse_sendme(&b), Ok(Some(tag(7))));
+        assert_eq!(parse_sendme(&b), Ok(Some((tag(7), 20))));
         // Trailing bytes are allowed, as trunnel allows them.
         let mut long = b.to_vec();
         long.extend_from_slice(&[0; 10]);
-        assert_eq!(parse_sendme(&long), Ok(Some(tag(7))));
+        assert_eq!(parse_sendme(&long), Ok(Some((tag(7), 20))));
+        // A CGO tag: 16 bytes, kept zero-padded.
+        let c = sendme_v1_cgo_body(&[7; 16]);
+        assert_eq!(&c[..3], &[1, 0, 16]);
+        assert_eq!(parse_sendme(&c), Ok(Some((cgo_tag_slot(&[7; 16]), 16))));
+        // Any other length is refused.
+        assert_eq!(
+            parse_sendme(&[1, 0, 17, 0, 0]),
+            Err(FlowError::BadSendme(1))
+        );
+    }
+
+    #[test]
+    fn a_cgo_hop_takes_only_sixteen_byte_tags() {
+        let p = CcParams::default();
+        for (cgo, body, ok) in [
+            (true, sendme_v1_cgo_body(&[5; 16]).to_vec(), true),
+            (
+                true,
+                sendme_v1_body(&cgo_tag_slot(&[5; 16])).to_vec(),
+                false,
+            ),
+            (false, sendme_v1_cgo_body(&[5; 16]).to_vec(), false),
+        ] {
+            let mut f = CircuitFlow::with_congestion_control(p);
+            if cgo {
+                f = f.with_cgo_tags();
+            }
+            while !f.next_data_needs_tag() {
+                f.data_sent(None, 0);
+            }
+            f.data_sent(Some(cgo_tag_slot(&[5; 16])), 0);
+            let r = f.sendme_received(&body, 1, 10, false);
+            assert_eq!(r.is_ok(), ok, "cgo {cgo}, body {body:?}: {r:?}");
+        }
     }
 
     #[test]

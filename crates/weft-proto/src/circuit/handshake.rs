@@ -87,11 +87,14 @@ pub fn answer_create2_with(
         }
         3 => {
             // The client's message is an extension list: congestion
-            // control is what we may grant (CGO is not offered yet: we do
-            // not advertise Relay=5-6, and a subprotocol request fails the
-            // handshake as C fails one for a capability it lacks). A
-            // malformed list fails it too. [protocol-notes §4.3; extensions]
+            // control and CGO (Relay=6, which needs congestion control)
+            // are what we grant; a request for any other capability, or a
+            // malformed list, fails the handshake as in C's
+            // negotiate_v3_ntor_server_circ_params(). Nothing about CGO is
+            // echoed: the client committed to it when it asked.
+            // [protocol-notes §4.3; extensions]
             let mut accepted = None;
+            let mut cgo = false;
             let mut refused = None;
             let r = weft_crypto::ntor_v3::server_handshake(
                 &key_refs,
@@ -101,10 +104,13 @@ pub fn answer_create2_with(
                 seed,
                 |client_msg| {
                     let enabled = cc.is_some_and(|p| p.enabled);
-                    match extensions::read_client_extensions(client_msg, false)
+                    match extensions::read_client_extensions(client_msg, true)
                         .and_then(|e| e.grant(enabled))
                     {
-                        Ok(g) => accepted = cc.filter(|_| g.cc).copied(),
+                        Ok(g) => {
+                            accepted = cc.filter(|_| g.cc).copied();
+                            cgo = g.cgo;
+                        }
                         Err(why) => refused = Some(why),
                     }
                     congestion::server_reply(accepted.map(|p| p.sendme_inc))
@@ -114,7 +120,12 @@ pub fn answer_create2_with(
             if let Some(why) = refused {
                 return Err(CreateError::Handshake(format!("ntor-v3 extensions: {why}")));
             }
-            let mut half = KeyedHalf::new(&r.key_material, r.nonce);
+            let mut half = if cgo {
+                let (km, nonce) = r.cgo_keys();
+                KeyedHalf::new_cgo(&km, nonce)
+            } else {
+                KeyedHalf::new(&r.key_material, r.nonce)
+            };
             if let Some(p) = accepted {
                 half.enable_congestion_control(p);
             }

@@ -1,6 +1,7 @@
 //! The state machine of a keyed circuit half: the half on the connection
 //! toward the client, which answered the CREATE2 (or CREATE_FAST,
-//! [`handshake`]) and holds this hop's tor1 keys. It removes our onion layer
+//! [`handshake`]) and holds this hop's keys (tor1, or CGO with relay cell
+//! format V1: [`layer`]). It removes our onion layer
 //! from cells going away from the client, decides what the relay commands
 //! addressed to us do, and adds our layer to cells going toward the client.
 //! The other half of a circuit (toward the next hop) only relabels circuit
@@ -33,9 +34,13 @@ pub mod exit;
 pub mod extensions;
 pub mod flow;
 mod handshake;
+mod layer;
 
+use weft_crypto::cgo::CgoRelayCrypto;
 use weft_crypto::ntor::NONCE_LEN;
 use weft_crypto::relay_crypto::Tor1RelayCrypto;
+
+use self::layer::HopLayer;
 
 pub use self::handshake::{
     answer_create2, answer_create2_with, answer_create_fast, CreateError, HandshakeKeys,
@@ -239,7 +244,7 @@ impl ForwardAction {
 
 /// A keyed circuit half (see the module docs).
 pub struct KeyedHalf {
-    crypto: Tor1RelayCrypto,
+    crypto: HopLayer,
     relay_early_seen: u8,
     /// The circuit nonce KH from the CREATE handshake (C Tor's
     /// `rend_circ_nonce`): an introduction point checks ESTABLISH_INTRO's
@@ -264,8 +269,29 @@ impl KeyedHalf {
     /// A half keyed with 72 bytes of tor1 key material and its circuit
     /// nonce.
     pub fn new(key_material: &[u8; 72], nonce: [u8; NONCE_LEN]) -> Self {
+        Self::with_layer(
+            HopLayer::Tor1(Tor1RelayCrypto::from_key_material(key_material)),
+            nonce,
+        )
+    }
+
+    /// A half keyed for CGO (relay cell format V1) with 160 bytes of key
+    /// material and its circuit nonce. Its flow keeps 16-byte SENDME tags.
+    pub fn new_cgo(
+        key_material: &[u8; weft_crypto::cgo::KEY_MATERIAL_LEN],
+        nonce: [u8; NONCE_LEN],
+    ) -> Self {
+        let mut half = Self::with_layer(
+            HopLayer::Cgo(Box::new(CgoRelayCrypto::from_key_material(key_material))),
+            nonce,
+        );
+        half.flow = Some(Box::new(flow::CircuitFlow::default().with_cgo_tags()));
+        half
+    }
+
+    fn with_layer(crypto: HopLayer, nonce: [u8; NONCE_LEN]) -> Self {
         KeyedHalf {
-            crypto: Tor1RelayCrypto::from_key_material(key_material),
+            crypto,
             relay_early_seen: 0,
             nonce,
             next: NextHop::None,
@@ -297,7 +323,11 @@ impl KeyedHalf {
                 ));
             }
         }
-        if !self.crypto.decrypt_forward(body) {
+        let recognized = match self.crypto.forward(command, body) {
+            Ok(r) => r,
+            Err(e) => return ForwardAction::close(format!("V1 relay message: {e}")),
+        };
+        if !recognized {
             return match (self.next, &self.purpose) {
                 (NextHop::Linked, _) => ForwardAction::Pass { command },
                 // At a rendezvous point: to the other circuit, as RELAY.
@@ -416,7 +446,23 @@ impl KeyedHalf {
     /// The client negotiated congestion control in its handshake: the
     /// circuit runs Vegas instead of the fixed package window.
     pub fn enable_congestion_control(&mut self, p: congestion::CcParams) {
-        self.flow = Some(Box::new(flow::CircuitFlow::with_congestion_control(p)));
+        let f = flow::CircuitFlow::with_congestion_control(p);
+        self.flow = Some(Box::new(if self.crypto.is_cgo() {
+            f.with_cgo_tags()
+        } else {
+            f
+        }));
+    }
+
+    /// True if the hop runs CGO (relay cell format V1).
+    pub fn is_cgo(&self) -> bool {
+        self.crypto.is_cgo()
+    }
+
+    /// The most data one DATA cell we originate carries (498 bytes in
+    /// format V0, 488 in V1).
+    pub fn data_max(&self) -> usize {
+        self.crypto.data_max()
     }
 
     /// The circuit's congestion control, if negotiated.
@@ -464,17 +510,20 @@ impl KeyedHalf {
         data: &[u8],
         now_us: u64,
     ) {
-        relay::build(body, relay_cmd::DATA, stream_id, data);
         let needs_tag = self.flow().next_data_needs_tag();
-        let tag = self.crypto.originate_backward(body);
+        let tag = self
+            .crypto
+            .originate(body, relay_cmd::DATA, stream_id, data);
         self.flow().data_sent(needs_tag.then_some(tag), now_us);
     }
 
     /// Build a circuit-level SENDME v1 toward the client in `body`,
-    /// acknowledging the DATA cell just received (its digest is the tag).
+    /// acknowledging the DATA cell just received (its digest, or its CGO
+    /// tag, is the SENDME's tag).
     pub fn originate_circuit_sendme(&mut self, body: &mut [u8; BODY_LEN]) {
-        let tag = self.crypto.last_forward_digest();
-        self.originate(body, relay_cmd::SENDME, 0, &flow::sendme_v1_body(&tag));
+        let mut sendme = [0u8; 3 + flow::TAG_LEN];
+        let n = self.crypto.circuit_sendme_body(&mut sendme);
+        self.originate(body, relay_cmd::SENDME, 0, &sendme[..n]);
     }
 
     fn extend2(
@@ -608,7 +657,7 @@ impl KeyedHalf {
     /// A cell from the next hop (or the other circuit of a rendezvous)
     /// moving toward the client: add our layer.
     pub fn on_backward(&mut self, body: &mut [u8; BODY_LEN]) {
-        self.crypto.encrypt_backward(body);
+        self.crypto.backward(body);
     }
 
     /// Build a relay message we originate toward the client in `body`,
@@ -620,8 +669,7 @@ impl KeyedHalf {
         stream_id: u16,
         data: &[u8],
     ) {
-        relay::build(body, command, stream_id, data);
-        self.crypto.originate_backward(body);
+        self.crypto.originate(body, command, stream_id, data);
     }
 
     /// The next hop answered our CREATE2: fill `body` with EXTENDED2.

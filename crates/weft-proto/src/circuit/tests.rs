@@ -339,20 +339,155 @@ fn ntor_v3_negotiates_congestion_control() {
         assert_eq!(client.nonce(0), Some(&half.nonce));
     }
     // A malformed extension list fails the handshake; so does a
-    // subprotocol request for what we do not grant (Relay=5 here; CGO,
-    // Relay=6, as C refuses it on a relay without it): the client has
-    // switched to what it asked for, so answering without it would leave
-    // it a circuit that cannot work.
-    for msg in [
-        &[2u8, 1, 0][..],
-        &[2, 1, 0, 3, 2, 2, 5],
-        &[2, 1, 0, 3, 2, 2, 6],
+    // subprotocol request for what we do not grant (Relay=5, FlowCtrl=2),
+    // and CGO without congestion control (asked or enabled), as C refuses
+    // them: the client has switched to what it asked for, so answering
+    // without it would leave it a circuit that cannot work.
+    for (msg, cc) in [
+        (&[2u8, 1, 0][..], &on),
+        (&[2, 1, 0, 3, 2, 2, 5], &on),
+        (&[2, 1, 0, 3, 2, 11, 2], &on),
+        (&[1, 3, 2, 2, 6], &on),
+        (&[2, 1, 0, 3, 2, 2, 6], &off),
     ] {
         let mut client = OriginCircuit::new();
         let create2 = client.create2_ntor_v3(&t, msg).unwrap();
         assert!(
-            answer_create2(&keys, &create2, Some(&on)).is_err(),
+            answer_create2(&keys, &create2, Some(cc)).is_err(),
             "{msg:?}"
         );
     }
+}
+
+/// What a C 0.4.9 client sends its exit when it wants CGO: congestion
+/// control, then the subprotocol request for Relay=6.
+const CC_AND_CGO: [u8; 7] = [2, 1, 0, 3, 2, 2, 6];
+
+/// A one-hop CGO circuit (congestion control on, as CGO needs).
+fn cgo_circuit() -> (OriginCircuit, KeyedHalf) {
+    let dir = tempfile::tempdir().unwrap();
+    let (_, keys, _) = crate::fuzzing::test_identity(dir.path());
+    let t = target(&keys);
+    let mut client = OriginCircuit::new();
+    let create2 = client.create2_ntor_v3(&t, &CC_AND_CGO).unwrap();
+    let cc = congestion::CcParams::default();
+    let (created2, half, _) = answer_create2(&keys, &create2, Some(&cc)).unwrap();
+    client.on_created2(&created2).unwrap();
+    // CREATED2 says nothing of CGO: only congestion control.
+    assert_eq!(client.server_message(0).unwrap(), &[1, 2, 1, 31]);
+    assert!(client.is_cgo(0) && half.is_cgo());
+    // The circuit nonce comes after CGO's 160 bytes of keys.
+    assert_eq!(client.nonce(0), Some(&half.nonce));
+    (client, half)
+}
+
+#[test]
+fn a_cgo_hop_answers_in_relay_cell_format_v1() {
+    let (mut client, mut half) = cgo_circuit();
+    let ctx = ForwardCtx::default();
+    // Stream commands and answers (END for a BEGIN at a non-exit) both
+    // ways, several times: the tags chain and the keys roll each time.
+    for i in 0..5u16 {
+        let mut body = [0u8; BODY_LEN];
+        client.send(0, relay_cmd::BEGIN, i + 1, b"example.com:80\0", &mut body);
+        assert_eq!(
+            half.on_forward(cmd::RELAY, &mut body, &ctx),
+            ForwardAction::Reply
+        );
+        let (_, h) = client.on_backward(&mut body).unwrap();
+        assert_eq!(
+            (h.command, h.stream_id, h.length),
+            (relay_cmd::END, i + 1, 1)
+        );
+    }
+    // A cell that is not for us (a changed byte) is not recognized and,
+    // with no next hop, closes the circuit.
+    let mut body = [0u8; BODY_LEN];
+    client.send(0, relay_cmd::DROP, 0, &[], &mut body);
+    body[100] ^= 1;
+    assert!(matches!(
+        half.on_forward(cmd::RELAY, &mut body, &ctx),
+        ForwardAction::Close { .. }
+    ));
+}
+
+#[test]
+fn a_cgo_hops_cells_bind_the_channel_command() {
+    // EXTEND2 goes as RELAY_EARLY: the same cell read as RELAY is not ours.
+    let (mut client, mut half) = cgo_circuit();
+    let mut body = [0u8; BODY_LEN];
+    client.send(0, relay_cmd::EXTEND2, 0, &[0; 40], &mut body);
+    let ctx = ForwardCtx::default();
+    assert!(matches!(
+        half.on_forward(cmd::RELAY, &mut body, &ctx),
+        ForwardAction::Close { .. }
+    ));
+}
+
+#[test]
+fn a_cgo_exit_carries_488_bytes_a_cell_and_16_byte_sendme_tags() {
+    let (mut client, mut half) = cgo_circuit();
+    assert_eq!(half.data_max(), 488);
+    let ctx = ForwardCtx {
+        exit: true,
+        ..ForwardCtx::default()
+    };
+    // DATA toward the client, cut to 488 bytes: read back intact.
+    let mut body = [0u8; BODY_LEN];
+    half.originate_data(&mut body, 3, &[0x5a; 498], 0);
+    let (_, h) = client.on_backward(&mut body).unwrap();
+    assert_eq!((h.command, h.stream_id), (relay_cmd::DATA, 3));
+    assert_eq!(relay::data(&body, &h), &[0x5a; 488][..]);
+    // DATA from the client until a circuit SENDME is due (sendme_inc 31):
+    // its tag is the CGO tag the due cell came with.
+    let mut due = None;
+    for i in 0..40 {
+        let mut b = [0u8; BODY_LEN];
+        let tag = client.send(0, relay_cmd::DATA, 3, &[i as u8; 100], &mut b);
+        match half.on_forward(cmd::RELAY, &mut b, &ctx) {
+            ForwardAction::Stream {
+                header,
+                circuit_sendme,
+            } => {
+                assert_eq!(relay::data(&b, &header), &[i as u8; 100][..]);
+                if circuit_sendme {
+                    due = Some(tag);
+                    break;
+                }
+            }
+            a => panic!("{a:?}"),
+        }
+    }
+    let tag = due.expect("a SENDME was due");
+    assert_eq!(tag[16..], [0; 4]);
+    let mut reply = [0u8; BODY_LEN];
+    half.originate_circuit_sendme(&mut reply);
+    let (_, h) = client.on_backward(&mut reply).unwrap();
+    assert_eq!(h.command, relay_cmd::SENDME);
+    assert_eq!(
+        relay::data(&reply, &h),
+        &flow::sendme_v1_cgo_body(&tag[..16].try_into().unwrap())[..]
+    );
+    // The client's SENDME for our DATA names our 16-byte tag, and the
+    // half takes it; a 20-byte one is refused.
+    let mut sent = 0;
+    while !half.flow().next_data_needs_tag() {
+        half.flow().data_sent(None, 0);
+        sent += 1;
+        assert!(sent < 1000);
+    }
+    let mut body = [0u8; BODY_LEN];
+    half.originate_data(&mut body, 3, b"x", 0);
+    client.on_backward(&mut body).unwrap();
+    let mut good = [0u8; BODY_LEN];
+    let data = client.circuit_sendme_data(0);
+    assert_eq!(data.len(), 19);
+    client.send(0, relay_cmd::SENDME, 0, &data, &mut good);
+    let ForwardAction::CircuitSendme { header } = half.on_forward(cmd::RELAY, &mut good, &ctx)
+    else {
+        panic!("not a circuit SENDME");
+    };
+    assert!(half
+        .circuit_sendme_received(&header, &good, 1, 10, false)
+        .is_ok());
 }

@@ -92,6 +92,7 @@ impl WorkerTotals {
         t.cells_relayed += r.cells_relayed;
         t.cells_cross_worker += r.cells_cross_worker;
         t.circuits_created += r.circuits_created;
+        t.cgo_circuits_created += r.cgo_circuits_created;
         t.wakeups_sent += r.wakeups_sent;
         t.rounds += r.rounds;
         t.busy_ns += r.busy_ns;
@@ -198,6 +199,13 @@ pub fn render(m: &MetricsSnapshot, t: &super::tor_metrics::TorSnapshot) -> Strin
         "counter",
         "CREATE/CREATE2 cells answered.",
         &|w| w.report.circuits_created as f64,
+    );
+    per_worker(
+        &mut o,
+        "weft_worker_cgo_circuits_created_total",
+        "counter",
+        "Of those, hops whose client asked for CGO relay crypto (Relay=6, relay cell format V1).",
+        &|w| w.report.cgo_circuits_created as f64,
     );
     per_worker(
         &mut o,

@@ -183,6 +183,7 @@ impl Worker {
             connections: self.conns.len() as u64,
             circuits: from_core.halves,
             circuits_created: now.core.created - last.core.created,
+            cgo_circuits_created: now.core.cgo_created - last.core.cgo_created,
             queued_cells: from_core.queued_cells,
             pool_slots: from_core.pool_slots,
             wakeups_sent: now.wakeups - last.wakeups,

@@ -65,12 +65,20 @@ use crate::context::{DirAuthority, RelayConfig};
 /// `Desc=4`: `family-cert` lines, published for every `FamilyId` key
 /// (`dual_stack_and_family`) and kept whole by the cache.
 ///
+/// `Relay=5`: the ntor-v3 subprotocol request (proposal 346) is read and
+/// anything in it but `Relay=6` refused, as C's
+/// `relay_process_subproto_ext` (weft-proto `circuit/extensions.rs`).
+/// `Relay=6`: CGO relay crypto with relay cell format V1 (proposal 359;
+/// weft-crypto `cgo.rs`, weft-proto `circuit/layer.rs`): with `FlowCtrl=2`
+/// and these two, a C client asks its exit (and every hop of a circuit a
+/// controller extends) for CGO, an Arti client every hop.
+///
 /// `Padding=2`: the relay side of C's onion-service circuit-setup padding
 /// machines (proposal 254; weft-proto `circpad.rs`, the workers'
 /// `core/circpad.rs`), which C clients negotiate only with a middle that
 /// says so.
 pub const PROTO: &str =
-    "Conflux=1 Cons=1-2 Desc=1-4 DirCache=2 FlowCtrl=1-2 HSDir=2 HSIntro=4-5 HSRend=1-2 Link=4-5 LinkAuth=3 Microdesc=1-3 Padding=2 Relay=2-4";
+    "Conflux=1 Cons=1-2 Desc=1-4 DirCache=2 FlowCtrl=1-2 HSDir=2 HSIntro=4-5 HSRend=1-2 Link=4-5 LinkAuth=3 Microdesc=1-3 Padding=2 Relay=2-6";
 
 /// Results of background directory work, handled on the controller.
 #[derive(Debug)]

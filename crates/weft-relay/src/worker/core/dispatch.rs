@@ -444,6 +444,9 @@ impl Circuits {
                 if half.congestion().is_some() {
                     self.streams.note_cc_circuit();
                 }
+                if half.is_cgo() {
+                    self.counters.cgo_created += 1;
+                }
                 self.queue_urgent(conn, circ_id, reply_cmd, &reply);
                 let r = self.halves.insert(Half::new(
                     conn,

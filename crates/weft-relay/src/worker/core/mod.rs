@@ -214,6 +214,8 @@ pub(crate) struct CoreCounters {
     pub(crate) cross: u64,
     /// Circuits created (CREATE2/CREATE_FAST answered).
     pub(crate) created: u64,
+    /// Of those, hops running CGO (relay cell format V1).
+    pub(crate) cgo_created: u64,
     /// Connections moved away.
     pub(crate) migrations: u64,
     /// Node-based delay of the cells written (read → write buffer).

@@ -10,7 +10,7 @@
 
 use tracing::debug;
 use weft_proto::cell::{cmd, destroy_reason, BODY_LEN};
-use weft_proto::circuit::flow::{DATA_MAX, XOFF_BODY, XON_BODY};
+use weft_proto::circuit::flow::{DATA_MAX, DATA_MAX_V1, XOFF_BODY, XON_BODY};
 use weft_proto::relay::relay_cmd;
 
 use crate::worker::core::half::HalfRole;
@@ -203,7 +203,7 @@ impl Circuits {
                 let cells = stream_window
                     .min(self.set_window(idx))
                     .min(QUEUE_HIGHWATER as i32);
-                return usize::try_from(cells).unwrap_or(0) * DATA_MAX;
+                return usize::try_from(cells).unwrap_or(0) * DATA_MAX_V1;
             }
             StreamOwner::Circuit { slot, .. } => slot,
         };
@@ -217,7 +217,7 @@ impl Circuits {
         let cells = stream_window
             .min(k.package_window())
             .min(QUEUE_HIGHWATER as i32 - queued as i32);
-        usize::try_from(cells).unwrap_or(0) * DATA_MAX
+        usize::try_from(cells).unwrap_or(0) * k.data_max()
     }
 
     /// Bytes stream `key` read from its socket (within its read budget):
@@ -233,9 +233,11 @@ impl Circuits {
             };
             let (owner, sid) = (s.owner, s.stream_id);
             s.flow.data_sent();
-            let n = data.len().min(DATA_MAX);
             let (conn, slot) = match owner {
                 StreamOwner::Set(idx) => {
+                    // A set's legs may differ in format: the size every
+                    // format carries (C's RELAY_PAYLOAD_SIZE_MIN).
+                    let n = data.len().min(DATA_MAX_V1);
                     self.set_send(idx, relay_cmd::DATA, sid, &data[..n]);
                     data = &data[n..];
                     continue;
@@ -244,6 +246,7 @@ impl Circuits {
             };
             let mut body = [0u8; BODY_LEN];
             let Some(k) = self.keyed(slot) else { return };
+            let n = data.len().min(k.data_max());
             k.originate_data(&mut body, sid, &data[..n], now_us);
             let now = self.now_ns;
             self.enqueue(conn, slot, cmd::RELAY, now, now, &body);

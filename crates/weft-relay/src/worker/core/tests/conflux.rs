@@ -193,8 +193,10 @@ fn a_set_across_two_workers_keeps_the_streams_order_both_ways() {
 
     // Downstream: 200 cells; leg a (10 ms) takes its window (124 cells),
     // then b on worker 1, after a SWITCH; the client puts them in order.
-    assert_eq!(net.cores[0].stream_read_budget(key), 248 * 498);
-    let data: Vec<u8> = (0..200 * 498).map(|i| (i % 251) as u8).collect();
+    // A set packages 488 bytes a cell, what a leg of either relay cell
+    // format carries.
+    assert_eq!(net.cores[0].stream_read_budget(key), 248 * 488);
+    let data: Vec<u8> = (0..200 * 488).map(|i| (i % 251) as u8).collect();
     net.cores[0].stream_data_read(key, &data);
     net.settle();
     let msgs = reassemble(&mut [&mut a, &mut b], &mut net, &mut seqs);
