@@ -348,6 +348,14 @@ fn stock_clients_use_weft_as_their_exit() -> Result<()> {
         m("tor_relay_congestion_control_total{state=\"cc_circuits\",action=\"circs_created\"}")?;
     eprintln!("[metrics] circuits with congestion control: {cc}");
     ensure!(cc >= 1.0, "no client negotiated congestion control");
+    // And, with Relay=5-6 advertised too, CGO: a C client asks its exit
+    // for it whenever congestion control is on (circuitbuild.c
+    // client_circ_negotiation_message). The streams above were hashed
+    // intact at both ends, so the client ran CGO with weft as well: a tor1
+    // layer could not read one cell of weft's.
+    let cgo = metric_sum(&net, metrics_port, "weft_worker_cgo_circuits_created_total")?;
+    eprintln!("[metrics] CGO circuits: {cgo}");
+    ensure!(cgo >= 1.0, "no client asked weft for CGO");
     let resolv_conf = base_dir.with_extension("resolv.conf");
     for threads in [0, 1] {
         net.restart_weft(Some(threads), weft_lines(&resolv_conf, metrics_port))?;
@@ -553,6 +561,10 @@ fn stock_clients_use_the_fixed_windows_without_congestion_control() -> Result<()
         cc == 0.0,
         "congestion control negotiated with cc_alg=0: {cc}"
     );
+    // No congestion control, no CGO: a C client asks for it only with
+    // congestion control (and weft would refuse it without).
+    let cgo = metric_sum(&net, metrics_port, "weft_worker_cgo_circuits_created_total")?;
+    ensure!(cgo == 0.0, "CGO without congestion control: {cgo}");
     ensure!(sink.errors().is_empty(), "sink errors: {:?}", sink.errors());
     no_bad_closes(&net)?;
     net.stop()?;

@@ -10,6 +10,11 @@
 //!   verified by SHA-256 at both ends); no circuit fails; weft's own counters
 //!   show the cells passed through it; the stock tor logs (ProtocolWarnings 1)
 //!   hold no unexpected warning;
+//! * the client builds those circuits with EXTENDCIRCUIT, so it asks every
+//!   hop that advertises `FlowCtrl=2 Relay=5 Relay=6` for CGO relay crypto
+//!   (C's control_cmd.c extends with `for_exit_use`): weft, a middle, runs
+//!   CGO and relay cell format V1 on every one (counted in its log), and
+//!   the bytes still arrive intact;
 //! * all of it with ConnectionThreads 0, 1 and 2, and with
 //!   `TestingCrossWorkerExtends 1`, which puts the two halves of every new
 //!   circuit on different workers (checked from weft's extend counters).
@@ -200,8 +205,8 @@ fn wait_until_reachable_again(net: &Testnet, label: &str) -> Result<()> {
 }
 
 /// weft's "stopped after ..." lines (one per run), parsed as
-/// (cells relayed, same-worker extends, cross-worker extends).
-fn weft_run_totals(net: &Testnet) -> Result<Vec<(u64, u64, u64)>> {
+/// (cells relayed, same-worker extends, cross-worker extends, CGO circuits).
+fn weft_run_totals(net: &Testnet) -> Result<Vec<(u64, u64, u64, u64)>> {
     let log = std::fs::read_to_string(net.weft().context("no weft")?.notice_log())?;
     let num_before = |l: &str, word: &str| -> Option<u64> {
         let i = l.find(word)?;
@@ -215,6 +220,7 @@ fn weft_run_totals(net: &Testnet) -> Result<Vec<(u64, u64, u64)>> {
                 num_before(l, " cells")?,
                 num_before(l, " same-worker")?,
                 num_before(l, " cross-worker")?,
+                num_before(l, " CGO circuits")?,
             ))
         })
         .collect())
@@ -280,8 +286,12 @@ fn run(test: &str, threads: u32, restart_with: Option<&[&str]>) -> Result<()> {
         "expected {} 'stopped after' lines in weft's log, found {totals:?}",
         rounds.len()
     );
-    for ((cells, same, cross), (moved, forced_cross)) in totals.iter().zip(&rounds) {
-        eprintln!("[{test}] weft run: {cells} cells relayed, extends {same} same-worker / {cross} cross-worker");
+    for ((cells, same, cross, cgo), (moved, forced_cross)) in totals.iter().zip(&rounds) {
+        eprintln!("[{test}] weft run: {cells} cells relayed, extends {same} same-worker / {cross} cross-worker, {cgo} CGO circuits");
+        ensure!(
+            *cgo >= CIRCUITS as u64,
+            "the client's {CIRCUITS} controller-built circuits should all run CGO at weft: {cgo}"
+        );
         ensure!(
             *cells >= min_cells(*moved),
             "weft relayed {cells} cells, fewer than the {} that {moved} bytes need",

@@ -134,14 +134,20 @@ impl Controller {
         // Their last reports went out before they said they stopped.
         self.take_reports();
         self.save_state(state_path);
+        let cgo: u64 = self
+            .worker_totals
+            .iter()
+            .map(|t| t.report.cgo_circuits_created)
+            .sum();
         info!(
-        "stopped after {}s: relayed {} cells, read {} B, written {} B, extends {} same-worker / {} cross-worker",
+        "stopped after {}s: relayed {} cells, read {} B, written {} B, extends {} same-worker / {} cross-worker, {} CGO circuits",
         self.started.elapsed().as_secs(),
         self.bw.total_cells,
         self.bw.total_read,
         self.bw.total_written,
         self.extends_same_worker,
-        self.extends_cross_worker
+        self.extends_cross_worker,
+        cgo
     );
     }
 

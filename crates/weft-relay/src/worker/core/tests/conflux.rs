@@ -32,13 +32,22 @@ struct Reads {
 
 impl Leg {
     fn new(net: &mut Net, w: usize, conn: usize, circ: u32) -> Leg {
+        Self::new_with(net, w, conn, circ, false)
+    }
+
+    /// A leg whose client asks for congestion control and, if `cgo`, CGO
+    /// (as a C client asks the exit of each conflux leg).
+    fn new_with(net: &mut Net, w: usize, conn: usize, circ: u32, cgo: bool) -> Leg {
         if net.cores[w].conn(conn).is_none() {
             net.open(w, conn, false);
         }
         let mut c = OriginCircuit::new();
-        let create2 = c
-            .create2_ntor_v3(&target(net.relay, 9001), &[1, 1, 0])
-            .unwrap();
+        let msg: &[u8] = if cgo {
+            &[2, 1, 0, 3, 2, 2, 6]
+        } else {
+            &[1, 1, 0]
+        };
+        let create2 = c.create2_ntor_v3(&target(net.relay, 9001), msg).unwrap();
         net.cell(w, conn, id(circ), cmd::CREATE2, &mut pad(&create2));
         let out = net.written(w, conn);
         let created = out
@@ -109,8 +118,14 @@ impl Leg {
 
 /// Two linked legs (worker 0: home; worker 1) with RTTs 10 and 20 ms.
 fn two_legs(net: &mut Net, nonce: [u8; 32]) -> (Leg, Leg) {
-    let mut a = Leg::new(net, 0, 1, 5);
-    let mut b = Leg::new(net, 1, 2, 6);
+    two_legs_with(net, nonce, false)
+}
+
+/// [`two_legs`], with CGO on both if `cgo`.
+fn two_legs_with(net: &mut Net, nonce: [u8; 32], cgo: bool) -> (Leg, Leg) {
+    let mut a = Leg::new_with(net, 0, 1, 5, cgo);
+    let mut b = Leg::new_with(net, 1, 2, 6, cgo);
+    assert_eq!((a.c.is_cgo(0), b.c.is_cgo(0)), (cgo, cgo));
     let la = a.link(net, nonce, ux::HIGH_THROUGHPUT);
     let lb = b.link(net, nonce, ux::HIGH_THROUGHPUT);
     assert_eq!((la.last_seqno_sent, lb.last_seqno_recv), (0, 0));
@@ -158,8 +173,18 @@ fn reassemble(legs: &mut [&mut Leg], net: &mut Net, seqs: &mut [u64]) -> Vec<(u8
 
 #[test]
 fn a_set_across_two_workers_keeps_the_streams_order_both_ways() {
+    set_across_two_workers(false);
+}
+
+/// The same with both legs running CGO and relay cell format V1.
+#[test]
+fn a_set_of_cgo_legs_across_two_workers_keeps_the_streams_order_both_ways() {
+    set_across_two_workers(true);
+}
+
+fn set_across_two_workers(cgo: bool) {
     let mut net = exit_net_with(2);
-    let (mut a, mut b) = two_legs(&mut net, [1; 32]);
+    let (mut a, mut b) = two_legs_with(&mut net, [1; 32], cgo);
     let home = net.cores[0].conflux.report();
     assert_eq!(
         (home.sets_open, home.legs_open, home.legs_remote),

@@ -27,6 +27,7 @@ use crate::worker::core::sched::CellSink;
 use crate::worker::core::{Circuits, CoreLimits, Effect};
 use crate::worker::*;
 
+mod cgo;
 mod circpad;
 mod conflux;
 mod congestion;
@@ -416,10 +417,29 @@ fn two_hop_with(
     b: usize,
     during_extend: impl FnOnce(&mut Net) -> (usize, usize),
 ) -> (OriginCircuit, NextRelay, u32, u32) {
+    two_hop_keyed(net, a, b, false, during_extend)
+}
+
+/// [`two_hop_with`]; `cgo`: the client asks weft's hop for CGO (and
+/// congestion control) in ntor-v3, as a C client asks every hop of a
+/// circuit its controller extends.
+fn two_hop_keyed(
+    net: &mut Net,
+    a: usize,
+    b: usize,
+    cgo: bool,
+    during_extend: impl FnOnce(&mut Net) -> (usize, usize),
+) -> (OriginCircuit, NextRelay, u32, u32) {
     net.open(a, 1, false);
     net.open(b, 2, true);
     let mut client = OriginCircuit::new();
-    let create2 = client.create2(&target(net.relay, 9001)).unwrap();
+    let create2 = if cgo {
+        client
+            .create2_ntor_v3(&target(net.relay, 9001), &[2, 1, 0, 3, 2, 2, 6])
+            .unwrap()
+    } else {
+        client.create2(&target(net.relay, 9001)).unwrap()
+    };
     let circ = 0x8000_0001;
     assert_eq!(
         net.cell(a, 1, circ, cmd::CREATE2, &mut pad(&create2)),
