@@ -288,6 +288,10 @@ struct Opts {
     /// Seconds of loopback-floor measurement (0 = skip).
     #[arg(long, default_value_t = 5.0)]
     floor_secs: f64,
+    /// Circuits run CGO relay crypto (Relay=6, relay cell format V1) at
+    /// the target, tor or weft alike: the load asks for it in ntor-v3.
+    #[arg(long)]
+    cgo: bool,
 }
 
 impl Opts {
@@ -313,6 +317,7 @@ impl Opts {
             read_rate: None,
             stall_after_s: None,
             spread: self.spread,
+            cgo: self.cgo,
         }
     }
 

@@ -80,6 +80,9 @@ pub struct Procedure {
     /// cross workers, as on a real relay.
     #[serde(default)]
     pub spread: bool,
+    /// Circuits run CGO at the target (see `LoadConfig::cgo`).
+    #[serde(default)]
+    pub cgo: bool,
 }
 
 impl Procedure {
@@ -116,6 +119,7 @@ impl Procedure {
             read_rate: None,
             stall_after_s: None,
             spread: false,
+            cgo: false,
         }
     }
 }
@@ -432,6 +436,7 @@ impl LoadRun {
             },
             stall_after: p.stall_after_s.map(Duration::from_secs_f64),
             spread: p.spread && cfg_over.is_none(),
+            cgo: p.cgo,
         };
         let shared = Arc::new(Shared::default());
         let epoch = Instant::now();

@@ -174,10 +174,10 @@ fn xor16(a: &mut Block, b: &[u8; 16]) {
     }
 }
 
-/// UIV+'s keys in whichever form the processor runs fastest: a relay's
-/// on x86-64 with VAES and VPCLMULQDQ ([`fast`]), else the portable one
-/// (boxed: several times the size; a client's always, as only it
-/// decrypts). The fast one stays inline: it is the hot path's.
+/// UIV+'s keys in whichever form the processor runs fastest: on x86-64
+/// with VAES and VPCLMULQDQ ([`fast`], a client's with AES decryption
+/// keys too), else the portable one (boxed: several times the size). The
+/// fast one stays inline: it is the hot path's.
 #[allow(clippy::large_enum_variant)]
 #[derive(Clone)]
 enum Uiv {
@@ -189,8 +189,8 @@ enum Uiv {
 impl Uiv {
     fn new(raw: &[u8; UIV_KEYS_LEN], decrypts: bool) -> Self {
         #[cfg(target_arch = "x86_64")]
-        if !decrypts && fast::available() {
-            return Uiv::Fast(fast::FastUiv::new(raw));
+        if fast::available() {
+            return Uiv::Fast(fast::FastUiv::new(raw, decrypts));
         }
         Uiv::Soft(Box::new(UivKeys::new(raw, decrypts)))
     }
@@ -204,12 +204,12 @@ impl Uiv {
         }
     }
 
-    /// DEC_UIV: a client's layer only (made with `decrypts`, so portable).
+    /// DEC_UIV: a client's layer only (made with `decrypts`).
     fn decrypt(&self, h: &[u8; TAG_LEN], cmd: u8, body: &mut [u8; BODY_LEN]) {
         match self {
             Uiv::Soft(s) => s.decrypt(h, cmd, body),
             #[cfg(target_arch = "x86_64")]
-            Uiv::Fast(_) => unreachable!("a relay's layer never decrypts"),
+            Uiv::Fast(f) => f.decrypt(h, cmd, body),
         }
     }
 
@@ -365,6 +365,13 @@ impl CgoClientLayer {
         let n = *self.fwd.nonce;
         self.fwd.roll(&n);
         body[..TAG_LEN].try_into().expect("16 bytes")
+    }
+
+    /// Take a cell from the relay side into the chain without reading it:
+    /// a client's backward T' is the tag as received, so a reader that
+    /// needs only some cells (a benchmark's load) skips the rest.
+    pub fn skip_backward(&mut self, body: &[u8; BODY_LEN]) {
+        self.back.tprime.copy_from_slice(&body[..TAG_LEN]);
     }
 
     /// Peel this hop's layer off a cell from the relay side. `Some(tag)` if

@@ -59,6 +59,13 @@ pub fn relay_msgs(data: &[u8]) {
             assert_eq!(h2, h);
             assert_eq!(crate::relay_v1::data(&again, &h2), &d[..]);
         }
+        // And read into the V0 layout the rooms read: the same message.
+        let mut v0 = body;
+        crate::relay_v1::to_v0_layout(&mut v0).expect("a V1 message that parsed");
+        let h0 = crate::relay::parse_header(&v0).expect("V1's lengths fit V0");
+        assert_eq!((h0.command, h0.length), (h.command, h.length));
+        assert_eq!(h0.stream_id, sid);
+        assert_eq!(crate::relay::data(&v0, &h0), &d[..]);
     }
     if let Ok(e) = crate::relay::parse_extend2(data) {
         // What we parse, we can encode and parse again to the same value.

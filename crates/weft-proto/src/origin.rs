@@ -433,6 +433,30 @@ impl OriginCircuit {
         }
     }
 
+    /// Add the forward layers of the first `hops` hops to `body`, a cell
+    /// for the hop after them whose layer the caller adds itself or skips
+    /// (a benchmark's load, whose next hop reads it bare).
+    pub fn forward_layers(&mut self, hops: usize, channel: u8, body: &mut [u8; BODY_LEN]) {
+        let n = hops.min(self.hops.len());
+        for l in self.hops[..n].iter_mut().rev() {
+            l.forward(channel, body);
+        }
+    }
+
+    /// Take a RELAY cell from a CGO first hop for a hop beyond it: peel
+    /// the first hop's layer if `read`, else only keep its tag chain
+    /// (cheap: what a benchmark's load does with the cells it does not
+    /// read). Nothing for a tor1 first hop.
+    pub fn first_hop_backward(&mut self, body: &mut [u8; BODY_LEN], read: bool) {
+        if let Some(ClientHop::Cgo(l, _)) = self.hops.first_mut() {
+            if read {
+                let _ = l.backward(cmd::RELAY, body);
+            } else {
+                l.skip_backward(body);
+            }
+        }
+    }
+
     /// A RELAY cell arrived from the first hop: remove layers until one hop
     /// recognizes it; returns that hop's index and the header (the data is
     /// `relay::data(body, &header)`).

@@ -12,6 +12,10 @@
 //! ConnectionThreads 2, and with migration on (the default) and
 //! `TestingCrossWorkerExtends 1`.
 //!
+//! The legs run CGO (issue 54): weft advertises `Relay=5-6`, so the client
+//! asks each leg's exit for it; every linked leg is counted as a CGO
+//! circuit on weft's MetricsPort.
+//!
 //! A leg closed mid-transfer (acceptance 2): the client closes the leg of
 //! a set that carries no stream bytes (C's client tears the whole set down
 //! when the leg in use closes, as the exit does); the stream on the other
@@ -388,6 +392,20 @@ fn stock_clients_link_conflux_sets_at_weft() -> Result<()> {
     );
     ensure!(counts.switches >= 1.0, "[{label}] no SWITCH either way");
     ensure!(counts.errors == 0.0, "[{label}] sets closed for errors");
+    // A C client asks the exit of each leg (a CONFLUX_UNLINKED circuit)
+    // for CGO, since weft advertises Relay=5-6 and FlowCtrl=2: every leg
+    // weft linked ran CGO and relay cell format V1.
+    let cgo: f64 = common::testnet_metrics(&net, metrics_port)?
+        .lines()
+        .filter(|l| l.starts_with("weft_worker_cgo_circuits_created_total{"))
+        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+        .sum();
+    eprintln!("[{label}] weft: {cgo} CGO circuits");
+    ensure!(
+        cgo >= counts.linked,
+        "[{label}] {} legs linked but only {cgo} CGO circuits",
+        counts.linked
+    );
 
     leg_close_round(&net, &sink, &fp, metrics_port)?;
     Ok(())

@@ -181,6 +181,7 @@ fn procedure(a: &DemoArgs) -> Procedure {
         read_rate: None,
         stall_after_s: None,
         spread: true,
+        cgo: false,
     }
 }
 

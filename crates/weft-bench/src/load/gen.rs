@@ -94,7 +94,13 @@ impl LoadThread<'_> {
         for i in 0..self.cfg.circuits {
             let circ_id = 0x8000_0000 | ((g as u32) << 16) | (i as u32 + 1);
             let mut origin = OriginCircuit::new();
-            let Ok(create2) = origin.create2(&hop) else {
+            let create2 = if self.cfg.cgo && self.cfg.target.is_some() {
+                // Congestion control and Relay=6, as a C client asks.
+                origin.create2_ntor_v3(&hop, &[2, 1, 0, 3, 2, 2, 6])
+            } else {
+                origin.create2(&hop)
+            };
+            let Ok(create2) = create2 else {
                 continue;
             };
             let c = self.circs.len();
@@ -206,6 +212,9 @@ impl LoadThread<'_> {
                     let j = circ.down.recv;
                     circ.down.recv += 1;
                     *down_total += 1;
+                    // A CGO target: every cell moves the tag chain, the
+                    // marked ones are read.
+                    circ.origin.first_hop_backward(body, j % mark_every == 0);
                     if j % mark_every == 0 {
                         if let Some(kb) = circ.kb.as_mut() {
                             kb.seek((1 + j) * BODY_LEN as u64);
@@ -347,7 +356,17 @@ impl LoadThread<'_> {
                 if k.is_multiple_of(t) {
                     circ.up.transfer_start.push((k, now));
                 }
-                if k.is_multiple_of(mark_every) {
+                if circ.origin.is_cgo(0) {
+                    // CGO chains each cell's tag to the one before: every
+                    // cell takes the target's layer.
+                    let mut body = self.noise;
+                    if k.is_multiple_of(mark_every) {
+                        fill_marked(&mut body, k, stamp);
+                    }
+                    circ.origin.forward_layers(1, cmd::RELAY, &mut body);
+                    let id = circ.gen_circ_id;
+                    self.gens[g].link.queue_cell(id, cmd::RELAY, &body);
+                } else if k.is_multiple_of(mark_every) {
                     let mut body = [0u8; BODY_LEN];
                     fill_marked(&mut body, k, stamp);
                     if let Some(kf) = circ.kf.as_mut() {

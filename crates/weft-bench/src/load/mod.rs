@@ -135,6 +135,11 @@ pub struct LoadConfig {
     /// about (N − 1)/N of the cells cross workers. Off: all of a
     /// connection's circuits go to its own sink.
     pub spread: bool,
+    /// Ask the target (the first hop) for CGO relay crypto, with
+    /// congestion control, in an ntor-v3 CREATE2 (else tor1 over ntor).
+    /// Every cell toward it then costs the load a CGO layer (its tag
+    /// chains to the one before), the cells back only the ones it reads.
+    pub cgo: bool,
 }
 
 /// Live counters a load thread publishes for the coordinator.

@@ -1,4 +1,4 @@
-//! A relay's UIV+ (ENC_UIV and the key update, [`super`]) on x86-64 with
+//! UIV+ (a relay's ENC_UIV, a client's DEC_UIV, the key update, [`super`]) on x86-64 with
 //! AES-NI, VAES, PCLMULQDQ and VPCLMULQDQ (AVX-512): POLYVAL four blocks
 //! per instruction, eight blocks per reduction; the PRF's counter mode
 //! through [`crate::aes_ctr`]'s VAES keystream. Same results as the
@@ -33,6 +33,9 @@ pub(super) fn available() -> bool {
 pub(super) struct FastUiv {
     /// The ET's AES-128 round keys (KB).
     kb: [[u8; 16]; 11],
+    /// KB's decryption round keys (the equivalent inverse cipher's), for
+    /// a client's layer; `None` for a relay's, which only encrypts.
+    kb_dec: Option<[[u8; 16]; 11]>,
     /// The ET's POLYVAL key KU as its powers H⁸, H⁷, …, H¹ (H¹ = KU).
     ku: [[u8; 16]; 8],
     /// H¹⁶ and H²⁴, which join the tweak's four chunks.
@@ -49,6 +52,9 @@ pub(super) struct FastUiv {
 impl Drop for FastUiv {
     fn drop(&mut self) {
         self.kb.zeroize();
+        if let Some(d) = self.kb_dec.as_mut() {
+            d.zeroize();
+        }
         self.ku.zeroize();
         self.ku_far.zeroize();
         self.k.zeroize();
@@ -57,9 +63,9 @@ impl Drop for FastUiv {
 }
 
 impl FastUiv {
-    /// The keys KB ‖ KU ‖ K ‖ B. Panics if the processor lacks what
-    /// [`available`] checks.
-    pub(super) fn new(raw: &[u8; UIV_KEYS_LEN]) -> Self {
+    /// The keys KB ‖ KU ‖ K ‖ B; `decrypts`: a client's layer (DEC_UIV).
+    /// Panics if the processor lacks what [`available`] checks.
+    pub(super) fn new(raw: &[u8; UIV_KEYS_LEN], decrypts: bool) -> Self {
         assert!(
             available(),
             "FastUiv needs AES-NI, VAES, AVX-512 and VPCLMULQDQ"
@@ -73,8 +79,11 @@ impl FastUiv {
                 vaes::expand_key(&part(2)),
             )
         };
+        // SAFETY: AES-NI (asserted).
+        let kb_dec = decrypts.then(|| unsafe { inverse_keys(&kb) });
         FastUiv {
             kb,
+            kb_dec,
             ku,
             ku_far,
             k,
@@ -91,6 +100,15 @@ impl FastUiv {
         unsafe { encrypt(self, h, cmd, body) }
     }
 
+    /// DEC_UIV on `body` with tweak (`h`, `cmd`), in place. Panics on a
+    /// relay's keys (made without `decrypts`).
+    #[inline]
+    pub(super) fn decrypt(&self, h: &[u8; TAG_LEN], cmd: u8, body: &mut [u8; BODY_LEN]) {
+        let dk = self.kb_dec.as_ref().expect("a client's keys");
+        // SAFETY: `new` asserted every feature these functions enable.
+        unsafe { decrypt(self, dk, h, cmd, body) }
+    }
+
     /// UPDATE_UIV on nonce input `n`: the keys are replaced in place;
     /// returns the new nonce.
     pub(super) fn update(&mut self, n: &[u8; TAG_LEN]) -> [u8; TAG_LEN] {
@@ -103,7 +121,7 @@ impl FastUiv {
         }
         let mut raw = [0u8; UIV_KEYS_LEN];
         raw.copy_from_slice(&out[..UIV_KEYS_LEN]);
-        *self = FastUiv::new(&raw);
+        *self = FastUiv::new(&raw, self.kb_dec.is_some());
         raw.zeroize();
         let nonce: [u8; 16] = out[UIV_KEYS_LEN..].try_into().expect("16");
         out.zeroize();
@@ -291,6 +309,32 @@ fn aes_block(rk: &[[u8; 16]; 11], b: __m128i) -> __m128i {
     _mm_aesenclast_si128(s, load(&rk[10]))
 }
 
+/// AES-128 decryption round keys from encryption ones (the equivalent
+/// inverse cipher: reversed, InvMixColumns on the middle nine).
+#[target_feature(enable = "aes,sse2")]
+fn inverse_keys(rk: &[[u8; 16]; 11]) -> [[u8; 16]; 11] {
+    let mut dk = [[0u8; 16]; 11];
+    dk[0] = rk[10];
+    dk[10] = rk[0];
+    for i in 1..10 {
+        let k = _mm_aesimc_si128(load(&rk[10 - i]));
+        // SAFETY: 16 writable bytes; unaligned store.
+        unsafe { _mm_storeu_si128(dk[i].as_mut_ptr().cast(), k) };
+    }
+    dk
+}
+
+/// One AES-128 block decryption with decryption round keys `dk`.
+#[inline]
+#[target_feature(enable = "aes,sse2")]
+fn aes_block_dec(dk: &[[u8; 16]; 11], b: __m128i) -> __m128i {
+    let mut s = _mm_xor_si128(b, load(&dk[0]));
+    for k in &dk[1..10] {
+        s = _mm_aesdec_si128(s, load(k));
+    }
+    _mm_aesdeclast_si128(s, load(&dk[10]))
+}
+
 /// The PRF's first counter block for input `t`: POLYVAL(B, t) with the low
 /// six bits of its last byte cleared, as a big-endian number.
 #[inline]
@@ -317,4 +361,25 @@ fn encrypt(k: &FastUiv, h: &[u8; TAG_LEN], cmd: u8, body: &mut [u8; BODY_LEN]) {
     // SAFETY: 493 bytes are 31 counter blocks, within the keystream's batch
     // and the PRF's 64-block window (the counter's low 64 bits never carry).
     unsafe { vaes::xor_keystream(&k.k, ctr, x_r) };
+}
+
+/// DEC_UIV: `X_R = Y_R ⊕ PRF(Y_L)`, then `X_L = ET⁻¹(Y_L)` with the mask
+/// over (`h`, `cmd`, `X_R`).
+#[target_feature(enable = "aes,sse2,avx2,avx512f,avx512bw,vaes,pclmulqdq,vpclmulqdq")]
+fn decrypt(
+    k: &FastUiv,
+    dk: &[[u8; 16]; 11],
+    h: &[u8; TAG_LEN],
+    cmd: u8,
+    body: &mut [u8; BODY_LEN],
+) {
+    let y_l: [u8; 16] = body[..TAG_LEN].try_into().expect("16");
+    let y = load(&y_l);
+    let ctr = prf_counter(&k.b, y);
+    // SAFETY: as in `encrypt`.
+    unsafe { vaes::xor_keystream(&k.k, ctr, &mut body[TAG_LEN..]) };
+    let mask = et_mask(k, h, cmd, body);
+    let x = _mm_xor_si128(aes_block_dec(dk, _mm_xor_si128(y, mask)), mask);
+    // SAFETY: 16 writable bytes; unaligned store.
+    unsafe { _mm_storeu_si128(body.as_mut_ptr().cast(), x) };
 }
