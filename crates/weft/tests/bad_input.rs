@@ -275,3 +275,88 @@ fn hostile_onion_service_cells_close_only_their_circuit() {
     let log = weft.log_text();
     assert!(!log.contains("panicked"), "panic in log:\n{log}");
 }
+
+/// ntor-v3 subprotocol requests against the running relay, from weft's own
+/// client: what C's `relay_process_subproto_ext` refuses (a capability
+/// other than Relay=6; CGO without congestion control) gets DESTROY with
+/// a log line and nothing else closes; a request for CGO gets a circuit
+/// whose cells are CGO with relay cell format V1 (a cell changed on the
+/// way is not recognized and closes that circuit only).
+#[test]
+fn subprotocol_requests_are_refused_as_c_refuses_them_and_cgo_runs() {
+    use weft_proto::origin::OriginCircuit;
+    use weft_proto::relay::{self, relay_cmd};
+    use base64::Engine;
+    let mut weft = WeftProcess::start(2, "");
+    let mut hop = weft.hop_target().unwrap();
+    // ntor-v3 names the relay by its Ed25519 identity.
+    let ed = std::fs::read_to_string(weft.dir.path().join("data/fingerprint-ed25519")).unwrap();
+    let ed = base64::engine::general_purpose::STANDARD_NO_PAD
+        .decode(ed.split_whitespace().nth(1).unwrap().trim_end_matches('='))
+        .unwrap();
+    hop.ed_id = Some(ed.try_into().unwrap());
+    let mut c = LinkClient::connect(weft.addr());
+    let mut keep = Hop::create_fast(&mut c, 0x8000_0001);
+    keep.round_trip(&mut c, 1);
+    let pad = |b: &[u8]| {
+        let mut p = [0u8; 509];
+        p[..b.len()].copy_from_slice(b);
+        p
+    };
+    for (i, msg) in [
+        &[2u8, 1, 0, 3, 2, 2, 5][..], // Relay=5 itself
+        &[2, 1, 0, 3, 2, 11, 2],      // FlowCtrl=2
+        &[1, 3, 2, 2, 6],             // CGO without congestion control
+        &[2, 1, 0, 3, 3, 2, 6, 0],    // an odd-length request
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        let circ = 0x8000_0100 + i as u32;
+        let mut o = OriginCircuit::new();
+        let create2 = o.create2_ntor_v3(&hop, msg).unwrap();
+        c.send_fixed(circ, CREATE2, &pad(&create2));
+        let (rc, cmd, body) = c.read_fixed().unwrap();
+        assert_eq!(
+            (rc, cmd, body[0]),
+            (circ, DESTROY, 1),
+            "{msg:?} not refused"
+        );
+        keep.round_trip(&mut c, 2 + i as u16);
+    }
+    assert!(common::wait_for_log(&weft, "ntor-v3 extensions"));
+
+    // CGO, as a C client asks its exit.
+    let circ = 0x8000_0200;
+    let mut o = OriginCircuit::new();
+    let create2 = o.create2_ntor_v3(&hop, &[2, 1, 0, 3, 2, 2, 6]).unwrap();
+    c.send_fixed(circ, CREATE2, &pad(&create2));
+    let (rc, cmd, body) = c.read_fixed().unwrap();
+    assert_eq!((rc, cmd), (circ, 11), "CREATED2");
+    let hlen = usize::from(u16::from_be_bytes([body[0], body[1]]));
+    o.on_created2(&body[..2 + hlen]).unwrap();
+    assert!(o.is_cgo(0));
+    // BEGIN at a relay that is no exit: END, in V1, read through CGO.
+    for stream in 1..=3u16 {
+        let mut b = [0u8; 509];
+        o.send(0, relay_cmd::BEGIN, stream, b"example.com:80\0", &mut b);
+        c.send_fixed(circ, RELAY, &b);
+        let (rc, cmd, body) = c.read_fixed().unwrap();
+        assert_eq!((rc, cmd), (circ, RELAY));
+        let mut b: [u8; 509] = body[..509].try_into().unwrap();
+        let (_, h) = o.on_backward(&mut b).unwrap();
+        assert_eq!((h.command, h.stream_id), (relay_cmd::END, stream));
+        assert_eq!(relay::data(&b, &h).len(), 1);
+    }
+    // A changed byte: no layer recognizes it, and the circuit stops here.
+    let mut b = [0u8; 509];
+    o.send(0, relay_cmd::DROP, 0, &[], &mut b);
+    b[200] ^= 0x40;
+    c.send_fixed(circ, RELAY, &b);
+    let (rc, cmd, _) = c.read_fixed().unwrap();
+    assert_eq!((rc, cmd), (circ, DESTROY));
+    keep.round_trip(&mut c, 9);
+    assert!(weft.alive(), "weft died");
+    let log = weft.log_text();
+    assert!(!log.contains("panicked"), "panic in log:\n{log}");
+}

@@ -294,8 +294,8 @@ relay0: {r0}"
 
 /// Issue 35, acceptance 4: weft's `pr` line in a consensus the stock
 /// authorities made holds every protocol of their
-/// `required-relay-protocols` and `recommended-relay-protocols` except
-/// Relay=5-6.
+/// `required-relay-protocols` and `recommended-relay-protocols`, and
+/// (issue 54) `Relay=2-6` as stock tor 0.4.9's does.
 fn protocols_cover_stock_lists(consensus: &str, weft_entry: &[String]) -> Result<()> {
     use std::str::FromStr;
     use tor_protover::Protocols;
@@ -311,10 +311,15 @@ fn protocols_cover_stock_lists(consensus: &str, weft_entry: &[String]) -> Result
         .find_map(|l| l.strip_prefix("pr "))
         .context("no pr line for weft")?;
     let ours = Protocols::from_str(pr).map_err(|e| anyhow::anyhow!("pr: {e}"))?;
-    let exempt = Protocols::from_str("Relay=5-6").expect("static");
+    let relay = Protocols::from_str("Relay=2-6").expect("static");
+    ensure!(
+        relay.difference(&ours).is_empty(),
+        "weft's pr line ({pr}) lacks {}",
+        relay.difference(&ours)
+    );
     for key in ["required-relay-protocols ", "recommended-relay-protocols "] {
         let wanted = list(key)?;
-        let missing = wanted.difference(&ours).difference(&exempt);
+        let missing = wanted.difference(&ours);
         ensure!(
             missing.is_empty(),
             "weft's pr line ({pr}) lacks {missing} of the consensus's {key}"

@@ -294,10 +294,14 @@ impl LoadThread<'_> {
                         self.fail_circ(c, format!("EXTENDED2: {e}"));
                         continue;
                     }
-                    let km = circ.origin.key_material(0).copied().unwrap_or([0; 72]);
-                    let iv = [0u8; 16];
-                    circ.kf = Some(Aes128Ctr::new(km[40..56].into(), &iv.into()));
-                    circ.kb = Some(Aes128Ctr::new(km[56..72].into(), &iv.into()));
+                    // tor1: the target's keystreams, sought per marked
+                    // cell (a CGO target has none: its layer runs on
+                    // the circuit itself).
+                    if let Some(km) = circ.origin.key_material(0).copied() {
+                        let iv = [0u8; 16];
+                        circ.kf = Some(Aes128Ctr::new(km[40..56].into(), &iv.into()));
+                        circ.kb = Some(Aes128Ctr::new(km[56..72].into(), &iv.into()));
+                    }
                     self.circ_ready(c);
                 }
                 Ok((hop, h)) => {
