@@ -284,9 +284,9 @@ fn hostile_onion_service_cells_close_only_their_circuit() {
 /// way is not recognized and closes that circuit only).
 #[test]
 fn subprotocol_requests_are_refused_as_c_refuses_them_and_cgo_runs() {
+    use base64::Engine;
     use weft_proto::origin::OriginCircuit;
     use weft_proto::relay::{self, relay_cmd};
-    use base64::Engine;
     let mut weft = WeftProcess::start(2, "");
     let mut hop = weft.hop_target().unwrap();
     // ntor-v3 names the relay by its Ed25519 identity.
