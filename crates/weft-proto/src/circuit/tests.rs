@@ -491,3 +491,37 @@ fn a_cgo_exit_carries_488_bytes_a_cell_and_16_byte_sendme_tags() {
         .circuit_sendme_received(&header, &good, 1, 10, false)
         .is_ok());
 }
+
+/// The onion-service roles on a CGO hop (Arti asks every hop for CGO):
+/// ESTABLISH_INTRO's MAC with the circuit nonce that follows CGO's keys,
+/// INTRO_ESTABLISHED read back through CGO; a rendezvous cookie.
+#[test]
+fn a_cgo_hop_becomes_an_introduction_or_rendezvous_point() {
+    let ctx = ForwardCtx {
+        intro_dos: (false, 25, 200),
+        now_s: 100,
+        ..Default::default()
+    };
+    let (mut client, mut half) = cgo_circuit();
+    let sk = SigningKey::from_bytes(&[4u8; 32]);
+    let cell = establish_intro(&sk, client.nonce(0).unwrap(), false);
+    let mut body = [0u8; BODY_LEN];
+    client.send(0, hs_cmd::ESTABLISH_INTRO, 0, &cell, &mut body);
+    assert_eq!(
+        half.on_forward(cmd::RELAY, &mut body, &ctx),
+        ForwardAction::IntroEstablished {
+            auth_key: sk.verifying_key().to_bytes()
+        }
+    );
+    let (_, h) = client.on_backward(&mut body).unwrap();
+    assert_eq!(h.command, hs_cmd::INTRO_ESTABLISHED);
+    assert_eq!(relay::data(&body, &h), &[0]);
+
+    let (mut client, mut half) = cgo_circuit();
+    let mut body = [0u8; BODY_LEN];
+    client.send(0, hs_cmd::ESTABLISH_RENDEZVOUS, 0, &[9; 20], &mut body);
+    assert_eq!(
+        half.on_forward(cmd::RELAY, &mut body, &ctx),
+        ForwardAction::EstablishRendezvous { cookie: [9; 20] }
+    );
+}
