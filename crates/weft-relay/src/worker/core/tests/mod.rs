@@ -11,7 +11,7 @@ use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
 use weft_crypto::keys::{LinkKeys, RelayKeys};
-use weft_crypto::relay_crypto::Tor1RelayCrypto;
+
 use weft_proto::cell::{cmd, destroy_reason, BODY_LEN};
 use weft_proto::origin::{HopTarget, OriginCircuit};
 use weft_proto::relay::{self, relay_cmd};
@@ -38,6 +38,7 @@ mod fairness;
 mod hs_dir;
 mod limits;
 mod migrate;
+mod next_relay;
 mod onion;
 mod pump;
 mod resolve;
@@ -45,6 +46,8 @@ mod scale;
 mod streams;
 mod timers;
 mod waiting;
+
+use self::next_relay::NextRelay;
 
 /// Bound on the steps of [`Net::settle`].
 const MAX_STEPS: usize = 200;
@@ -349,55 +352,6 @@ fn pad(data: &[u8]) -> [u8; BODY_LEN] {
     let mut b = [0u8; BODY_LEN];
     b[..data.len()].copy_from_slice(data);
     b
-}
-
-/// The next relay of a test circuit: the real ntor server handshake and
-/// tor1 layer, so it reads what the client sent it and answers.
-struct NextRelay {
-    keys: &'static RelayKeys,
-    crypto: Option<Tor1RelayCrypto>,
-}
-
-impl NextRelay {
-    fn new(dir: &std::path::Path) -> NextRelay {
-        NextRelay {
-            keys: keys(dir, "next"),
-            crypto: None,
-        }
-    }
-
-    /// Answer a CREATE2 body; returns the CREATED2 body.
-    fn answer(&mut self, create2: &[u8; BODY_LEN]) -> [u8; BODY_LEN] {
-        let c = relay::parse_create2(create2).unwrap();
-        let ntor = self.keys.ntor_keys();
-        let (reply, km) = weft_crypto::ntor::server_handshake(
-            &[&ntor[0]],
-            &self.keys.fingerprint,
-            c.hdata,
-            weft_crypto::random_array(),
-        )
-        .unwrap();
-        self.crypto = Some(Tor1RelayCrypto::from_key_material(&km));
-        pad(&relay::created2_body(&reply))
-    }
-
-    /// A cell from the client: the relay command and data, if it is ours.
-    fn read(&mut self, body: &mut [u8; BODY_LEN]) -> Option<(u8, Vec<u8>)> {
-        let c = self.crypto.as_mut()?;
-        if !c.decrypt_forward(body) {
-            return None;
-        }
-        let h = relay::parse_header(body).ok()?;
-        Some((h.command, relay::data(body, &h).to_vec()))
-    }
-
-    /// A DATA cell toward the client.
-    fn data(&mut self, payload: &[u8]) -> [u8; BODY_LEN] {
-        let mut b = [0u8; BODY_LEN];
-        relay::build(&mut b, relay_cmd::DATA, 1, payload);
-        self.crypto.as_mut().unwrap().originate_backward(&mut b);
-        b
-    }
 }
 
 /// A two-hop circuit: client → (conn 1 of worker `a`: keyed half) →
